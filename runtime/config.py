@@ -1,0 +1,168 @@
+"""Job settings: checkpointing, restart strategies, transport. Every setter
+validates at once and names the setting at fault."""
+
+from __future__ import annotations
+
+import enum
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+from runtime.errors import InvalidConfigurationError
+
+DEFAULT_MAX_PARALLELISM = 128
+MAX_MAX_PARALLELISM = 32768
+
+
+class CheckpointingMode(enum.Enum):
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+def default_checkpoint_storage() -> str:
+    return "file://" + os.path.join(tempfile.gettempdir(), "weir-checkpoints")
+
+
+def validate_storage_uri(uri: str) -> str:
+    """Resolve ``uri`` with pyarrow.fs now, so a typo fails at configuration time."""
+    from pyarrow import fs
+
+    if "://" not in uri:
+        uri = "file://" + os.path.abspath(uri)
+    try:
+        fs.FileSystem.from_uri(uri)
+    except Exception as exc:  # pyarrow raises ArrowInvalid / OSError with its own words
+        raise InvalidConfigurationError("checkpoint storage", uri, f"pyarrow.fs cannot open it ({exc})") from None
+    return uri
+
+
+def _positive(setting: str, value: float, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidConfigurationError(setting, value, "must be a number")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidConfigurationError(setting, value, "must be " + ("zero or more" if allow_zero else "positive"))
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic checkpointing. ``interval_ms=None`` means off; a bounded job still
+    takes one final checkpoint when its sources finish, so two-phase-commit sinks
+    commit their last data."""
+
+    interval_ms: int | None = None
+    timeout_ms: int = 60_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    retained: int = 1
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
+    storage: str = field(default_factory=default_checkpoint_storage)
+    tolerable_failures: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval_ms is not None
+
+    def set_checkpoint_interval(self, interval_ms: int) -> "CheckpointConfig":
+        _positive("checkpoint interval_ms", interval_ms)
+        self.interval_ms = int(interval_ms)
+        return self
+
+    def set_checkpoint_timeout(self, timeout_ms: int) -> "CheckpointConfig":
+        _positive("checkpoint timeout_ms", timeout_ms)
+        self.timeout_ms = int(timeout_ms)
+        return self
+
+    def set_min_pause_between_checkpoints(self, min_pause_ms: int) -> "CheckpointConfig":
+        _positive("checkpoint min_pause_ms", min_pause_ms, allow_zero=True)
+        self.min_pause_ms = int(min_pause_ms)
+        return self
+
+    def set_max_concurrent_checkpoints(self, max_concurrent: int) -> "CheckpointConfig":
+        _positive("max_concurrent_checkpoints", max_concurrent)
+        self.max_concurrent = int(max_concurrent)
+        return self
+
+    def set_num_retained_checkpoints(self, retained: int) -> "CheckpointConfig":
+        _positive("num_retained_checkpoints", retained)
+        self.retained = int(retained)
+        return self
+
+    def set_checkpointing_mode(self, mode: CheckpointingMode) -> "CheckpointConfig":
+        if not isinstance(mode, CheckpointingMode):
+            raise InvalidConfigurationError("checkpointing mode", mode, "use CheckpointingMode.EXACTLY_ONCE or AT_LEAST_ONCE")
+        self.mode = mode
+        return self
+
+    def set_checkpoint_storage(self, uri: str) -> "CheckpointConfig":
+        self.storage = validate_storage_uri(uri)
+        return self
+
+    # PyFlink's name for the same setting.
+    set_checkpoint_storage_dir = set_checkpoint_storage
+
+    def set_tolerable_checkpoint_failure_number(self, count: int) -> "CheckpointConfig":
+        _positive("tolerable_checkpoint_failures", count, allow_zero=True)
+        self.tolerable_failures = int(count)
+        return self
+
+
+@dataclass(frozen=True)
+class RestartStrategy:
+    """How often and how soon a failed job restarts from its latest checkpoint.
+
+    Use the constructors: :meth:`fixed_delay`, :meth:`exponential_delay`, :meth:`no_restart`.
+    """
+
+    max_attempts: int
+    initial_delay_s: float
+    backoff_multiplier: float = 1.0
+    max_delay_s: float = 0.0
+
+    @staticmethod
+    def fixed_delay(restart_attempts: int = 3, delay_s: float = 1.0) -> "RestartStrategy":
+        _positive("restart_attempts", restart_attempts, allow_zero=True)
+        _positive("restart delay_s", delay_s, allow_zero=True)
+        return RestartStrategy(int(restart_attempts), float(delay_s), 1.0, float(delay_s))
+
+    @staticmethod
+    def exponential_delay(
+        max_attempts: int = 10, initial_delay_s: float = 0.5, multiplier: float = 2.0, max_delay_s: float = 30.0
+    ) -> "RestartStrategy":
+        _positive("restart max_attempts", max_attempts, allow_zero=True)
+        _positive("restart initial_delay_s", initial_delay_s, allow_zero=True)
+        if multiplier < 1:
+            raise InvalidConfigurationError("restart multiplier", multiplier, "must be at least 1")
+        _positive("restart max_delay_s", max_delay_s, allow_zero=True)
+        return RestartStrategy(int(max_attempts), float(initial_delay_s), float(multiplier), float(max_delay_s))
+
+    @staticmethod
+    def no_restart() -> "RestartStrategy":
+        return RestartStrategy(0, 0.0)
+
+    def delay_before(self, attempt: int) -> float:
+        """Seconds to wait before restart number ``attempt`` (1-based)."""
+        delay = self.initial_delay_s * self.backoff_multiplier ** (attempt - 1)
+        return min(delay, self.max_delay_s) if self.max_delay_s else delay
+
+
+# Flink's spelling, for users who come from PyFlink.
+RestartStrategies = RestartStrategy
+
+
+@dataclass
+class TransportConfig:
+    """Batching and flow control of the channels between tasks."""
+
+    batch_size: int = 4096          # records per channel buffer before it is sent
+    buffer_timeout_ms: int = 5      # a non-empty buffer is sent at the latest after this
+    credits: int = 4                # unacknowledged deliveries a sender keeps per channel
+    mailbox_capacity: int = 4       # queued deliveries per input channel before senders block
+
+
+@dataclass
+class ExecutionConfig:
+    parallelism: int = 1
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
+    task_cpus: float = 0.25
+    restart_strategy: RestartStrategy = field(default_factory=lambda: RestartStrategy.fixed_delay(3, 0.5))
+    transport: TransportConfig = field(default_factory=TransportConfig)

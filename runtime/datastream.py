@@ -1,0 +1,247 @@
+"""The user API: PyFlink's DataStream names in idiomatic Python.
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_sequence(0, 99).map(lambda i: (i % 10, i)).key_by(lambda kv: kv[0]) \\
+       .reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(sink)
+    env.execute("job")
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any, Callable, Iterable, Sequence
+
+from runtime.config import CheckpointConfig, CheckpointingMode, ExecutionConfig, RestartStrategy, _positive
+from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
+from runtime.executor import JobClient, JobExecutionResult, find_executor
+from runtime.functions import as_callable
+from runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph
+from runtime.operators import (
+    FilterOperator,
+    FlatMapOperator,
+    KeyedProcessOperator,
+    KeyedReduceOperator,
+    MapOperator,
+    ProcessOperator,
+    StreamOperator,
+)
+from runtime.sinks import PrintSink, Sink, SinkOperator
+from runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceOperator
+
+
+class StreamExecutionEnvironment:
+    """Builds a job and runs it. Not thread-safe; one per job script or notebook cell."""
+
+    def __init__(self) -> None:
+        self.config = ExecutionConfig()
+        self.checkpoint_config = CheckpointConfig()
+        self._ids = itertools.count(1)
+        self._sinks: list[Transformation] = []
+
+    @staticmethod
+    def get_execution_environment() -> "StreamExecutionEnvironment":
+        return StreamExecutionEnvironment()
+
+    # ---------------------------------------------------------------- settings
+    def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        _positive("parallelism", parallelism)
+        self.config.parallelism = int(parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        return self.config.parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
+        _positive("max_parallelism", max_parallelism)
+        self.config.max_parallelism = int(max_parallelism)
+        return self
+
+    def enable_checkpointing(self, interval_ms: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE) -> "StreamExecutionEnvironment":
+        self.checkpoint_config.set_checkpoint_interval(interval_ms)
+        self.checkpoint_config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return self.checkpoint_config
+
+    def set_restart_strategy(self, strategy: RestartStrategy) -> "StreamExecutionEnvironment":
+        if not isinstance(strategy, RestartStrategy):
+            raise InvalidConfigurationError("restart strategy", strategy, "use RestartStrategy.fixed_delay(...), exponential_delay(...) or no_restart()")
+        self.config.restart_strategy = strategy
+        return self
+
+    def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
+        _positive("buffer_timeout_ms", timeout_ms, allow_zero=True)
+        self.config.transport.buffer_timeout_ms = int(timeout_ms)
+        return self
+
+    def set_batch_size(self, records: int) -> "StreamExecutionEnvironment":
+        _positive("batch_size", records)
+        self.config.transport.batch_size = int(records)
+        return self
+
+    def set_task_cpus(self, cpus: float) -> "StreamExecutionEnvironment":
+        """Ray CPUs each task actor asks for; fractions let more tasks than cores run."""
+        _positive("task_cpus", cpus)
+        self.config.task_cpus = float(cpus)
+        return self
+
+    # ---------------------------------------------------------------- sources
+    def from_source(self, source: Source[Any], watermark_strategy: Any = None, source_name: str = "source") -> "DataStream":
+        if not isinstance(source, Source):
+            raise TypeError(f"from_source() takes a runtime.sources.Source, got {type(source).__name__}")
+        t = self._add(f"Source: {source_name}", lambda n, u: SourceOperator(n, u, source), [])
+        t.is_source, t.bounded = True, source.bounded
+        return DataStream(self, [(t, None)], t)
+
+    def from_collection(self, collection: Sequence[Any] | Iterable[Any]) -> "DataStream":
+        return self.from_source(CollectionSource(list(collection)), source_name="collection")
+
+    def from_sequence(self, start: int, end: int) -> "DataStream":
+        """The integers from ``start`` to ``end``, both included."""
+        return self.from_source(SequenceSource(start, end), source_name="sequence")
+
+    def from_generator(self, generator: Callable[[int], Any], count: int | None = None, records_per_second: float | None = None) -> "DataStream":
+        """``generator(i)`` for ``i = 0, 1, ...``; ``count=None`` runs forever (stop or
+        cancel the job); ``records_per_second`` limits the rate over all subtasks."""
+        return self.from_source(GeneratorSource(generator, count, records_per_second), source_name="generator")
+
+    # ---------------------------------------------------------------- running
+    def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
+        if not isinstance(job_name, str) or not job_name or "/" in job_name:
+            raise InvalidConfigurationError("job name", job_name, "must be a non-empty string without '/'")
+        return build_job_graph(job_name, list(self._sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
+
+    def execute_async(self, job_name: str = "weir-job", executor: str | None = None) -> JobClient:
+        """Submit the job and return at once with a :class:`JobClient`."""
+        return find_executor(executor).submit(self.get_job_graph(job_name))
+
+    def execute(self, job_name: str = "weir-job", executor: str | None = None) -> JobExecutionResult:
+        """Run the job to its end; raise :class:`JobExecutionError` if it fails for good."""
+        return self.execute_async(job_name, executor).wait()
+
+    # ---------------------------------------------------------------- internals
+    def _add(self, name: str, make: Callable[[str, str], StreamOperator], inputs: list[tuple[Transformation, PartitionSpec | None]]) -> Transformation:
+        return Transformation(next(self._ids), name, make, inputs)
+
+
+class DataStream:
+    def __init__(self, env: StreamExecutionEnvironment, inputs: list[tuple[Transformation, PartitionSpec | None]], transformation: Transformation | None) -> None:
+        self._env = env
+        self._inputs = inputs
+        self._t = transformation
+
+    # ------------------------------------------------------------ operator settings
+    def _own(self, what: str) -> Transformation:
+        if self._t is None:
+            raise InvalidJobGraphError(f"{what} applies to an operator; call it right after map/filter/reduce/..., not after key_by/union/rebalance")
+        return self._t
+
+    def set_parallelism(self, parallelism: int) -> "DataStream":
+        _positive("parallelism", parallelism)
+        self._own("set_parallelism()").parallelism = int(parallelism)
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> "DataStream":
+        _positive("max_parallelism", max_parallelism)
+        self._own("set_max_parallelism()").max_parallelism = int(max_parallelism)
+        return self
+
+    def name(self, name: str) -> "DataStream":
+        self._own("name()").name = name
+        return self
+
+    def uid(self, uid: str) -> "DataStream":
+        """A stable id: state is matched to operators by uid on restore."""
+        if not uid or not isinstance(uid, str):
+            raise InvalidConfigurationError("uid", uid, "must be a non-empty string")
+        self._own("uid()").uid = uid
+        return self
+
+    def get_name(self) -> str:
+        return self._own("get_name()").name
+
+    # ------------------------------------------------------------ transformations
+    def _then(self, name: str, make: Callable[[str, str], StreamOperator]) -> "DataStream":
+        t = self._env._add(name, make, list(self._inputs))
+        return DataStream(self._env, [(t, None)], t)
+
+    def map(self, func: Callable[[Any], Any] | Any) -> "DataStream":
+        call = as_callable(func, "map", "map()")
+        return self._then("Map", lambda n, u: MapOperator(n, u, func, call))
+
+    def flat_map(self, func: Callable[[Any], Iterable[Any]] | Any) -> "DataStream":
+        call = as_callable(func, "flat_map", "flat_map()")
+        return self._then("FlatMap", lambda n, u: FlatMapOperator(n, u, func, call))
+
+    def filter(self, func: Callable[[Any], bool] | Any) -> "DataStream":
+        call = as_callable(func, "filter", "filter()")
+        return self._then("Filter", lambda n, u: FilterOperator(n, u, func, call))
+
+    def process(self, func: Any) -> "DataStream":
+        call = as_callable(func, "process_element", "process()")
+        return self._then("Process", lambda n, u: ProcessOperator(n, u, func, call))
+
+    def key_by(self, key_selector: Callable[[Any], Any] | Any) -> "KeyedStream":
+        ks = as_callable(key_selector, "get_key", "key_by()")
+        return KeyedStream(self._env, [(t, PartitionSpec("hash", ks)) for t, _ in self._inputs], ks)
+
+    def union(self, *streams: "DataStream") -> "DataStream":
+        inputs = list(self._inputs)
+        for s in streams:
+            inputs += s._inputs
+        return DataStream(self._env, inputs, None)
+
+    def _partition(self, kind: str) -> "DataStream":
+        return DataStream(self._env, [(t, PartitionSpec(kind)) for t, _ in self._inputs], None)
+
+    def rebalance(self) -> "DataStream":
+        return self._partition("rebalance")
+
+    def broadcast(self) -> "DataStream":
+        return self._partition("broadcast")
+
+    def forward(self) -> "DataStream":
+        return self._partition("forward")
+
+    # ------------------------------------------------------------ sinks
+    def sink_to(self, sink: Sink) -> "DataStream":
+        if not isinstance(sink, Sink):
+            raise TypeError(f"sink_to() takes a runtime.sinks.Sink, got {type(sink).__name__}")
+        s = self._then(f"Sink: {type(sink).__name__}", lambda n, u: SinkOperator(n, u, sink))
+        assert s._t is not None
+        self._env._sinks.append(s._t)
+        return s
+
+    def print(self) -> "DataStream":
+        return self.sink_to(PrintSink())
+
+
+class KeyedStream(DataStream):
+    def __init__(self, env: StreamExecutionEnvironment, inputs: list[tuple[Transformation, PartitionSpec | None]], key_selector: Callable[[Any], Any]) -> None:
+        super().__init__(env, inputs, None)
+        self._key_selector = key_selector
+
+    def reduce(self, func: Callable[[Any, Any], Any] | Any) -> DataStream:
+        """A running reduce per key: emits the new aggregate for every record."""
+        call = as_callable(func, "reduce", "reduce()")
+        ks = self._key_selector
+        return self._then("Reduce", lambda n, u: KeyedReduceOperator(n, u, func, call, ks))
+
+    def sum(self, position: int | str = 0) -> DataStream:
+        """Running sum of field ``position`` (tuple index or dict key) per key; the
+        other fields come from the key's first record."""
+        def add(a: Any, b: Any) -> Any:
+            if isinstance(a, tuple):
+                return a[:position] + (a[position] + b[position],) + a[position + 1 :]  # type: ignore[operator]
+            if isinstance(a, dict):
+                return {**a, position: a[position] + b[position]}
+            return a + b
+        return self.reduce(add).name("Sum")
+
+    def process(self, func: Any) -> DataStream:
+        """A :class:`KeyedProcessFunction` (or a callable ``(value, ctx) -> iterable``)."""
+        call = as_callable(func, "process_element", "process()")
+        ks = self._key_selector
+        return self._then("KeyedProcess", lambda n, u: KeyedProcessOperator(n, u, func, call, ks))

@@ -1,0 +1,158 @@
+"""The errors a weir user sees: one small tree under :class:`WeirError`.
+
+Every error crosses process boundaries (task actor -> job coordinator -> driver),
+so each one pickles by its attributes, and the user's own exception travels both
+as an object (when it pickles) and as formatted traceback text (always).
+"""
+
+from __future__ import annotations
+
+import enum
+import traceback
+from typing import Any
+
+
+class WeirError(Exception):
+    """Base of every error weir raises on purpose."""
+
+    def __init__(self, message: str, **attrs: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        for name, value in attrs.items():
+            setattr(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        attrs = {k: v for k, v in self.__dict__.items() if k != "message"}
+        return (_rebuild, (type(self), self.message, attrs))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[WeirError], message: str, attrs: dict[str, Any]) -> WeirError:
+    err = cls.__new__(cls)
+    WeirError.__init__(err, message, **attrs)
+    return err
+
+
+class InvalidConfigurationError(WeirError, ValueError):
+    """A setting has a value weir cannot run with; ``setting`` names it."""
+
+    def __init__(self, setting: str, value: Any, reason: str) -> None:
+        super().__init__(f"invalid setting {setting}={value!r}: {reason}", setting=setting, value=value)
+
+
+class InvalidJobGraphError(WeirError, ValueError):
+    """The job's dataflow cannot be built (wrong parallelism, bad edge, ...)."""
+
+
+def _describe_record(record: Any, limit: int = 200) -> str:
+    try:
+        text = repr(record)
+    except Exception:  # a user's __repr__ may itself raise
+        text = f"<{type(record).__name__} with a failing __repr__>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class UserFunctionError(WeirError):
+    """A user function raised. Carries the operator, the function's role, the record
+    (when there is one), the user's exception (``__cause__`` on the driver) and its
+    formatted traceback, which survives any trip across processes."""
+
+    def __init__(self, operator: str, function: str, cause: BaseException, record: Any = None, has_record: bool = False) -> None:
+        where = f"{function} of operator '{operator}'"
+        on = f" on record {_describe_record(record)}" if has_record else ""
+        user_tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        message = f"{where} raised {type(cause).__name__}: {cause}{on}\n\nUser traceback:\n{user_tb}"
+        super().__init__(
+            message,
+            operator=operator,
+            function=function,
+            record_repr=_describe_record(record) if has_record else None,
+            user_traceback=user_tb,
+            user_exception=_picklable_or_none(cause),
+        )
+        self.__cause__ = cause
+
+
+def _picklable_or_none(exc: BaseException) -> BaseException | None:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return None
+    return exc
+
+
+class KeySelectionError(UserFunctionError):
+    """A key selector returned a key weir cannot hash stably (e.g. a list or a dict)."""
+
+
+class RecordSerializationError(WeirError):
+    """A record (or a piece of state) could not be pickled to cross to another task."""
+
+    def __init__(self, operator: str, record: Any, cause: BaseException) -> None:
+        super().__init__(
+            f"operator '{operator}' emitted a record that cannot be pickled: {_describe_record(record)} "
+            f"({type(cause).__name__}: {cause}). Records crossing tasks must be picklable.",
+            operator=operator,
+            record_repr=_describe_record(record),
+        )
+
+
+class StateSerializationError(WeirError):
+    """Operator state could not be pickled for a checkpoint."""
+
+    def __init__(self, task: str, cause: BaseException) -> None:
+        super().__init__(
+            f"task {task} holds state that cannot be pickled ({type(cause).__name__}: {cause}); "
+            "everything kept in weir state must be picklable",
+            task=task,
+        )
+
+
+class CheckpointFailureReason(enum.Enum):
+    """Why a checkpoint did not complete. Each member carries its message."""
+
+    TIMEOUT = "the checkpoint expired before every task acknowledged it"
+    DECLINED_SUBSUMED = "a newer checkpoint barrier arrived before alignment finished"
+    DECLINED_CANCELLED = "an upstream task cancelled the checkpoint"
+    DECLINED_SNAPSHOT_FAILED = "a task failed to snapshot or write its state"
+    TASK_FINISHED_BEFORE_ACK = "a task finished before it acknowledged the checkpoint"
+    TASK_FAILURE = "a task failed while the checkpoint was pending"
+    JOB_STOPPING = "the job is stopping or restarting"
+    STORAGE_FAILURE = "writing the checkpoint metadata failed"
+
+    @property
+    def message(self) -> str:
+        return str(self.value)
+
+
+class CheckpointDeclinedError(WeirError):
+    def __init__(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
+        text = f"checkpoint {checkpoint_id} aborted: {reason.message}"
+        super().__init__(text + (f" ({detail})" if detail else ""), checkpoint_id=checkpoint_id, reason=reason)
+
+
+class CorruptCheckpointError(WeirError):
+    """A checkpoint file is missing, truncated or fails its checksum; ``path`` names it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"checkpoint file {path} is unusable: {problem}", path=path)
+
+
+class TaskFailedError(WeirError):
+    """A task actor died (killed, crashed, node lost); names the task."""
+
+    def __init__(self, task: str, detail: str) -> None:
+        super().__init__(f"task {task} died: {detail}", task=task)
+
+
+class JobExecutionError(WeirError):
+    """The job failed for good: restarts ran out or were not allowed. ``cause`` is the
+    last failure (a :class:`UserFunctionError` carries the user's traceback)."""
+
+
+class JobCancelledError(WeirError):
+    """The job was cancelled while a caller waited for its result."""

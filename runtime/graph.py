@@ -1,0 +1,223 @@
+"""From the user's transformations to the job graph: parallelism, edges, chaining.
+
+Consecutive operators joined by a forward edge with equal parallelism, where
+neither side fans in or out, are chained into one vertex: its subtasks pass
+records by function call. Every other edge crosses tasks through channels.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM
+from runtime.errors import InvalidJobGraphError
+from runtime.network import (
+    BroadcastPartitioner,
+    ForwardPartitioner,
+    KeyGroupPartitioner,
+    Partitioner,
+    RebalancePartitioner,
+)
+from runtime.operators import StreamOperator
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    kind: str  # forward | rebalance | broadcast | hash
+    key_selector: Callable[[Any], Any] | None = None
+
+
+@dataclass(eq=False)
+class Transformation:
+    id: int
+    name: str
+    make_operator: Callable[[str, str], StreamOperator]
+    inputs: list[tuple["Transformation", PartitionSpec | None]] = field(default_factory=list)
+    uid: str | None = None
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    is_source: bool = False
+    bounded: bool = True
+
+    @property
+    def effective_uid(self) -> str:
+        return self.uid or f"{_slug(self.name)}-{self.id}"
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    uid: str
+    make: Callable[[str, str], StreamOperator]
+
+    def create(self) -> StreamOperator:
+        return self.make(self.name, self.uid)
+
+
+@dataclass(frozen=True)
+class JobEdge:
+    edge_id: int
+    source: str       # vertex id
+    target: str       # vertex id
+    partition: PartitionSpec
+    input_index: int
+    target_parallelism: int
+    target_max_parallelism: int
+
+    def partitioner(self, operator: str) -> Partitioner:
+        kind = self.partition.kind
+        if kind == "forward":
+            return ForwardPartitioner()
+        if kind == "rebalance":
+            return RebalancePartitioner()
+        if kind == "broadcast":
+            return BroadcastPartitioner()
+        assert self.partition.key_selector is not None
+        return KeyGroupPartitioner(self.partition.key_selector, self.target_max_parallelism, operator)
+
+    @property
+    def pointwise(self) -> bool:
+        return self.partition.kind == "forward"
+
+
+@dataclass
+class JobVertex:
+    id: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    operators: list[OperatorSpec]
+    is_source: bool
+    bounded: bool
+    inputs: list[JobEdge] = field(default_factory=list)
+    outputs: list[JobEdge] = field(default_factory=list)
+
+
+@dataclass
+class JobGraph:
+    name: str
+    vertices: dict[str, JobVertex]   # in topological order
+    execution: ExecutionConfig
+    checkpointing: CheckpointConfig
+
+    @property
+    def sources(self) -> list[JobVertex]:
+        return [v for v in self.vertices.values() if v.is_source]
+
+    @property
+    def bounded(self) -> bool:
+        return all(v.bounded for v in self.sources)
+
+    def task_names(self) -> list[tuple[str, int]]:
+        return [(v.id, i) for v in self.vertices.values() for i in range(v.parallelism)]
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "op"
+
+
+def build_job_graph(
+    name: str, sinks: list[Transformation], execution: ExecutionConfig, checkpointing: CheckpointConfig
+) -> JobGraph:
+    if not sinks:
+        raise InvalidJobGraphError("the job has no sink: add sink_to(...) or print() before execute()")
+    order = _topological(sinks)
+    par: dict[int, int] = {}
+    maxp: dict[int, int] = {}
+    uids: dict[str, Transformation] = {}
+    for t in order:
+        p = t.parallelism if t.parallelism is not None else execution.parallelism
+        mp = t.max_parallelism if t.max_parallelism is not None else execution.max_parallelism
+        if not 1 <= mp <= MAX_MAX_PARALLELISM:
+            raise InvalidJobGraphError(f"operator '{t.name}': max parallelism {mp} must be between 1 and {MAX_MAX_PARALLELISM}")
+        if p < 1:
+            raise InvalidJobGraphError(f"operator '{t.name}': parallelism {p} must be at least 1")
+        if p > mp:
+            raise InvalidJobGraphError(
+                f"operator '{t.name}': parallelism {p} is above its max parallelism {mp}; "
+                "raise it with set_max_parallelism() (it fixes the number of key groups for good)"
+            )
+        par[t.id], maxp[t.id] = p, mp
+        uid = t.effective_uid
+        if uid in uids:
+            raise InvalidJobGraphError(f"uid '{uid}' is used by both '{uids[uid].name}' and '{t.name}'; uids must be unique")
+        uids[uid] = t
+
+    consumers: dict[int, int] = {}
+    for t in order:
+        for u, _ in t.inputs:
+            consumers[u.id] = consumers.get(u.id, 0) + 1
+
+    def resolved(u: Transformation, t: Transformation, spec: PartitionSpec | None) -> PartitionSpec:
+        if spec is None:
+            return PartitionSpec("forward" if par[u.id] == par[t.id] else "rebalance")
+        if spec.kind == "forward" and par[u.id] != par[t.id]:
+            raise InvalidJobGraphError(
+                f"forward edge from '{u.name}' (parallelism {par[u.id]}) to '{t.name}' (parallelism {par[t.id]}): "
+                "a forward edge needs equal parallelism; use rebalance() instead"
+            )
+        return spec
+
+    # Chain: t joins its only input's chain over a forward edge between equals.
+    chain_of: dict[int, list[Transformation]] = {}
+    head_of: dict[int, int] = {}
+    for t in order:
+        if len(t.inputs) == 1 and not t.is_source:
+            u, spec = t.inputs[0]
+            if resolved(u, t, spec).kind == "forward" and consumers[u.id] == 1:
+                head = head_of[u.id]
+                chain_of[head].append(t)
+                head_of[t.id] = head
+                continue
+        head_of[t.id] = t.id
+        chain_of[t.id] = [t]
+
+    vertex_ids: dict[int, str] = {}
+    vertices: dict[str, JobVertex] = {}
+    for head_id, chain in chain_of.items():
+        head = chain[0]
+        vid = _slug(head.name)
+        n = 2
+        while vid in vertices:
+            vid = f"{_slug(head.name)}-{n}"
+            n += 1
+        vertex_ids[head_id] = vid
+        vertices[vid] = JobVertex(
+            id=vid,
+            name=" -> ".join(t.name for t in chain),
+            parallelism=par[head.id],
+            max_parallelism=maxp[head.id],
+            operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator) for t in chain],
+            is_source=head.is_source,
+            bounded=head.bounded,
+        )
+
+    edge_id = 0
+    for head_id, chain in chain_of.items():
+        head = chain[0]
+        target = vertices[vertex_ids[head_id]]
+        for u, spec in head.inputs:
+            edge = JobEdge(edge_id, vertex_ids[head_of[u.id]], target.id, resolved(u, head, spec), 0, par[head.id], maxp[head.id])
+            edge_id += 1
+            target.inputs.append(edge)
+            vertices[edge.source].outputs.append(edge)
+    return JobGraph(name, vertices, execution, checkpointing)
+
+
+def _topological(sinks: list[Transformation]) -> list[Transformation]:
+    seen: set[int] = set()
+    order: list[Transformation] = []
+
+    def visit(t: Transformation) -> None:
+        if t.id in seen:
+            return
+        seen.add(t.id)
+        for u, _ in t.inputs:
+            visit(u)
+        order.append(t)
+
+    for s in sorted(sinks, key=lambda t: t.id):
+        visit(s)
+    return order

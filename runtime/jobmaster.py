@@ -1,0 +1,344 @@
+"""The job master: deploys a job's tasks, runs its checkpoints, restarts it on
+failure, and ends it. It runs on one loop thread fed by a mailbox of letters
+(acks, declines, end-of-input reports, cancel); the tasks are reached through a
+:class:`TaskGateway`, which the Ray executor implements with actors and the
+in-process executor with threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, task_name
+from runtime.errors import CheckpointFailureReason, JobExecutionError, WeirError
+from runtime.events import CheckpointBarrier
+from runtime.executor import JobExecutionResult, JobStatus
+from runtime.graph import JobGraph
+from runtime.mailbox import Mailbox
+from runtime.storage import CheckpointStorage, StateHandle, handle_from_json
+from runtime.task import OperatorRestore, TaskDeployment, TaskResult, TaskState
+
+log = logging.getLogger("weir.jobmaster")
+
+Route = tuple[TaskKey, int]  # (target task, channel index at the target)
+
+
+@dataclass
+class Deployment:
+    """Everything a gateway needs to start one task."""
+
+    key: TaskKey
+    attempt: int
+    task: TaskDeployment
+    routes: list[list[Route]]  # output edge -> channel -> where it goes
+
+
+class TaskGateway(Protocol):
+    def deploy(self, deployments: list[Deployment]) -> None:
+        """Start every task of a new attempt (the previous attempt is gone)."""
+
+    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier) -> None: ...
+
+    def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None: ...
+
+    def notify_checkpoint_aborted(self, task: TaskKey, checkpoint_id: int) -> None: ...
+
+    def cancel(self, task: TaskKey) -> None:
+        """Ask a task to stop now (close() only)."""
+
+    def kill_all(self) -> None:
+        """Stop every task of the current attempt at once, whatever state it is in."""
+
+    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
+        """Tasks of the current attempt that ended since the last poll, and how."""
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
+
+
+# Letters to the job master.
+@dataclass(frozen=True)
+class Ack:
+    attempt: int
+    task: TaskKey
+    checkpoint_id: int
+    handle: StateHandle
+    finished_operators: list[str]
+
+
+@dataclass(frozen=True)
+class Decline:
+    attempt: int
+    task: TaskKey
+    checkpoint_id: int
+    reason: CheckpointFailureReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class EndOfInput:
+    attempt: int
+    task: TaskKey
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    pass
+
+
+class JobMaster:
+    TICK_S = 0.05
+
+    def __init__(self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic) -> None:
+        self.graph = graph
+        self.gateway = gateway
+        self.clock = clock
+        self.mailbox = Mailbox(0)
+        self.status = JobStatus.CREATED
+        self.coordinator = CheckpointCoordinator(graph)
+        self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name)
+        self.attempt = 0
+        self.restarts = 0
+        self.failure: BaseException | None = None
+        self.started = clock()
+        self.ended: float | None = None
+        self._restart_at: float | None = None
+        self._exited: set[TaskKey] = set()
+        self._ended_input: set[TaskKey] = set()
+        self._latest: dict[str, Any] | None = None
+        self._done = threading.Event()
+        self._last_metrics: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------ the loop
+    def run(self) -> None:
+        try:
+            self._deploy()
+            while not self.status.is_terminal:
+                letter = self.mailbox.take(self.TICK_S)
+                if letter is not None:
+                    self._handle(letter)
+                self._tick()
+        except BaseException as exc:  # a bug in weir itself: fail the job loudly
+            log.exception("job master of %s failed", self.graph.name)
+            self.failure = exc
+            self._end(JobStatus.FAILED)
+        finally:
+            try:
+                self._last_metrics = self.gateway.metrics()
+            except Exception:
+                log.warning("could not collect the final metrics of %s", self.graph.name)
+            self.gateway.kill_all()
+            self._done.set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._done.wait(timeout_s)
+
+    def result(self) -> JobExecutionResult:
+        """The outcome; raises :class:`JobExecutionError` for a failed job."""
+        if self.status is JobStatus.FAILED:
+            raise self.failure_error()
+        end = self.ended if self.ended is not None else self.clock()
+        completed = sum(1 for s in self.coordinator.history.values() if s.status == "COMPLETED")
+        return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts, completed, self._last_metrics)
+
+    def failure_error(self) -> JobExecutionError:
+        cause = self.failure
+        allowed = self.graph.execution.restart_strategy.max_attempts
+        err = JobExecutionError(
+            f"job '{self.graph.name}' failed after {self.restarts} restart(s) (restart strategy allows {allowed}): {cause}",
+            cause=cause,
+        )
+        err.__cause__ = cause
+        return err
+
+    # ------------------------------------------------------------ letters
+    def _handle(self, letter: Any) -> None:
+        if isinstance(letter, CancelJob):
+            self._cancel()
+            return
+        if getattr(letter, "attempt", self.attempt) != self.attempt:
+            return  # from a previous attempt's task
+        if isinstance(letter, Ack):
+            self._on_ack(letter)
+        elif isinstance(letter, Decline):
+            self._abort(letter.checkpoint_id, letter.reason, f"{task_name(letter.task)}: {letter.detail}")
+        elif isinstance(letter, EndOfInput):
+            self._ended_input.add(letter.task)
+
+    def _tick(self) -> None:
+        now = self.clock()
+        for key, result in self.gateway.poll_exits():
+            self._on_exit(key, result)
+        if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
+            self._deploy()
+        if self.status is not JobStatus.RUNNING:
+            return
+        for cid in self.coordinator.expired(now):
+            self._abort(cid, CheckpointFailureReason.TIMEOUT)
+        if self._all_sources_ended() and not self.coordinator.pending:
+            self._trigger(now)  # the final checkpoint: at once, not at the next interval
+        elif self.coordinator.due(now):
+            self._trigger(now)
+
+    def _all_sources_ended(self) -> bool:
+        sources = [(v.id, i) for v in self.graph.sources for i in range(v.parallelism)]
+        return all(k in self._ended_input or k in self._exited for k in sources)
+
+    # ------------------------------------------------------------ checkpoints
+    def _trigger(self, now: float) -> None:
+        plan = plan_checkpoint(self.graph, self._exited)
+        if not plan.to_ack:
+            return
+        pending = self.coordinator.start(plan, now)
+        barrier = CheckpointBarrier(pending.checkpoint_id, pending.timestamp_ms)
+        for key in plan.to_trigger:
+            self.gateway.trigger_checkpoint(key, barrier)
+
+    def _on_ack(self, ack: Ack) -> None:
+        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.finished_operators)
+        if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
+            self._complete(ack.checkpoint_id)
+
+    def _complete(self, checkpoint_id: int) -> None:
+        metadata = self.coordinator.metadata(checkpoint_id, self._exited)
+        try:
+            self.storage.write_metadata(checkpoint_id, metadata)
+        except Exception as exc:
+            self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, str(exc))
+            return
+        pending = self.coordinator.complete(checkpoint_id, self.clock(), self.storage.location(checkpoint_id))
+        self._latest = metadata
+        for key in pending.plan.to_ack:
+            if key not in self._exited:
+                self.gateway.notify_checkpoint_complete(key, checkpoint_id)
+        self._discard_old_checkpoints()
+
+    def _discard_old_checkpoints(self) -> None:
+        completed = sorted(cid for cid, s in self.coordinator.history.items() if s.status == "COMPLETED")
+        for cid in completed[: -self.graph.checkpointing.retained]:
+            self.storage.discard(cid)
+            self.coordinator.history[cid].status = "DISCARDED"
+
+    def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
+        pending = self.coordinator.abort(checkpoint_id, reason, detail)
+        if pending is None:
+            return
+        log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
+        self.storage.discard(checkpoint_id)
+        for key in pending.plan.to_ack:
+            if key not in self._exited:
+                self.gateway.notify_checkpoint_aborted(key, checkpoint_id)
+        tolerable = self.graph.checkpointing.tolerable_failures
+        if tolerable is not None and self.coordinator.consecutive_failures > tolerable:
+            self._fail(
+                WeirError(f"{self.coordinator.consecutive_failures} checkpoints failed in a row (tolerable: {tolerable}); last: {reason.message} {detail}"),
+                restartable=False,
+            )
+
+    # ------------------------------------------------------------ tasks ending
+    def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
+        if result.state is TaskState.FINISHED:
+            self._exited.add(key)
+            for cid in self.coordinator.waiting_on(key):
+                self._abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, task_name(key))
+            if len(self._exited) == len(self.graph.task_names()):
+                self._end(JobStatus.FINISHED)
+        elif self.status is JobStatus.CANCELLING:
+            self._exited.add(key)
+            if len(self._exited) == len(self.graph.task_names()):
+                self._end(JobStatus.CANCELED)
+        else:
+            error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
+            self._fail(error)
+
+    def _fail(self, error: BaseException, restartable: bool = True) -> None:
+        if self.status.is_terminal or self.status is JobStatus.RESTARTING:
+            return
+        self.failure = error
+        log.warning("job %s: %s", self.graph.name, error)
+        for cid in list(self.coordinator.pending):
+            self._abort(cid, CheckpointFailureReason.TASK_FAILURE)
+        self.gateway.kill_all()
+        strategy = self.graph.execution.restart_strategy
+        if self.status is JobStatus.CANCELLING:
+            self._end(JobStatus.CANCELED)
+        elif not restartable or self.restarts >= strategy.max_attempts:
+            self._end(JobStatus.FAILED)
+        else:
+            self.restarts += 1
+            self.status = JobStatus.RESTARTING
+            self._restart_at = self.clock() + strategy.delay_before(self.restarts)
+
+    def _cancel(self) -> None:
+        if self.status.is_terminal:
+            return
+        if self.status is JobStatus.RESTARTING:
+            self._end(JobStatus.CANCELED)
+            return
+        self.status = JobStatus.CANCELLING
+        for key in self.graph.task_names():
+            if key not in self._exited:
+                self.gateway.cancel(key)
+
+    def _end(self, status: JobStatus) -> None:
+        self.status = status
+        self.ended = self.clock()
+
+    # ------------------------------------------------------------ deploying
+    def _deploy(self) -> None:
+        self.attempt += 1
+        attempt_id = uuid.uuid4().hex[:12]
+        self._exited = set()
+        self._ended_input = set()
+        self._restart_at = None
+        restore, restored_id = self._restore_plan()
+        deployments = []
+        g = self.graph
+        for v in g.vertices.values():
+            for i in range(v.parallelism):
+                channels = []
+                for e in v.inputs:
+                    src = g.vertices[e.source]
+                    channels += [(e.edge_id, i)] if e.pointwise else [(e.edge_id, j) for j in range(src.parallelism)]
+                td = TaskDeployment(
+                    job_name=g.name,
+                    attempt_id=attempt_id,
+                    vertex=v,
+                    subtask=i,
+                    input_channels=channels,
+                    checkpointing=g.checkpointing,
+                    transport=g.execution.transport,
+                    restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
+                    restored_checkpoint_id=restored_id,
+                )
+                deployments.append(Deployment((v.id, i), self.attempt, td, []))
+        by_key = {d.key: d for d in deployments}
+        for d in deployments:
+            v = d.task.vertex
+            for e in v.outputs:
+                target = g.vertices[e.target]
+                subtasks = [d.key[1]] if e.pointwise else list(range(target.parallelism))
+                d.routes.append(
+                    [((target.id, j), by_key[(target.id, j)].task.input_channels.index((e.edge_id, d.key[1]))) for j in subtasks]
+                )
+        self.gateway.deploy(deployments)
+        self.status = JobStatus.RUNNING
+
+    def _restore_plan(self) -> tuple[dict[str, OperatorRestore], int | None]:
+        meta = self._latest
+        if meta is None:
+            return {}, None
+        plan = {}
+        for uid, op in meta["operators"].items():
+            handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
+            plan[uid] = OperatorRestore(handles, op["fully_finished"])  # type: ignore[arg-type]
+        return plan, int(meta["checkpoint_id"])
+
+    # ------------------------------------------------------------ queries (any thread)
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        return [vars(s).copy() for s in sorted(self.coordinator.history.values(), key=lambda s: s.checkpoint_id)]

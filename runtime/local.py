@@ -1,0 +1,167 @@
+"""The in-process executor: every task on a thread of this process, channels as
+direct mailbox puts. The same tasks and job master as on Ray, without Ray, for
+tests, debugging and small jobs (``execute(executor="local")`` or
+``WEIR_EXECUTOR=local``). Kills are simulated by cancelling a task's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from runtime.checkpointing import TaskKey, task_name
+from runtime.errors import CheckpointFailureReason, JobCancelledError
+from runtime.events import CheckpointBarrier
+from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
+from runtime.graph import JobGraph
+from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster
+from runtime.mailbox import MailboxClosedError
+from runtime.storage import StateHandle
+from runtime.task import (
+    Cancel,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    StreamTask,
+    TaskResult,
+    TaskState,
+    TriggerCheckpoint,
+)
+
+
+class _Ports:
+    def __init__(self, gateway: "LocalGateway", d: Deployment) -> None:
+        self._gw = gateway
+        self._d = d
+        self.backpressured_s = 0.0
+
+    def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
+        target, target_channel = self._d.routes[output][channel]
+        task = self._gw.tasks.get(target)
+        if task is None or self._gw.attempt != self._d.attempt:
+            raise MailboxClosedError(f"task {task_name(target)} is gone")
+        task.mailbox.put_data(target_channel, seq, payload)
+
+    def drain_outputs(self) -> None:
+        pass  # a put is in the receiver's mailbox when it returns
+
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, finished_operators: list[str]) -> None:
+        self._gw.master.mailbox.put_control(Ack(self._d.attempt, self._d.key, checkpoint_id, handle, finished_operators))
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        self._gw.master.mailbox.put_control(Decline(self._d.attempt, self._d.key, checkpoint_id, reason, detail))
+
+    def report_end_of_input(self) -> None:
+        self._gw.master.mailbox.put_control(EndOfInput(self._d.attempt, self._d.key))
+
+
+class LocalGateway:
+    def __init__(self) -> None:
+        self.master: JobMaster
+        self.tasks: dict[TaskKey, StreamTask] = {}
+        self.attempt = 0
+        self._threads: list[threading.Thread] = []
+        self._exits: list[tuple[TaskKey, TaskResult]] = []
+        self._lock = threading.Lock()
+
+    def deploy(self, deployments: list[Deployment]) -> None:
+        self.attempt = deployments[0].attempt
+        self.tasks = {d.key: StreamTask(d.task, _Ports(self, d)) for d in deployments}
+        for d in deployments:
+            t = threading.Thread(target=self._run, args=(d.key, d.attempt, self.tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _run(self, key: TaskKey, attempt: int, task: StreamTask) -> None:
+        result = task.run()
+        with self._lock:
+            if attempt == self.attempt:
+                self._exits.append((key, result))
+
+    def _put(self, key: TaskKey, letter: Any) -> None:
+        task = self.tasks.get(key)
+        if task is not None:
+            try:
+                task.put_letter(letter)
+            except MailboxClosedError:
+                pass  # it ended meanwhile; its exit is on its way
+
+    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier) -> None:
+        self._put(task, TriggerCheckpoint(barrier))
+
+    def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None:
+        self._put(task, NotifyCheckpointComplete(checkpoint_id))
+
+    def notify_checkpoint_aborted(self, task: TaskKey, checkpoint_id: int) -> None:
+        self._put(task, NotifyCheckpointAborted(checkpoint_id))
+
+    def cancel(self, task: TaskKey) -> None:
+        self._put(task, Cancel())
+
+    def kill(self, task: TaskKey) -> None:
+        """Simulate a dead task: it stops and the job master sees it fail."""
+        t = self.tasks.get(task)
+        if t is not None:
+            t.mailbox.close()
+
+    def kill_all(self) -> None:
+        with self._lock:
+            self.attempt = -self.attempt - 1  # nothing of this attempt reports any more
+            self._exits.clear()
+        for t in self.tasks.values():
+            t.mailbox.close()
+        for th in self._threads:
+            th.join(timeout=10)
+        self._threads = []
+
+    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
+        with self._lock:
+            out, self._exits = self._exits, []
+        return out
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return [t.metrics() for t in self.tasks.values()]
+
+
+class LocalJobClient(JobClient):
+    def __init__(self, master: JobMaster, gateway: LocalGateway) -> None:
+        self.job_name = master.graph.name
+        self._master = master
+        self._gateway = gateway
+
+    def status(self) -> JobStatus:
+        return self._master.status
+
+    def wait(self, timeout_s: float | None = None) -> JobExecutionResult:
+        if not self._master.wait(timeout_s):
+            raise TimeoutError(f"job '{self.job_name}' still {self._master.status.value} after {timeout_s}s")
+        result = self._master.result()
+        if result.status is JobStatus.CANCELED:
+            raise JobCancelledError(f"job '{self.job_name}' was cancelled")
+        return result
+
+    def cancel(self) -> None:
+        self._master.mailbox.put_control(CancelJob())
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return self._master.checkpoint_stats()
+
+    def tasks(self) -> list[str]:
+        return [task_name(k) for k in self._gateway.tasks]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return self._gateway.metrics()
+
+    def kill_task(self, vertex: str, subtask: int) -> None:
+        self._gateway.kill((vertex, subtask))
+
+
+class LocalExecutor(Executor):
+    def submit(self, graph: JobGraph) -> LocalJobClient:
+        gateway = LocalGateway()
+        master = JobMaster(graph, gateway)
+        gateway.master = master
+        threading.Thread(target=master.run, name=f"jobmaster-{graph.name}", daemon=True).start()
+        return LocalJobClient(master, gateway)
+
+
+__all__ = ["LocalExecutor", "LocalJobClient", "TaskState"]

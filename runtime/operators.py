@@ -1,0 +1,327 @@
+"""Stream operators and their lifecycle (Flink's task lifecycle with FLIP-147's
+finish/close split).
+
+Lifecycle of one operator in one subtask, all on the task's loop thread::
+
+    setup -> initialize_state(restored) -> open            (a chain opens last to first)
+    -> process_batch / process_watermark / snapshot_state / notify_checkpoint_*
+    -> end_input(input) -> finish()                        (a chain finishes first to last)
+    -> close()                                             (always; alone on failure or cancel)
+
+``finish()`` may emit (flush buffers); ``close()`` releases resources and must not
+emit. Operators work on whole batches: a batch is a ``list`` of records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from runtime.errors import KeySelectionError, UserFunctionError
+from runtime.events import Watermark
+from runtime.functions import Function, KeyedProcessFunction, ProcessFunction, RuntimeContext
+from runtime.keygroups import KeyGroupRange
+from runtime.state import (
+    KeyedStateBackend,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    OperatorSnapshot,
+    OperatorStateStore,
+    ValueState,
+    ValueStateDescriptor,
+    keyed_list_state,
+)
+
+
+class Output:
+    """Where an operator's records go: the next operator of the chain or the task's writers."""
+
+    def collect(self, records: list[Any]) -> None:
+        raise NotImplementedError
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        raise NotImplementedError
+
+
+class ChainedOutput(Output):
+    def __init__(self, downstream: "StreamOperator") -> None:
+        self._op = downstream
+
+    def collect(self, records: list[Any]) -> None:
+        if records:
+            self._op.records_in += len(records)
+            self._op.process_batch(records)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self._op.process_watermark(watermark)
+
+
+@dataclass
+class OperatorContext:
+    """Where an operator subtask runs."""
+
+    job_name: str
+    task_name: str
+    subtask: int
+    parallelism: int
+    max_parallelism: int
+    attempt_id: str
+
+    @property
+    def key_groups(self) -> KeyGroupRange:
+        return KeyGroupRange.for_subtask(self.max_parallelism, self.parallelism, self.subtask)
+
+
+@dataclass
+class RestoredState:
+    """The state an operator subtask starts from, already redistributed."""
+
+    keyed: list[dict[int, dict[str, dict[Any, Any]]]] = field(default_factory=list)
+    lists: dict[str, list[Any]] = field(default_factory=dict)
+    union_lists: dict[str, list[Any]] = field(default_factory=dict)
+    is_restored: bool = False
+
+
+class StreamOperator:
+    """Base operator. Subclasses override what they need; the defaults pass
+    watermarks on and keep no state."""
+
+    keyed = False
+
+    def __init__(self, name: str, uid: str) -> None:
+        self.name = name
+        self.uid = uid
+        self.output: Output
+        self.ctx: OperatorContext
+        self.records_in = 0
+        self.operator_state = OperatorStateStore()
+        self.keyed_backend: KeyedStateBackend | None = None
+
+    def setup(self, ctx: OperatorContext, output: Output) -> None:
+        self.ctx = ctx
+        self.output = output
+
+    def initialize_state(self, restored: RestoredState) -> None:
+        self.operator_state.lists = {k: list(v) for k, v in restored.lists.items()}
+        self.operator_state.union_lists = {k: list(v) for k, v in restored.union_lists.items()}
+        if self.keyed:
+            self.keyed_backend = KeyedStateBackend(self.ctx.max_parallelism, self.ctx.key_groups)
+            self.keyed_backend.restore(restored.keyed)
+
+    def open(self) -> None:
+        pass
+
+    def process_batch(self, records: list[Any]) -> None:
+        raise NotImplementedError
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        self.output.emit_watermark(watermark)
+
+    def snapshot_state(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot(
+            keyed=self.keyed_backend.snapshot() if self.keyed_backend is not None else {},
+            lists={k: list(v) for k, v in self.operator_state.lists.items()},
+            union_lists={k: list(v) for k, v in self.operator_state.union_lists.items()},
+        )
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        pass
+
+    def end_input(self, input_index: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def fail(self, function: str, exc: Exception, record: Any = None, has_record: bool = False) -> UserFunctionError:
+        return UserFunctionError(self.name, function, exc, record, has_record)
+
+
+class _Context(RuntimeContext):
+    def __init__(self, op: StreamOperator) -> None:
+        self._op = op
+
+    def get_index_of_this_subtask(self) -> int:
+        return self._op.ctx.subtask
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self._op.ctx.parallelism
+
+    def get_task_name(self) -> str:
+        return self._op.ctx.task_name
+
+    def _backend(self) -> KeyedStateBackend:
+        if self._op.keyed_backend is None:
+            raise RuntimeError(f"operator '{self._op.name}' is not keyed: use key_by() before keyed state")
+        return self._op.keyed_backend
+
+    def get_state(self, descriptor: ValueStateDescriptor[Any]) -> ValueState[Any]:
+        return ValueState(self._backend(), descriptor)
+
+    def get_list_state(self, descriptor: ListStateDescriptor[Any]) -> ListState[Any]:
+        if self._op.keyed_backend is None:
+            return self._op.operator_state.get_list_state(descriptor.name)
+        return keyed_list_state(self._backend(), descriptor.name)
+
+    def get_map_state(self, descriptor: MapStateDescriptor[Any, Any]) -> MapState[Any, Any]:
+        return MapState(self._backend(), descriptor)
+
+
+class UdfOperator(StreamOperator):
+    """An operator around one user function; runs its open/close hooks."""
+
+    def __init__(self, name: str, uid: str, function: Any, call: Callable[..., Any]) -> None:
+        super().__init__(name, uid)
+        self.function = function
+        self.call = call
+
+    def open(self) -> None:
+        if isinstance(self.function, Function):
+            try:
+                self.function.open(_Context(self))
+            except Exception as exc:
+                raise self.fail("open()", exc) from exc
+
+    def close(self) -> None:
+        if isinstance(self.function, Function):
+            self.function.close()
+
+
+class MapOperator(UdfOperator):
+    def process_batch(self, records: list[Any]) -> None:
+        f = self.call
+        out: list[Any] = []
+        append = out.append
+        r = None
+        try:
+            for r in records:
+                append(f(r))
+        except Exception as exc:
+            raise self.fail("map function", exc, r, True) from exc
+        self.output.collect(out)
+
+
+class FlatMapOperator(UdfOperator):
+    def process_batch(self, records: list[Any]) -> None:
+        f = self.call
+        out: list[Any] = []
+        extend = out.extend
+        r = None
+        try:
+            for r in records:
+                produced = f(r)
+                if produced is not None:
+                    extend(produced)
+        except Exception as exc:
+            raise self.fail("flat_map function", exc, r, True) from exc
+        self.output.collect(out)
+
+
+class FilterOperator(UdfOperator):
+    def process_batch(self, records: list[Any]) -> None:
+        f = self.call
+        r = None
+        try:
+            out = []
+            for r in records:
+                if f(r):
+                    out.append(r)
+        except Exception as exc:
+            raise self.fail("filter function", exc, r, True) from exc
+        self.output.collect(out)
+
+
+class ProcessOperator(UdfOperator):
+    def process_batch(self, records: list[Any]) -> None:
+        f = self.call
+        ctx = ProcessFunction.Context()
+        out: list[Any] = []
+        r = None
+        try:
+            for r in records:
+                produced = f(r, ctx)
+                if produced is not None:
+                    out.extend(produced)
+        except Exception as exc:
+            raise self.fail("process function", exc, r, True) from exc
+        self.output.collect(out)
+
+
+class _KeyedUdfOperator(UdfOperator):
+    keyed = True
+
+    def __init__(self, name: str, uid: str, function: Any, call: Callable[..., Any], key_selector: Callable[[Any], Any]) -> None:
+        super().__init__(name, uid, function, call)
+        self.key_selector = key_selector
+
+    def _key_failed(self, exc: Exception, record: Any) -> KeySelectionError:
+        return KeySelectionError(self.name, "key selector", exc, record, True)
+
+
+class KeyedReduceOperator(_KeyedUdfOperator):
+    """Running reduce per key: emits the new aggregate for every record."""
+
+    STATE = "_reduce"
+
+    def open(self) -> None:
+        super().open()
+        assert self.keyed_backend is not None
+        self._values = self.keyed_backend.table(self.STATE)
+
+    def process_batch(self, records: list[Any]) -> None:
+        values = self._values
+        get = values.get
+        key_of = self.key_selector
+        f = self.call
+        missing = _MISSING
+        out: list[Any] = []
+        append = out.append
+        for r in records:
+            try:
+                k = key_of(r)
+                prev = get(k, missing)
+            except Exception as exc:
+                raise self._key_failed(exc, r) from exc
+            if prev is not missing:
+                try:
+                    r = f(prev, r)
+                except Exception as exc:
+                    raise self.fail("reduce function", exc, r, True) from exc
+            values[k] = r
+            append(r)
+        self.output.collect(out)
+
+
+_MISSING = object()
+
+
+class KeyedProcessOperator(_KeyedUdfOperator):
+    def process_batch(self, records: list[Any]) -> None:
+        backend = self.keyed_backend
+        assert backend is not None
+        key_of = self.key_selector
+        f = self.call
+        ctx = KeyedProcessFunction.Context()
+        out: list[Any] = []
+        for r in records:
+            try:
+                k = key_of(r)
+                hash(k)
+            except Exception as exc:
+                raise self._key_failed(exc, r) from exc
+            backend.current_key = ctx._key = k
+            try:
+                produced = f(r, ctx)
+                if produced is not None:
+                    out.extend(produced)
+            except Exception as exc:
+                raise self.fail("process function", exc, r, True) from exc
+        self.output.collect(out)

@@ -1,0 +1,210 @@
+"""Sources: splits of input, and readers that read them and remember where they are.
+
+A source's splits are made once when the job starts; each subtask reads its
+splits and checkpoints them with their positions (operator list state), so a
+restore rewinds every split to its checkpointed position, also with another
+parallelism. Readers are polled by the task's loop thread in batches.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from runtime.events import MAX_WATERMARK, Watermark
+from runtime.operators import RestoredState, StreamOperator
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Poll:
+    """What a reader has now: records, and if none, how long until it may have some
+    (``wait_s``) or that it is done (``end``)."""
+
+    records: list[Any]
+    end: bool = False
+    wait_s: float = 0.0
+
+
+class SourceReader(ABC):
+    @abstractmethod
+    def add_splits(self, splits: list[Any]) -> None: ...
+
+    @abstractmethod
+    def poll(self, max_records: int) -> Poll: ...
+
+    @abstractmethod
+    def snapshot_splits(self) -> list[Any]:
+        """The reader's unfinished splits with their current positions."""
+
+    def close(self) -> None:
+        pass
+
+
+class Source(ABC, Generic[T]):
+    bounded = True
+
+    @abstractmethod
+    def create_splits(self, parallelism: int) -> list[Any]: ...
+
+    @abstractmethod
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader: ...
+
+
+@dataclass(frozen=True)
+class IndexSplit:
+    """Indexes ``next, next+stride, ...`` below ``end`` (``None``: unbounded)."""
+
+    split_id: int
+    next: int
+    end: int | None
+    stride: int = 1
+
+
+def _ranges(count: int, parts: int) -> list[IndexSplit]:
+    return [IndexSplit(i, count * i // parts, count * (i + 1) // parts) for i in range(parts)]
+
+
+class IndexedReader(SourceReader):
+    """Reads index splits; ``value_of(i)`` turns an index into a record. Optional
+    rate limit in records per second for this reader."""
+
+    def __init__(self, value_of: Callable[[int], Any] | None, rate_per_s: float | None = None, batch_values: Callable[[int, int], list[Any]] | None = None) -> None:
+        self._value_of = value_of
+        self._batch_values = batch_values
+        self._splits: list[IndexSplit] = []
+        self._rate = rate_per_s
+        self._started: float | None = None
+        self._emitted = 0
+
+    def add_splits(self, splits: list[Any]) -> None:
+        self._splits.extend(splits)
+
+    def snapshot_splits(self) -> list[Any]:
+        return list(self._splits)
+
+    def poll(self, max_records: int) -> Poll:
+        while self._splits and self._splits[0].end is not None and self._splits[0].next >= self._splits[0].end:
+            self._splits.pop(0)
+        if not self._splits:
+            return Poll([], end=True)
+        if self._rate is not None:
+            now = time.monotonic()
+            if self._started is None:
+                self._started = now
+            allowed = int((now - self._started) * self._rate) - self._emitted
+            if allowed <= 0:
+                return Poll([], wait_s=(self._emitted + 1) / self._rate - (now - self._started))
+            max_records = min(max_records, allowed)
+        s = self._splits[0]
+        stop = s.next + max_records * s.stride
+        if s.end is not None:
+            stop = min(stop, s.end)
+        if s.stride == 1 and self._batch_values is not None:
+            records = self._batch_values(s.next, stop)
+        else:
+            records = [self._value_of(i) for i in range(s.next, stop, s.stride)]  # type: ignore[misc]
+        self._splits[0] = IndexSplit(s.split_id, s.next + len(records) * s.stride, s.end, s.stride)
+        self._emitted += len(records)
+        return Poll(records)
+
+
+class SequenceSource(Source[int]):
+    """The integers ``start..end`` inclusive, split into contiguous ranges."""
+
+    def __init__(self, start: int, end: int) -> None:
+        if end < start:
+            raise ValueError(f"from_sequence: end {end} is below start {start}")
+        self.start, self.end = start, end
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return _ranges(self.end - self.start + 1, parallelism)
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        base = self.start
+        return IndexedReader(lambda i: base + i, batch_values=lambda a, b: list(range(base + a, base + b)))
+
+
+class CollectionSource(Source[T]):
+    """The elements of a list, shipped with the job; split into contiguous ranges."""
+
+    def __init__(self, elements: Sequence[T]) -> None:
+        self.elements = list(elements)
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return _ranges(len(self.elements), parallelism)
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        els = self.elements
+        return IndexedReader(els.__getitem__, batch_values=lambda a, b: els[a:b])
+
+
+class GeneratorSource(Source[T]):
+    """``generator(i)`` for ``i`` in ``0..count-1``, or forever when ``count`` is None,
+    optionally limited to ``records_per_second`` over all subtasks."""
+
+    def __init__(self, generator: Callable[[int], T], count: int | None, records_per_second: float | None) -> None:
+        if count is not None and count < 0:
+            raise ValueError(f"from_generator: count must be zero or more, got {count}")
+        if records_per_second is not None and records_per_second <= 0:
+            raise ValueError(f"from_generator: records_per_second must be positive, got {records_per_second}")
+        self.generator = generator
+        self.count = count
+        self.records_per_second = records_per_second
+        self.bounded = count is not None
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        if self.count is None:
+            return [IndexSplit(i, i, None, parallelism) for i in range(parallelism)]
+        return _ranges(self.count, parallelism)
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        rate = None if self.records_per_second is None else self.records_per_second / parallelism
+        return IndexedReader(self.generator, rate)
+
+
+class SourceOperator(StreamOperator):
+    """Head of a source task. The task polls it; it checkpoints its splits."""
+
+    SPLITS = "splits"
+
+    def __init__(self, name: str, uid: str, source: Source[Any]) -> None:
+        super().__init__(name, uid)
+        self.source = source
+        self.reader: SourceReader
+
+    def initialize_state(self, restored: RestoredState) -> None:
+        super().initialize_state(restored)
+        self.reader = self.source.create_reader(self.ctx.subtask, self.ctx.parallelism)
+        if restored.is_restored:
+            splits = restored.lists.get(self.SPLITS, [])
+        else:
+            splits = self.source.create_splits(self.ctx.parallelism)[self.ctx.subtask :: self.ctx.parallelism]
+        self.reader.add_splits(splits)
+
+    def poll(self, max_records: int) -> Poll:
+        try:
+            result = self.reader.poll(max_records)
+        except Exception as exc:
+            raise self.fail("source reader", exc) from exc
+        if result.records:
+            self.output.collect(result.records)
+        return result
+
+    def process_batch(self, records: list[Any]) -> None:
+        raise RuntimeError("a source has no input")
+
+    def end_of_input(self) -> None:
+        self.output.emit_watermark(Watermark(MAX_WATERMARK))
+
+    def snapshot_state(self, checkpoint_id: int):  # type: ignore[no-untyped-def]
+        self.operator_state.lists[self.SPLITS] = self.reader.snapshot_splits()
+        return super().snapshot_state(checkpoint_id)
+
+    def close(self) -> None:
+        reader = getattr(self, "reader", None)
+        if reader is not None:
+            reader.close()

@@ -1,0 +1,441 @@
+"""One parallel instance of a vertex: the stream task and its loop.
+
+Threading model: any thread may put letters into :attr:`StreamTask.mailbox`; one
+loop thread (the caller of :meth:`StreamTask.run`) takes them and is the only
+thread that touches operators and state. The task talks to the outside only
+through its :class:`TaskPorts` (channels out, the job master), so the same task
+runs in a Ray actor, in the in-process executor and in test harnesses.
+
+Finishing (FLIP-147): at the end of input the chain finishes (``end_input``,
+``finish``, first to last) and ``EndOfData`` goes downstream; the finished task
+keeps taking part in checkpoints and exits once a checkpoint it snapshotted
+after finishing has completed and every delivery it sent was acknowledged.
+Then ``close()``, ``EndOfPartition``, and :meth:`run` returns.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from runtime.barriers import Abort, BarrierHandler, Snapshot
+from runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
+from runtime.errors import CheckpointFailureReason, WeirError
+from runtime.events import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    EndOfData,
+    EndOfPartition,
+    Watermark,
+)
+from runtime.graph import JobVertex
+from runtime.mailbox import DataLetter, Mailbox
+from runtime.network import RecordWriter, decode
+from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator
+from runtime.sources import SourceOperator
+from runtime.state import OperatorSnapshot, redistribute_lists, union_lists
+from runtime.storage import CheckpointStorage, StateHandle, pickle_state
+
+
+@dataclass(frozen=True)
+class OperatorRestore:
+    """Where one operator's state comes from: the state files of every subtask
+    of the vertex that held it in the restored checkpoint."""
+
+    handles: list[StateHandle | None]  # None: that subtask had exited
+    fully_finished: bool = False
+
+
+@dataclass
+class TaskDeployment:
+    job_name: str
+    attempt_id: str
+    vertex: JobVertex
+    subtask: int
+    input_channels: list[tuple[int, int]]   # channel -> (edge id, upstream subtask)
+    checkpointing: CheckpointConfig
+    transport: TransportConfig
+    restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
+    restored_checkpoint_id: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.vertex.id}/{self.subtask}"
+
+
+class TaskPorts(Protocol):
+    """What a task needs from its executor. ``send`` may block: that is backpressure."""
+
+    def send(self, output: int, channel: int, seq: int, payload: bytes) -> None: ...
+
+    def drain_outputs(self) -> None: ...
+
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, finished_operators: list[str]) -> None: ...
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
+
+    def report_end_of_input(self) -> None: ...
+
+    @property
+    def backpressured_s(self) -> float: ...
+
+
+# Letters the outside puts into the mailbox.
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    barrier: CheckpointBarrier
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointComplete:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointAborted:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    pass
+
+
+class TaskState(enum.Enum):
+    RUNNING = "RUNNING"
+    FINISHING = "FINISHING"  # finished, waiting for a final checkpoint
+    FINISHED = "FINISHED"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+
+@dataclass
+class TaskResult:
+    state: TaskState
+    error: BaseException | None = None
+    error_text: str = ""
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _WriterOutput(Output):
+    def __init__(self, writers: list[RecordWriter]) -> None:
+        self.writers = writers
+
+    def collect(self, records: list[Any]) -> None:
+        for w in self.writers:
+            w.emit(records)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        for w in self.writers:
+            w.broadcast_event(watermark)
+
+
+class StreamTask:
+    def __init__(self, deployment: TaskDeployment, ports: TaskPorts, clock: Callable[[], float] = time.monotonic) -> None:
+        self.deployment = d = deployment
+        self.ports = ports
+        self._clock = clock
+        self.name = f"{d.vertex.name} ({d.subtask + 1}/{d.vertex.parallelism})"
+        self.mailbox = Mailbox(len(d.input_channels), d.transport.mailbox_capacity)
+        self.operators: list[StreamOperator] = [spec.create() for spec in d.vertex.operators]
+        self.head = self.operators[0]
+        self.is_source = isinstance(self.head, SourceOperator)
+        timeout_s = d.transport.buffer_timeout_ms / 1000.0
+        self.writers = [
+            RecordWriter(
+                d.vertex.operators[-1].name,
+                edge.partitioner(d.vertex.operators[-1].name),
+                edge.target_parallelism,
+                (lambda out: lambda ch, seq, payload: ports.send(out, ch, seq, payload))(i),
+                d.transport.batch_size,
+                timeout_s,
+                clock,
+            )
+            for i, edge in enumerate(d.vertex.outputs)
+        ]
+        ctx = OperatorContext(d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id)
+        tail = _WriterOutput(self.writers)
+        for op, nxt in zip(self.operators, self.operators[1:] + [None]):
+            op.setup(ctx, ChainedOutput(nxt) if nxt is not None else tail)
+        exactly_once = d.checkpointing.mode is CheckpointingMode.EXACTLY_ONCE
+        self.barriers = BarrierHandler(len(d.input_channels), exactly_once)
+        self._input_of_channel = [_input_index(d, edge_id) for edge_id, _ in d.input_channels]
+        self._end_of_data: set[int] = set()
+        self._drain = True
+        self._watermarks = [MIN_WATERMARK] * len(d.input_channels)
+        self._watermark = MIN_WATERMARK
+        self.state = TaskState.RUNNING
+        self._source_active = self.is_source
+        self._first_checkpoint_after_finish: int | None = None
+        self._final_checkpoint_done = False
+        self._deferred_trigger: CheckpointBarrier | None = None
+        self._exit = False
+        self._storage = CheckpointStorage(d.checkpointing.storage, d.job_name)
+        self._writer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{d.name}")
+        self.started_at = clock()
+
+    # ------------------------------------------------------------------ metrics
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "task": self.deployment.name,
+            "state": self.state.value,
+            "records_in": self.head.records_in,
+            "records_out": sum(w.records_out for w in self.writers),
+            "backpressured_s": round(self.ports.backpressured_s, 3),
+        }
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> TaskResult:
+        try:
+            self._initialize()
+            while not self._exit:
+                self._step()
+            self._close_and_leave()
+            return TaskResult(TaskState.FINISHED)
+        except _Cancelled:
+            self._close_quietly()
+            self.state = TaskState.CANCELED
+            return TaskResult(TaskState.CANCELED)
+        except BaseException as exc:  # the task reports every failure; the job master decides
+            self._close_quietly()
+            self.state = TaskState.FAILED
+            text = str(exc) if isinstance(exc, WeirError) else "".join(traceback.format_exception(exc))
+            return TaskResult(TaskState.FAILED, exc, text)
+        finally:
+            self.mailbox.close()
+            self._writer_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _step(self) -> None:
+        letter = self.mailbox.take(0, self.barriers.blocked)
+        if letter is not None:
+            self._handle(letter)
+            for w in self.writers:
+                w.flush_if_due()
+            return
+        wait_s: float | None = None
+        if self._source_active:
+            wait_s = self._poll_source()
+            if wait_s == 0:
+                for w in self.writers:
+                    w.flush_if_due()
+                return
+        for w in self.writers:
+            w.flush()
+        letter = self.mailbox.take(wait_s, self.barriers.blocked)
+        if letter is not None:
+            self._handle(letter)
+
+    def _poll_source(self) -> float:
+        head = self.head
+        assert isinstance(head, SourceOperator)
+        result = head.poll(self.deployment.transport.batch_size)
+        head.records_in += len(result.records)
+        if result.end:
+            self._source_active = False
+            head.end_of_input()
+            self._finish(drain=True)
+            return 0
+        return 0 if result.records else max(result.wait_s, 0.0005)
+
+    def _initialize(self) -> None:
+        d = self.deployment
+        restored = self._read_restored_state()
+        for op in self.operators:
+            op.initialize_state(restored.get(op.uid, RestoredState()))
+        for op in reversed(self.operators):
+            op.open()
+        if any(r.fully_finished for r in d.restore.values()) and all(
+            d.restore.get(op.uid, OperatorRestore([])).fully_finished for op in self.operators
+        ):
+            # Every operator of this chain had finished before the checkpoint: start finished.
+            self._source_active = False
+            self._finish(drain=True, call_operators=False)
+
+    def _read_restored_state(self) -> dict[str, RestoredState]:
+        d = self.deployment
+        files: dict[str, dict[str, OperatorSnapshot]] = {}
+        out: dict[str, RestoredState] = {}
+        for uid, where in d.restore.items():
+            snaps = []
+            for h in where.handles:
+                if h is None:
+                    snaps.append(OperatorSnapshot())
+                    continue
+                if h.path not in files:
+                    files[h.path] = self._storage.read_task_state(h)
+                snaps.append(files[h.path].get(uid, OperatorSnapshot()))
+            out[uid] = RestoredState(
+                keyed=[s.keyed for s in snaps],
+                lists=redistribute_lists([s.lists for s in snaps], d.subtask, d.vertex.parallelism),
+                union_lists=union_lists([s.union_lists for s in snaps]),
+                is_restored=True,
+            )
+        return out
+
+    # ------------------------------------------------------------------ letters
+    def _handle(self, letter: Any) -> None:
+        if type(letter) is DataLetter:
+            self._on_delivery(letter.channel, decode(letter.payload))
+        elif isinstance(letter, TriggerCheckpoint):
+            self._on_trigger(letter.barrier)
+        elif isinstance(letter, NotifyCheckpointComplete):
+            self._on_complete(letter.checkpoint_id)
+        elif isinstance(letter, NotifyCheckpointAborted):
+            for op in self.operators:
+                op.notify_checkpoint_aborted(letter.checkpoint_id)
+        elif isinstance(letter, Cancel):
+            raise _Cancelled()
+        else:
+            raise TypeError(f"unknown letter {letter!r}")
+
+    def _on_delivery(self, channel: int, messages: list[Any]) -> None:
+        head = self.head
+        for m in messages:
+            if type(m) is list:
+                head.records_in += len(m)
+                head.process_batch(m)
+            elif isinstance(m, CheckpointBarrier):
+                self._apply(self.barriers.on_barrier(channel, m))
+            elif isinstance(m, Watermark):
+                self._on_watermark(channel, m.timestamp)
+            elif isinstance(m, EndOfData):
+                self._on_end_of_data(channel, m)
+            elif isinstance(m, EndOfPartition):
+                self._apply(self.barriers.on_end_of_partition(channel))
+                if not self.barriers.live_channels:
+                    if self._deferred_trigger is not None:
+                        barrier, self._deferred_trigger = self._deferred_trigger, None
+                        self._checkpoint(barrier)
+                    self._maybe_exit()
+            elif isinstance(m, CancelCheckpointMarker):
+                self._apply(self.barriers.on_cancel(m.checkpoint_id))
+            else:
+                raise TypeError(f"unknown message on channel {channel}: {m!r}")
+
+    def _apply(self, actions: list[Any]) -> None:
+        for a in actions:
+            if isinstance(a, Snapshot):
+                self._checkpoint(a.barrier)
+            elif isinstance(a, Abort):
+                for w in self.writers:
+                    w.broadcast_event(CancelCheckpointMarker(a.checkpoint_id))
+                self.ports.decline_checkpoint(a.checkpoint_id, a.reason, f"in task {self.deployment.name}")
+
+    def _on_watermark(self, channel: int, timestamp: int) -> None:
+        self._watermarks[channel] = timestamp
+        self._advance_watermark()
+
+    def _advance_watermark(self) -> None:
+        live = [w for ch, w in enumerate(self._watermarks) if ch not in self._end_of_data]
+        new = min(live) if live else max(self._watermarks, default=MAX_WATERMARK)
+        if new > self._watermark:
+            self._watermark = new
+            self.head.process_watermark(Watermark(new))
+
+    def _on_end_of_data(self, channel: int, event: EndOfData) -> None:
+        self._end_of_data.add(channel)
+        if not event.drain:
+            self._drain = False
+        index = self._input_of_channel[channel]
+        if self._drain and all(ch in self._end_of_data for ch, i in enumerate(self._input_of_channel) if i == index):
+            self.head.end_input(index)
+        if len(self._end_of_data) == len(self._input_of_channel):
+            self._finish(drain=self._drain)
+
+    def _finish(self, drain: bool, call_operators: bool = True) -> None:
+        """End of all input: finish the chain first to last, then EndOfData downstream."""
+        if drain and call_operators:
+            for op in self.operators:
+                op.finish()
+        for w in self.writers:
+            w.broadcast_event(EndOfData(drain))
+        self.state = TaskState.FINISHING
+        self.ports.report_end_of_input()
+
+    def _on_trigger(self, barrier: CheckpointBarrier) -> None:
+        """Triggered directly: a source, or a task whose producers all exited. Their
+        last deliveries may still be in the mailbox behind this control letter, so
+        the snapshot waits until every channel's EndOfPartition is in."""
+        if self.is_source or not self.barriers.live_channels:
+            self._checkpoint(barrier)
+            return
+        older = self._deferred_trigger
+        self._deferred_trigger = barrier
+        if older is not None:
+            self.ports.decline_checkpoint(older.checkpoint_id, CheckpointFailureReason.DECLINED_SUBSUMED, self.deployment.name)
+
+    def _checkpoint(self, barrier: CheckpointBarrier) -> None:
+        cid = barrier.checkpoint_id
+        finished = self.state is TaskState.FINISHING
+        try:
+            snapshots = {op.uid: op.snapshot_state(cid) for op in self.operators}
+        except Exception as exc:
+            self.ports.decline_checkpoint(cid, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
+            raise
+        if finished:
+            for s in snapshots.values():
+                s.finished = True
+            if self._first_checkpoint_after_finish is None:
+                self._first_checkpoint_after_finish = cid
+        for w in self.writers:
+            w.broadcast_event(barrier)
+        payload = pickle_state(snapshots, self.deployment.name)
+        finished_ops = [op.uid for op in self.operators] if finished else []
+        self._writer_pool.submit(self._write_and_ack, cid, payload, finished_ops)
+
+    def _write_and_ack(self, checkpoint_id: int, payload: bytes, finished_ops: list[str]) -> None:
+        try:
+            handle = self._storage.write_task_state(checkpoint_id, self.deployment.name.replace("/", "-"), payload)
+        except Exception as exc:
+            self.ports.decline_checkpoint(checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
+            return
+        self.ports.acknowledge_checkpoint(checkpoint_id, handle, finished_ops)
+
+    def _on_complete(self, checkpoint_id: int) -> None:
+        for op in self.operators:
+            op.notify_checkpoint_complete(checkpoint_id)
+        first = self._first_checkpoint_after_finish
+        if first is not None and checkpoint_id >= first:
+            self._final_checkpoint_done = True
+            self._maybe_exit()
+
+    def _maybe_exit(self) -> None:
+        """The exit gate: a checkpoint taken after finish() completed, and every
+        producer has exited (so nothing more can arrive on any channel)."""
+        self._exit = self._final_checkpoint_done and not self.barriers.live_channels
+
+    # ------------------------------------------------------------------ the end
+    def _close_and_leave(self) -> None:
+        self.ports.drain_outputs()  # downstream has our EndOfData and all before it
+        for op in self.operators:
+            op.close()
+        for w in self.writers:
+            w.broadcast_event(EndOfPartition())
+        self.ports.drain_outputs()
+        self.state = TaskState.FINISHED
+
+    def _close_quietly(self) -> None:
+        for op in self.operators:
+            try:
+                op.close()
+            except Exception:
+                pass
+
+    def put_letter(self, letter: Any) -> None:
+        self.mailbox.put_control(letter)
+
+
+def _input_index(d: TaskDeployment, edge_id: int) -> int:
+    for e in d.vertex.inputs:
+        if e.edge_id == edge_id:
+            return e.input_index
+    raise KeyError(edge_id)
