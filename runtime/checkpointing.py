@@ -76,6 +76,7 @@ class CheckpointStats:
     size_bytes: int = 0
     reason: str = ""
     location: str = ""
+    discarded: bool = False  # a completed checkpoint dropped beyond the retained count
 
 
 class CheckpointCoordinator:

@@ -110,9 +110,10 @@ class JobMaster:
         self._restart_at: float | None = None
         self._exited: set[TaskKey] = set()
         self._ended_input: set[TaskKey] = set()
+        self._final_checkpoint: int | None = None
         self._latest: dict[str, Any] | None = None
         self._done = threading.Event()
-        self._last_metrics: list[dict[str, Any]] = []
+        self.final_metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -129,7 +130,7 @@ class JobMaster:
             self._end(JobStatus.FAILED)
         finally:
             try:
-                self._last_metrics = self.gateway.metrics()
+                self.final_metrics = self.gateway.metrics()
             except Exception:
                 log.warning("could not collect the final metrics of %s", self.graph.name)
             self.gateway.kill_all()
@@ -144,7 +145,7 @@ class JobMaster:
             raise self.failure_error()
         end = self.ended if self.ended is not None else self.clock()
         completed = sum(1 for s in self.coordinator.history.values() if s.status == "COMPLETED")
-        return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts, completed, self._last_metrics)
+        return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts, completed, self.final_metrics)
 
     def failure_error(self) -> JobExecutionError:
         cause = self.failure
@@ -180,8 +181,11 @@ class JobMaster:
             return
         for cid in self.coordinator.expired(now):
             self._abort(cid, CheckpointFailureReason.TIMEOUT)
-        if self._all_sources_ended() and not self.coordinator.pending:
-            self._trigger(now)  # the final checkpoint: at once, not at the next interval
+        if self._all_sources_ended():
+            # The final checkpoint: at once, not at the next interval; after it
+            # completed the tasks are exiting and need no other.
+            if self._final_checkpoint is None and not self.coordinator.pending:
+                self._final_checkpoint = self._trigger(now)
         elif self.coordinator.due(now):
             self._trigger(now)
 
@@ -190,14 +194,15 @@ class JobMaster:
         return all(k in self._ended_input or k in self._exited for k in sources)
 
     # ------------------------------------------------------------ checkpoints
-    def _trigger(self, now: float) -> None:
+    def _trigger(self, now: float) -> int | None:
         plan = plan_checkpoint(self.graph, self._exited)
         if not plan.to_ack:
-            return
+            return None
         pending = self.coordinator.start(plan, now)
         barrier = CheckpointBarrier(pending.checkpoint_id, pending.timestamp_ms)
         for key in plan.to_trigger:
             self.gateway.trigger_checkpoint(key, barrier)
+        return pending.checkpoint_id
 
     def _on_ack(self, ack: Ack) -> None:
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.finished_operators)
@@ -222,7 +227,7 @@ class JobMaster:
         completed = sorted(cid for cid, s in self.coordinator.history.items() if s.status == "COMPLETED")
         for cid in completed[: -self.graph.checkpointing.retained]:
             self.storage.discard(cid)
-            self.coordinator.history[cid].status = "DISCARDED"
+            self.coordinator.history[cid].discarded = True
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
         pending = self.coordinator.abort(checkpoint_id, reason, detail)
@@ -230,6 +235,8 @@ class JobMaster:
             return
         log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
         self.storage.discard(checkpoint_id)
+        if checkpoint_id == self._final_checkpoint:
+            self._final_checkpoint = None  # try again
         for key in pending.plan.to_ack:
             if key not in self._exited:
                 self.gateway.notify_checkpoint_aborted(key, checkpoint_id)
@@ -295,6 +302,7 @@ class JobMaster:
         attempt_id = uuid.uuid4().hex[:12]
         self._exited = set()
         self._ended_input = set()
+        self._final_checkpoint: int | None = None
         self._restart_at = None
         restore, restored_id = self._restore_plan()
         deployments = []
@@ -326,8 +334,11 @@ class JobMaster:
                 d.routes.append(
                     [((target.id, j), by_key[(target.id, j)].task.input_channels.index((e.edge_id, d.key[1]))) for j in subtasks]
                 )
-        self.gateway.deploy(deployments)
         self.status = JobStatus.RUNNING
+        try:
+            self.gateway.deploy(deployments)
+        except Exception as exc:  # e.g. a task killed while it was being set up
+            self._fail(exc)
 
     def _restore_plan(self) -> tuple[dict[str, OperatorRestore], int | None]:
         meta = self._latest

@@ -181,9 +181,15 @@ class StreamTask:
         self._exit = False
         self._storage = CheckpointStorage(d.checkpointing.storage, d.job_name)
         self._writer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{d.name}")
-        self.started_at = clock()
+        self.first_record_at: float | None = None  # wall clock, for throughput figures
+        self.last_record_at: float | None = None
 
     # ------------------------------------------------------------------ metrics
+    def _saw_records(self) -> None:
+        self.last_record_at = time.time()
+        if self.first_record_at is None:
+            self.first_record_at = self.last_record_at
+
     def metrics(self) -> dict[str, Any]:
         return {
             "task": self.deployment.name,
@@ -191,6 +197,8 @@ class StreamTask:
             "records_in": self.head.records_in,
             "records_out": sum(w.records_out for w in self.writers),
             "backpressured_s": round(self.ports.backpressured_s, 3),
+            "first_record_at": self.first_record_at,
+            "last_record_at": self.last_record_at,
         }
 
     # ------------------------------------------------------------------ the loop
@@ -238,7 +246,9 @@ class StreamTask:
         head = self.head
         assert isinstance(head, SourceOperator)
         result = head.poll(self.deployment.transport.batch_size)
-        head.records_in += len(result.records)
+        if result.records:
+            head.records_in += len(result.records)
+            self._saw_records()
         if result.end:
             self._source_active = False
             head.end_of_input()
@@ -303,6 +313,7 @@ class StreamTask:
             if type(m) is list:
                 head.records_in += len(m)
                 head.process_batch(m)
+                self._saw_records()
             elif isinstance(m, CheckpointBarrier):
                 self._apply(self.barriers.on_barrier(channel, m))
             elif isinstance(m, Watermark):

@@ -1,0 +1,52 @@
+"""Joining or starting a Ray cluster, with what Spark on Java 17 needs set first."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+NAMESPACE = "weir"
+log = logging.getLogger("weir")
+
+# Every JVM that Ray or Spark starts on Java 17 needs these, or raydp's Java actor
+# dies (java.math is the one ray.data.from_spark trips over).
+_OPENS = [
+    "java.base/java.lang", "java.base/java.lang.invoke", "java.base/java.lang.reflect", "java.base/java.io",
+    "java.base/java.net", "java.base/java.nio", "java.base/java.util", "java.base/java.util.concurrent",
+    "java.base/java.util.concurrent.atomic", "java.base/java.math", "java.base/java.text", "java.base/java.time",
+    "java.base/sun.nio.ch", "java.base/sun.nio.cs", "java.base/sun.security.action", "java.base/sun.util.calendar",
+]
+JDK_JAVA_OPTIONS = " ".join(f"--add-opens={m}=ALL-UNNAMED" for m in _OPENS)
+
+
+def java_env() -> dict[str, str]:
+    existing = os.environ.get("JDK_JAVA_OPTIONS", "")
+    value = existing if JDK_JAVA_OPTIONS in existing else f"{existing} {JDK_JAVA_OPTIONS}".strip()
+    return {"JDK_JAVA_OPTIONS": value}
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to the cluster at ``address`` / ``RAY_ADDRESS``, else to one running
+    on this machine, else start a local one. Idempotent."""
+    if ray.is_initialized():
+        return
+    os.environ.update(java_env())  # inherited by a cluster this process starts
+    runtime_env = {"env_vars": java_env()}  # reaches workers of a cluster we join
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, namespace=NAMESPACE, runtime_env=runtime_env, log_to_driver=True)
+        return
+    try:
+        ray.init(address="auto", namespace=NAMESPACE, runtime_env=runtime_env)
+    except ConnectionError:
+        ray.init(namespace=NAMESPACE, runtime_env=runtime_env)
+
+
+def coordinator_name(job_name: str) -> str:
+    return f"weir-job/{job_name}"
+
+
+def task_actor_name(job_name: str, vertex: str, subtask: int) -> str:
+    return f"{job_name}/{vertex}/{subtask}"

@@ -1,0 +1,178 @@
+"""The job coordinator actor: one per job, a named singleton in the ``weir``
+namespace. It hosts the :class:`runtime.jobmaster.JobMaster` on a loop thread and
+reaches the task actors through :class:`RayGateway`. Remote methods only put
+letters into the job master's mailbox or read its state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import ray
+
+from actors.cluster import NAMESPACE, task_actor_name
+from actors.task_actor import RemoteTaskActor
+from runtime.checkpointing import TaskKey, task_name
+from runtime.errors import CheckpointFailureReason, TaskFailedError
+from runtime.events import CheckpointBarrier
+from runtime.graph import JobGraph
+from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster
+from runtime.storage import StateHandle
+from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, TaskResult, TaskState, TriggerCheckpoint
+
+log = logging.getLogger("weir.coordinator")
+
+# Calls a task actor may have running at once: the loop (run), letters and
+# metrics, plus every delivery that may wait on a full mailbox (credits per channel).
+_BASE_CONCURRENCY = 8
+
+
+class RayGateway:
+    def __init__(self, graph: JobGraph, coordinator: Any) -> None:
+        self._graph = graph
+        self._coordinator = coordinator
+        self.actors: dict[TaskKey, Any] = {}
+        self._runs: dict[Any, TaskKey] = {}
+
+    def deploy(self, deployments: list[Deployment]) -> None:
+        g = self._graph
+        for d in deployments:
+            channels = len(d.task.input_channels)
+            self.actors[d.key] = self._create(
+                task_actor_name(g.name, *d.key),
+                num_cpus=g.execution.task_cpus,
+                max_concurrency=_BASE_CONCURRENCY + channels * d.task.transport.credits,
+            )
+        ray.get([
+            self.actors[d.key].setup.remote(d, [[(self.actors[t], ch) for t, ch in out] for out in d.routes], self._coordinator)
+            for d in deployments
+        ])
+        self._runs = {self.actors[d.key].run.remote(): d.key for d in deployments}
+
+    @staticmethod
+    def _create(name: str, **options: Any) -> Any:
+        # The name of an actor just killed is freed asynchronously: retry briefly.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return RemoteTaskActor.options(name=name, namespace=NAMESPACE, **options).remote()
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _letter(self, key: TaskKey, letter: Any) -> None:
+        actor = self.actors.get(key)
+        if actor is not None:
+            actor.letter.remote(letter)
+
+    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier) -> None:
+        self._letter(task, TriggerCheckpoint(barrier))
+
+    def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None:
+        self._letter(task, NotifyCheckpointComplete(checkpoint_id))
+
+    def notify_checkpoint_aborted(self, task: TaskKey, checkpoint_id: int) -> None:
+        self._letter(task, NotifyCheckpointAborted(checkpoint_id))
+
+    def cancel(self, task: TaskKey) -> None:
+        self._letter(task, Cancel())
+
+    def kill_all(self) -> None:
+        for actor in self.actors.values():
+            ray.kill(actor, no_restart=True)
+        self.actors = {}
+        self._runs = {}
+
+    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
+        if not self._runs:
+            return []
+        ready, _ = ray.wait(list(self._runs), num_returns=len(self._runs), timeout=0)
+        out = []
+        for ref in ready:
+            key = self._runs.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                detail = "the actor was killed or crashed" if isinstance(exc, ray.exceptions.RayActorError) else str(exc)
+                name = task_actor_name(self._graph.name, *key)
+                result = TaskResult(TaskState.FAILED, TaskFailedError(name, detail), detail)
+            out.append((key, result))
+        return out
+
+    def metrics(self) -> list[dict[str, Any]]:
+        refs = [a.metrics.remote() for a in self.actors.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5)
+        return [ray.get(r) for r in refs if r in ready]
+
+
+class JobCoordinator:
+    def __init__(self, graph: JobGraph, linger_s: float) -> None:
+        self.graph = graph
+        me = ray.get_runtime_context().current_actor
+        self.gateway = RayGateway(graph, me)
+        self.master = JobMaster(graph, self.gateway)
+        self._linger_s = linger_s
+        threading.Thread(target=self._run, name="jobmaster", daemon=True).start()
+
+    def _run(self) -> None:
+        self.master.run()
+        # Stay a while so that `weir status` and clients can read the outcome.
+        time.sleep(self._linger_s)
+        os._exit(0)
+
+    # Letters from tasks.
+    def acknowledge(self, attempt: int, task: TaskKey, checkpoint_id: int, handle: StateHandle, finished: list[str]) -> None:
+        self.master.mailbox.put_control(Ack(attempt, task, checkpoint_id, handle, finished))
+
+    def decline(self, attempt: int, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        self.master.mailbox.put_control(Decline(attempt, task, checkpoint_id, reason, detail))
+
+    def end_of_input(self, attempt: int, task: TaskKey) -> None:
+        self.master.mailbox.put_control(EndOfInput(attempt, task))
+
+    # Calls from clients.
+    def cancel(self) -> None:
+        self.master.mailbox.put_control(CancelJob())
+
+    def status(self) -> str:
+        return self.master.status.value
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.master.wait(timeout_s)
+
+    def result(self) -> tuple[str, Any]:
+        try:
+            return "ok", self.master.result()
+        except Exception as exc:
+            return "error", exc
+
+    def info(self) -> dict[str, Any]:
+        m = self.master
+        return {
+            "job": self.graph.name,
+            "status": m.status.value,
+            "restarts": m.restarts,
+            "attempt": m.attempt,
+            "duration_s": round((m.ended or m.clock()) - m.started, 3),
+            "parallelism": {v.id: v.parallelism for v in self.graph.vertices.values()},
+            "completed_checkpoints": sum(1 for s in m.coordinator.history.values() if s.status == "COMPLETED"),
+        }
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return self.master.checkpoint_stats()
+
+    def tasks(self) -> list[str]:
+        return [task_actor_name(self.graph.name, *k) for k in list(self.gateway.actors)]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        if self.master.status.is_terminal:
+            return self.master.final_metrics
+        return self.gateway.metrics()
+
+
+RemoteJobCoordinator = ray.remote(JobCoordinator)

@@ -1,0 +1,126 @@
+"""Workload W1: N records; key = i % 1000; map value*2; keyed running sum; discarding sink.
+
+Prints records/s at parallelism 1 and 2, with checkpoints off and every 1 s, the
+ratio to the same computation as a plain Python loop in one process, and p50/p99
+source-to-sink latency with the source limited to 100,000 records/s.
+
+    python -m bench.w1 [--records 4000000] [--latency-records 1000000] [--parallelism 1 2]
+
+Throughput counts from the first record any task saw to the last one (task
+actor start-up is excluded and printed apart as "job wall time").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from runtime import DiscardingSink, StreamExecutionEnvironment
+from runtime.operators import OperatorContext
+from runtime.sinks import Sink, SinkWriter
+
+
+def plain_python(n: int) -> float:
+    started = time.perf_counter()
+    sums: dict[int, tuple[int, int]] = {}
+    for i in range(n):
+        kv = (i % 1000, 2 * i)
+        prev = sums.get(kv[0])
+        sums[kv[0]] = kv if prev is None else (prev[0], prev[1] + kv[1])
+    return n / (time.perf_counter() - started)
+
+
+def w1(n: int, parallelism: int, checkpoint_ms: int | None) -> tuple[float, float]:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    if checkpoint_ms:
+        env.enable_checkpointing(checkpoint_ms)
+    (env.from_sequence(0, n - 1)
+        .map(lambda i: (i % 1000, 2 * i))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(DiscardingSink()))
+    started = time.perf_counter()
+    result = env.execute(f"bench-w1-p{parallelism}-{'cp' if checkpoint_ms else 'nocp'}")
+    wall = time.perf_counter() - started
+    firsts = [m["first_record_at"] for m in result.metrics if m.get("first_record_at")]
+    lasts = [m["last_record_at"] for m in result.metrics if m.get("last_record_at")]
+    return n / (max(lasts) - min(firsts)), wall
+
+
+class _LatencySink(Sink):
+    """Writes now - record timestamp (ms) of every record to a file per subtask."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def create_writer(self, ctx: OperatorContext) -> SinkWriter:
+        return _LatencyWriter(os.path.join(self.folder, f"lat-{ctx.subtask}.txt"))
+
+
+class _LatencyWriter(SinkWriter):
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._lat: list[float] = []
+
+    def write(self, records: list[Any]) -> None:
+        now = time.time()
+        self._lat.extend((now - r[1]) * 1000 for r in records)
+
+    def close(self) -> None:
+        with open(self._path, "w") as f:
+            f.write("\n".join(f"{x:.3f}" for x in self._lat))
+
+
+def latency(n: int, rate: float, parallelism: int) -> tuple[float, float]:
+    folder = tempfile.mkdtemp(prefix="weir-lat-")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(1000)
+    (env.from_generator(lambda i: (i % 1000, time.time()), count=n, records_per_second=rate)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: b)
+        .sink_to(_LatencySink(folder)))
+    env.execute("bench-w1-latency")
+    lat: list[float] = []
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name)) as f:
+            lat.extend(float(x) for x in f.read().split())
+    lat.sort()
+    return statistics.median(lat), lat[int(len(lat) * 0.99)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=4_000_000)
+    ap.add_argument("--latency-records", type=int, default=1_000_000)
+    ap.add_argument("--rate", type=float, default=100_000)
+    ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
+    args = ap.parse_args()
+    console = Console()
+    baseline = plain_python(args.records)
+    table = Table(title=f"W1 keyed running sum, {args.records:,} records ({os.cpu_count()} cores)")
+    for col in ("parallelism", "checkpoints", "records/s", "vs plain Python loop", "job wall time (s)"):
+        table.add_column(col, justify="right")
+    table.add_row("-", "-", f"{baseline:,.0f}", "1.00", "-")
+    for p in args.parallelism:
+        for cp in (None, 1000):
+            rate, wall = w1(args.records, p, cp)
+            table.add_row(str(p), "every 1 s" if cp else "off", f"{rate:,.0f}", f"{rate / baseline:.2f}", f"{wall:.1f}")
+    console.print(table)
+    p50, p99 = latency(args.latency_records, args.rate, max(args.parallelism))
+    console.print(
+        f"latency at {args.rate:,.0f} records/s, parallelism {max(args.parallelism)}, checkpoints every 1 s: "
+        f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
