@@ -65,8 +65,9 @@ class JobEdge:
     input_index: int
     target_parallelism: int
     target_max_parallelism: int
+    target_operator: str  # name of the operator the edge feeds (key selectors belong to it)
 
-    def partitioner(self, operator: str) -> Partitioner:
+    def partitioner(self) -> Partitioner:
         kind = self.partition.kind
         if kind == "forward":
             return ForwardPartitioner()
@@ -75,7 +76,7 @@ class JobEdge:
         if kind == "broadcast":
             return BroadcastPartitioner()
         assert self.partition.key_selector is not None
-        return KeyGroupPartitioner(self.partition.key_selector, self.target_max_parallelism, operator)
+        return KeyGroupPartitioner(self.partition.key_selector, self.target_max_parallelism, self.target_operator)
 
     @property
     def pointwise(self) -> bool:
@@ -199,7 +200,7 @@ def build_job_graph(
         head = chain[0]
         target = vertices[vertex_ids[head_id]]
         for u, spec in head.inputs:
-            edge = JobEdge(edge_id, vertex_ids[head_of[u.id]], target.id, resolved(u, head, spec), 0, par[head.id], maxp[head.id])
+            edge = JobEdge(edge_id, vertex_ids[head_of[u.id]], target.id, resolved(u, head, spec), 0, par[head.id], maxp[head.id], head.name)
             edge_id += 1
             target.inputs.append(edge)
             vertices[edge.source].outputs.append(edge)

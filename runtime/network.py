@@ -114,25 +114,25 @@ class KeyGroupPartitioner(Partitioner):
         appends = [o.append for o in out]
         cache = self._cache
         key_of = self._key_selector
-        record = None
-        try:
-            for record in records:
+        for record in records:
+            try:
                 key = key_of(record)
+            except Exception as exc:
+                raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
+            try:
                 ch = cache.get(key)
-                if ch is None:
-                    ch = self._channel_for_new_key(key, channels)
-                appends[ch](record)
-        except KeySelectionError:
-            raise
-        except Exception as exc:
-            raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
+            except TypeError:  # unhashable: the stable hash below says why
+                ch = None
+            if ch is None:
+                ch = self._channel_for_new_key(key, channels, record)
+            appends[ch](record)
         return out
 
-    def _channel_for_new_key(self, key: Any, channels: int) -> int:
+    def _channel_for_new_key(self, key: Any, channels: int, record: Any) -> int:
         try:
             kg = key_group_for(key, self._max_parallelism)
         except TypeError as exc:
-            raise KeySelectionError(self._operator, "key selector", exc, key, True) from exc
+            raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
         ch = operator_index_for_key_group(self._max_parallelism, channels, kg)
         if len(self._cache) >= self._CACHE_LIMIT:
             self._cache.clear()

@@ -153,8 +153,8 @@ class StreamTask:
         self.writers = [
             RecordWriter(
                 d.vertex.operators[-1].name,
-                edge.partitioner(d.vertex.operators[-1].name),
-                edge.target_parallelism,
+                edge.partitioner(),
+                1 if edge.pointwise else edge.target_parallelism,
                 (lambda out: lambda ch, seq, payload: ports.send(out, ch, seq, payload))(i),
                 d.transport.batch_size,
                 timeout_s,

@@ -1,0 +1,48 @@
+"""Counts of lost and duplicated records for the keyed running-sum jobs.
+
+A keyed running sum emits, per key, the running total after every record, so the
+committed outputs of a key sorted ascending are that key's running totals in
+processing order, and their successive differences are exactly the record values
+it processed. Comparing those differences with the expected values as multisets
+gives the records lost (expected, never applied) and duplicated (applied twice).
+This holds because every record value is >= 0.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+
+@dataclass
+class Verdict:
+    lost: int
+    duplicated: int
+    keys_wrong: int
+    outputs: int
+
+    @property
+    def exact(self) -> bool:
+        return self.lost == 0 and self.duplicated == 0 and self.keys_wrong == 0
+
+
+def check_running_sums(outputs: Iterable[Any], inputs: Iterable[tuple[Any, int]]) -> Verdict:
+    """``outputs``: committed ``(key, running_sum)`` pairs; ``inputs``: the ``(key, value)`` records."""
+    expected: dict[Any, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    for k, v in inputs:
+        expected[k][v] += 1
+    seen: dict[Any, list[int]] = collections.defaultdict(list)
+    n = 0
+    for k, total in outputs:
+        seen[k].append(total)
+        n += 1
+    lost = dup = wrong = 0
+    for k in expected.keys() | seen.keys():
+        totals = sorted(seen.get(k, []))
+        applied = collections.Counter(b - a for a, b in zip([0] + totals, totals))
+        exp = expected.get(k, collections.Counter())
+        lost += sum((exp - applied).values())
+        dup += sum((applied - exp).values())
+        wrong += (max(totals) if totals else 0) != sum(v * c for v, c in exp.items())
+    return Verdict(lost, dup, wrong, n)

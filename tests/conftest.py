@@ -1,0 +1,44 @@
+"""Shared fixtures. One local Ray cluster per test session (started on first use),
+shared by every integration test; unit tests never start Ray."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# Coordinators of ended jobs leave soon: a test session runs many jobs.
+os.environ.setdefault("WEIR_JOB_LINGER_S", "20")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The address of a local Ray cluster for this test session."""
+    import ray
+
+    from actors.cluster import ensure_ray
+
+    os.environ.pop("RAY_ADDRESS", None)
+    if not ray.is_initialized():
+        from actors.cluster import NAMESPACE, java_env
+
+        os.environ.update(java_env())
+        ray.init(namespace=NAMESPACE, include_dashboard=False, runtime_env={"env_vars": java_env()})
+    ensure_ray()
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    return str(tmp_path / "out")
+
+
+@pytest.fixture
+def checkpoint_dir(tmp_path):
+    return "file://" + str(tmp_path / "checkpoints")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import pytest
+
+from runtime import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
+
+
+def test_negative_checkpoint_interval_names_the_setting():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidConfigurationError, match=r"checkpoint interval_ms=-5: must be positive"):
+        env.enable_checkpointing(-5)
+
+
+def test_unknown_storage_scheme_names_the_setting():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidConfigurationError, match=r"checkpoint storage='nosuch://bucket/x'"):
+        env.get_checkpoint_config().set_checkpoint_storage("nosuch://bucket/x")
+
+
+@pytest.mark.parametrize("call,setting", [
+    (lambda env: env.set_parallelism(0), "parallelism"),
+    (lambda env: env.set_max_parallelism(-1), "max_parallelism"),
+    (lambda env: env.get_checkpoint_config().set_checkpoint_timeout(0), "checkpoint timeout_ms"),
+    (lambda env: env.set_task_cpus(0), "task_cpus"),
+    (lambda env: env.set_restart_strategy("always"), "restart strategy"),
+])
+def test_invalid_settings_are_refused_by_name(call, setting):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidConfigurationError) as info:
+        call(env)
+    assert info.value.setting == setting
+
+
+def test_restart_delays():
+    assert [RestartStrategy.fixed_delay(3, 2).delay_before(i) for i in (1, 2, 3)] == [2, 2, 2]
+    exp = RestartStrategy.exponential_delay(5, 0.5, 2, 3)
+    assert [exp.delay_before(i) for i in (1, 2, 3, 4)] == [0.5, 1, 2, 3]

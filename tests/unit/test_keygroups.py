@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group, stable_hash
+
+KEYS = ["user-1", 42, -7, 3.5, 2.0, b"raw", None, True, ("a", 1, (2.5, None))]
+
+
+def test_hash_is_the_same_in_another_process_with_another_hash_seed():
+    code = (
+        "import sys; sys.path.insert(0, %r); from runtime.keygroups import stable_hash; "
+        "print([stable_hash(k) for k in %r])" % (sys.path[0], KEYS)
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout
+    assert out.strip() == str([stable_hash(k) for k in KEYS])
+
+
+def test_equal_numbers_route_alike():
+    assert stable_hash(2.0) == stable_hash(2)
+
+
+@pytest.mark.parametrize("key", [[1, 2], {"a": 1}, {1, 2}])
+def test_unhashable_keys_are_refused_with_the_key_named(key):
+    with pytest.raises(TypeError, match="no stable hash"):
+        key_group_for(key, 128)
+
+
+@pytest.mark.parametrize("max_p,p", [(128, 1), (128, 2), (128, 3), (128, 7), (10, 10), (32768, 5)])
+def test_key_group_ranges_partition_all_groups(max_p, p):
+    ranges = [KeyGroupRange.for_subtask(max_p, p, i) for i in range(p)]
+    assert sum(len(r) for r in ranges) == max_p
+    for i, r in enumerate(ranges):
+        assert all(operator_index_for_key_group(max_p, p, kg) == i for kg in (r.start, r.end - 1))
+    assert [r.start for r in ranges[1:]] == [r.end for r in ranges[:-1]]

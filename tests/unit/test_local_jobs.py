@@ -1,0 +1,175 @@
+"""Whole jobs on the in-process executor: the same tasks and job master as on Ray."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from connectors.files import FileSink, read_committed
+from runtime import (
+    DiscardingSink,
+    JobExecutionError,
+    KeyedProcessFunction,
+    KeySelectionError,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    RecordSerializationError,
+    RestartStrategy,
+    StreamExecutionEnvironment,
+    UserFunctionError,
+    ValueStateDescriptor,
+)
+from tests.checker import check_running_sums
+
+
+def _env(checkpoint_dir: str, p: int = 2, interval_ms: int | None = 50) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(p)
+    if interval_ms:
+        env.enable_checkpointing(interval_ms)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.01))
+    return env
+
+
+def _keyed_sum(env, n, out_dir, fail=None):
+    def to_kv(i):
+        if fail is not None:
+            fail(i)
+        return (i % 100, 2 * i)
+
+    (env.from_sequence(0, n - 1).map(to_kv).key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out_dir)))
+
+
+def _verdict(out_dir, n):
+    return check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, 2 * i) for i in range(n)))
+
+
+def test_keyed_sum_is_exact(checkpoint_dir, out_dir):
+    env = _env(checkpoint_dir)
+    _keyed_sum(env, 50_000, out_dir)
+    result = env.execute("local-sum", executor="local")
+    v = _verdict(out_dir, 50_000)
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, 50_000)
+    assert result.completed_checkpoints >= 1
+
+
+def test_without_periodic_checkpoints_the_final_checkpoint_still_commits(checkpoint_dir, out_dir):
+    env = _env(checkpoint_dir, interval_ms=None)
+    _keyed_sum(env, 10_000, out_dir)
+    result = env.execute("local-final", executor="local")
+    assert _verdict(out_dir, 10_000).exact
+    assert result.completed_checkpoints == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_killed_tasks_restart_from_the_checkpoint_exactly_once(checkpoint_dir, out_dir, seed):
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    env = _env(checkpoint_dir)
+    env.set_batch_size(256)
+    n = 300_000
+    _keyed_sum(env, n, out_dir)
+    client = env.execute_async("local-kills", executor="local")
+    kills = 0
+    while kills < 3 and not client.status().is_terminal:
+        threading.Event().wait(rng.uniform(0.05, 0.3))
+        if client.checkpoints():
+            vertex, subtask = rng.choice(client.tasks()).split("/")
+            client.kill_task(vertex, int(subtask))
+            kills += 1
+    result = client.wait(120)
+    v = _verdict(out_dir, n)
+    assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), f"seed={seed}: {v}"
+    assert result.restarts == kills
+
+
+def test_a_function_that_raises_once_restarts_and_the_result_is_exact(checkpoint_dir, out_dir):
+    raised = []
+
+    def fail(i):
+        if i == 7_000 and not raised:
+            raised.append(i)
+            raise ValueError("bad record 7000")
+
+    env = _env(checkpoint_dir)
+    _keyed_sum(env, 20_000, out_dir, fail)
+    result = env.execute("local-once", executor="local")
+    assert raised == [7_000]
+    assert result.restarts == 1
+    assert _verdict(out_dir, 20_000).exact
+
+
+def test_a_function_that_always_raises_fails_the_job_with_operator_record_and_traceback(checkpoint_dir, out_dir):
+    def fail(i):
+        if i == 42:
+            raise ZeroDivisionError("no luck with 42")
+
+    env = _env(checkpoint_dir)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(2, 0.01))
+    _keyed_sum(env, 1_000, out_dir, fail)
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("local-always", executor="local")
+    text = str(info.value)
+    assert "failed after 2 restart(s) (restart strategy allows 2)" in text
+    assert "map function of operator 'Map' raised ZeroDivisionError: no luck with 42 on record 42" in text
+    assert "in fail" in text  # the user's own frame from the traceback
+    assert isinstance(info.value.__cause__, UserFunctionError)
+    assert isinstance(info.value.__cause__.__cause__, ZeroDivisionError)
+
+
+def test_an_unpicklable_record_names_the_operator(checkpoint_dir, out_dir):
+    env = _env(checkpoint_dir)
+    env.set_restart_strategy(RestartStrategy.no_restart())
+    lock = threading.Lock()
+    (env.from_sequence(0, 9).map(lambda i: (i, lock)).name("attach-lock").key_by(lambda r: r[0])
+        .reduce(lambda a, b: a).sink_to(DiscardingSink()))
+    with pytest.raises(JobExecutionError, match=r"operator 'attach-lock' emitted a record that cannot be pickled: \(\d+, <unlocked _thread.lock") as info:
+        env.execute("local-unpicklable", executor="local")
+    assert isinstance(info.value.__cause__, RecordSerializationError)
+
+
+def test_an_unhashable_key_names_the_operator_and_the_record(checkpoint_dir):
+    env = _env(checkpoint_dir)
+    env.set_restart_strategy(RestartStrategy.no_restart())
+    env.from_collection([{"user": ["a"], "n": 1}]).key_by(lambda r: r["user"]).reduce(lambda a, b: a).sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError, match=r"key selector of operator 'Reduce' raised TypeError: key \['a'\] of type list has no stable hash.* on record \{'user': \['a'\], 'n': 1\}") as info:
+        env.execute("local-unhashable", executor="local")
+    assert isinstance(info.value.__cause__, KeySelectionError)
+
+
+class _Dedupe(KeyedProcessFunction):
+    """Counts per key with ValueState, remembers seen values in MapState and the
+    order in ListState; emits (key, count, distinct, first_two)."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+        self.seen = ctx.get_map_state(MapStateDescriptor("seen"))
+        self.order = ctx.get_list_state(ListStateDescriptor("order"))
+
+    def process_element(self, value, ctx):
+        self.count.update(self.count.value() + 1)
+        if not self.seen.contains(value[1]):
+            self.seen.put(value[1], True)
+            self.order.add(value[1])
+        yield (ctx.get_current_key(), self.count.value(), len(self.seen.keys()), list(self.order.get())[:2])
+
+
+def test_keyed_process_function_with_value_map_and_list_state(checkpoint_dir, out_dir):
+    env = _env(checkpoint_dir)
+    data = [("a", 1), ("b", 5), ("a", 1), ("a", 2), ("b", 5)]
+    env.from_collection(data).set_parallelism(1).key_by(lambda r: r[0]).process(_Dedupe()).sink_to(FileSink(out_dir))
+    env.execute("local-process", executor="local")
+    out = sorted(map(tuple, read_committed(out_dir)), key=lambda r: (r[0], r[1]))
+    assert out == [("a", 1, 1, [1]), ("a", 2, 1, [1]), ("a", 3, 2, [1, 2]), ("b", 1, 1, [5]), ("b", 2, 1, [5])]
+
+
+def test_flat_map_filter_union_rebalance_broadcast(checkpoint_dir, out_dir):
+    env = _env(checkpoint_dir)
+    a = env.from_collection(["a b", "c"]).flat_map(str.split)
+    b = env.from_sequence(1, 3).map(str).filter(lambda s: s != "2")
+    a.union(b).rebalance().map(str.upper).broadcast().map(lambda s: s).set_parallelism(2).sink_to(FileSink(out_dir))
+    env.execute("local-shapes", executor="local")
+    assert sorted(read_committed(out_dir)) == sorted(["A", "B", "C", "1", "3"] * 2)
