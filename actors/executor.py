@@ -86,12 +86,7 @@ class RayJobClient(JobClient):
 def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
     """Every weir job whose coordinator is alive on the cluster."""
     ensure_ray(address)
-    from ray.util.state import list_actors
-
-    names = [
-        a.name for a in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000)
-        if a.name and a.name.startswith(coordinator_name(""))
-    ]
+    names = [n for n in ray.util.list_named_actors() if n.startswith(coordinator_name(""))]
     out = []
     for name in sorted(names):
         try:

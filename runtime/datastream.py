@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 from typing import Any, Callable, Iterable, Sequence
 
 from runtime.config import CheckpointConfig, CheckpointingMode, ExecutionConfig, RestartStrategy, _positive
@@ -35,6 +36,8 @@ class StreamExecutionEnvironment:
 
     def __init__(self) -> None:
         self.config = ExecutionConfig()
+        if os.environ.get("WEIR_DEFAULT_PARALLELISM"):  # set by `weir run --parallelism N`
+            self.set_parallelism(int(os.environ["WEIR_DEFAULT_PARALLELISM"]))
         self.checkpoint_config = CheckpointConfig()
         self._ids = itertools.count(1)
         self._sinks: list[Transformation] = []
@@ -234,7 +237,9 @@ class KeyedStream(DataStream):
         other fields come from the key's first record."""
         def add(a: Any, b: Any) -> Any:
             if isinstance(a, tuple):
-                return a[:position] + (a[position] + b[position],) + a[position + 1 :]  # type: ignore[operator]
+                if not isinstance(position, int):
+                    raise TypeError(f"sum({position!r}) on tuple records needs a field index")
+                return a[:position] + (a[position] + b[position],) + a[position + 1 :]
             if isinstance(a, dict):
                 return {**a, position: a[position] + b[position]}
             return a + b

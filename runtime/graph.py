@@ -168,9 +168,9 @@ def build_job_graph(
         if len(t.inputs) == 1 and not t.is_source:
             u, spec = t.inputs[0]
             if resolved(u, t, spec).kind == "forward" and consumers[u.id] == 1:
-                head = head_of[u.id]
-                chain_of[head].append(t)
-                head_of[t.id] = head
+                head_id = head_of[u.id]
+                chain_of[head_id].append(t)
+                head_of[t.id] = head_id
                 continue
         head_of[t.id] = t.id
         chain_of[t.id] = [t]

@@ -267,7 +267,7 @@ class JobMaster:
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
         self.failure = error
-        log.warning("job %s: %s", self.graph.name, error)
+        log.warning("job %s: %s", self.graph.name, str(error).splitlines()[0] if str(error) else repr(error))
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE)
         self.gateway.kill_all()
@@ -302,7 +302,7 @@ class JobMaster:
         attempt_id = uuid.uuid4().hex[:12]
         self._exited = set()
         self._ended_input = set()
-        self._final_checkpoint: int | None = None
+        self._final_checkpoint = None
         self._restart_at = None
         restore, restored_id = self._restore_plan()
         deployments = []

@@ -1,0 +1,144 @@
+"""The ``weir`` command: jobs on the Ray cluster from a shell.
+
+    weir list                      weir status JOB          weir checkpoints JOB
+    weir cancel JOB                weir kill JOB VERTEX SUBTASK
+    weir run [--parallelism N] job.py [ARGS...]
+
+Human tables by default, ``--json`` for scripts. The cluster is the one in
+``RAY_ADDRESS`` (or ``--address``), else the one running on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from runtime.errors import WeirError
+
+
+def _emit(ctx: click.Context, data: Any, columns: list[str] | None = None, title: str | None = None) -> None:
+    if ctx.obj["json"]:
+        click.echo(json.dumps(data, indent=1, default=str))
+        return
+    rows = data if isinstance(data, list) else [data]
+    columns = columns or (list(rows[0].keys()) if rows else [])
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*["" if r.get(c) is None else str(r.get(c)) for c in columns])
+    Console().print(table)
+
+
+def _client(ctx: click.Context, job: str) -> Any:
+    from actors.executor import RayJobClient
+
+    return RayJobClient.attach(job, ctx.obj["address"])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--address", envvar="RAY_ADDRESS", default=None, help="Ray cluster address (default: RAY_ADDRESS, else the local cluster).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def cli(ctx: click.Context, address: str | None, as_json: bool) -> None:
+    ctx.obj = {"address": address, "json": as_json}
+
+
+@cli.command("list")
+@click.pass_context
+def list_cmd(ctx: click.Context) -> None:
+    """Jobs whose coordinator is alive on the cluster (running or recently ended)."""
+    from actors.executor import list_jobs
+
+    _emit(ctx, list_jobs(ctx.obj["address"]), ["job", "status", "restarts", "completed_checkpoints", "duration_s"], "weir jobs")
+
+
+@cli.command()
+@click.argument("job")
+@click.pass_context
+def status(ctx: click.Context, job: str) -> None:
+    """A job's status, restarts and tasks."""
+    client = _client(ctx, job)
+    info = client.info()
+    if ctx.obj["json"]:
+        _emit(ctx, {**info, "tasks": client.metrics()})
+        return
+    _emit(ctx, info, ["job", "status", "restarts", "attempt", "completed_checkpoints", "duration_s"])
+    _emit(ctx, client.metrics(), ["task", "state", "records_in", "records_out", "backpressured_s"], "tasks")
+
+
+@cli.command()
+@click.argument("job")
+@click.pass_context
+def checkpoints(ctx: click.Context, job: str) -> None:
+    """Every checkpoint of a job: id, status, duration, size, reason."""
+    _emit(ctx, _client(ctx, job).checkpoints(), ["checkpoint_id", "status", "duration_ms", "size_bytes", "reason", "location"], f"checkpoints of {job}")
+
+
+@cli.command()
+@click.argument("job")
+@click.pass_context
+def cancel(ctx: click.Context, job: str) -> None:
+    """End a job now (operators only close; nothing is flushed)."""
+    client = _client(ctx, job)
+    client.cancel()
+    _emit(ctx, {"job": job, "status": client.status().value})
+
+
+@cli.command()
+@click.argument("job")
+@click.argument("vertex")
+@click.argument("subtask", type=int)
+@click.pass_context
+def kill(ctx: click.Context, job: str, vertex: str, subtask: int) -> None:
+    """Kill one task actor, to rehearse failover."""
+    import ray
+
+    from actors.cluster import NAMESPACE, task_actor_name
+
+    client = _client(ctx, job)
+    name = task_actor_name(job, vertex, subtask)
+    if name not in client.tasks():
+        raise click.ClickException(f"job '{job}' has no task {vertex}/{subtask}; its tasks: {', '.join(client.tasks()) or 'none'}")
+    ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+    _emit(ctx, {"killed": name})
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--parallelism", type=int, default=None, help="Default parallelism for the job's environment.")
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def run(ctx: click.Context, parallelism: int | None, script: str, args: tuple[str, ...]) -> None:
+    """Run a job script (it calls env.execute()) against the cluster."""
+    from actors.cluster import ensure_ray
+
+    if parallelism is not None:
+        os.environ["WEIR_DEFAULT_PARALLELISM"] = str(parallelism)
+    ensure_ray(ctx.obj["address"])
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(1)
+    except WeirError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

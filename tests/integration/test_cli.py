@@ -1,0 +1,85 @@
+"""The weir CLI against the test session's Ray cluster, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runtime import DiscardingSink, JobStatus, StreamExecutionEnvironment
+
+pytestmark = pytest.mark.ray
+
+
+def weir(address: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_ADDRESS": address}
+    return subprocess.run([sys.executable, "-m", "actors.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def running_job(ray_cluster, checkpoint_dir):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_generator(lambda i: (i % 5, 1), records_per_second=5_000).key_by(lambda kv: kv[0]).sum(1).name("count").sink_to(DiscardingSink())
+    client = env.execute_async("cli-job")
+    deadline = time.monotonic() + 60
+    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    yield client
+    if not client.status().is_terminal:
+        client.cancel()
+
+
+def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job):
+    listed = json.loads(weir(ray_cluster, "--json", "list").stdout)
+    assert {"job": "cli-job", "status": "RUNNING"}.items() <= next(j for j in listed if j["job"] == "cli-job").items()
+
+    table = weir(ray_cluster, "status", "cli-job").stdout
+    assert "RUNNING" in table and "count/1" in table and "records_in" in table
+
+    chks = json.loads(weir(ray_cluster, "--json", "checkpoints", "cli-job").stdout)
+    assert any(c["status"] == "COMPLETED" and c["size_bytes"] > 0 for c in chks)
+
+    killed = weir(ray_cluster, "--json", "kill", "cli-job", "count", "1")
+    assert json.loads(killed.stdout) == {"killed": "cli-job/count/1"}
+    deadline = time.monotonic() + 60
+    while running_job.info()["restarts"] < 1 or running_job.status() is not JobStatus.RUNNING:
+        assert time.monotonic() < deadline, running_job.info()
+        time.sleep(0.2)
+
+    out = weir(ray_cluster, "--json", "cancel", "cli-job")
+    assert out.returncode == 0, out.stderr
+    deadline = time.monotonic() + 60
+    while running_job.status() is not JobStatus.CANCELED:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert json.loads(weir(ray_cluster, "--json", "status", "cli-job").stdout)["status"] == "CANCELED"
+
+
+def test_errors_a_user_sees(ray_cluster, running_job):
+    missing = weir(ray_cluster, "status", "no-such-job")
+    assert missing.returncode == 1
+    assert "Error: no job named 'no-such-job' on this Ray cluster (see `weir list`)" in missing.stderr
+    bad_task = weir(ray_cluster, "kill", "cli-job", "count", "7")
+    assert bad_task.returncode == 1
+    assert "job 'cli-job' has no task count/7" in bad_task.stderr
+
+
+def test_run_submits_a_script(ray_cluster, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from runtime import StreamExecutionEnvironment, DiscardingSink\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_sequence(1, 1000).map(lambda x: x).sink_to(DiscardingSink())\n"
+        "r = env.execute('cli-run')\n"
+        "print('parallelism', env.get_parallelism(), r.status.value)\n"
+    )
+    out = weir(ray_cluster, "run", "--parallelism", "3", str(script))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "parallelism 3 FINISHED" in out.stdout

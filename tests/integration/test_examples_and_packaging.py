@@ -1,0 +1,36 @@
+"""Every example runs; the cluster config is valid for `ray up`."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.ray
+def test_main_example_runs_against_the_test_cluster(ray_cluster, tmp_path):
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "keyed_sum.py"), "--records", "200000", "--output", str(tmp_path / "o")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "job keyed-sum: FINISHED" in out.stdout
+    assert "final sums of 1000 keys match plain Python: True" in out.stdout
+
+
+def test_ray_cluster_yaml_passes_rays_own_validation():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
+    validate_config(prepare_config(copy.deepcopy(config)))  # what `ray up` does before it starts
+    assert config["provider"]["type"] == "local"
+    assert any("pip install" in c and "-e ." in c for c in config["setup_commands"])
+    assert all("RAY_AUTH_MODE=token" in c for c in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:])
