@@ -107,7 +107,13 @@ class RayGateway:
     def metrics(self) -> list[dict[str, Any]]:
         refs = [a.metrics.remote() for a in self.actors.values()]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5)
-        return [ray.get(r) for r in refs if r in ready]
+        out = []
+        for ref in ready:
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayError:
+                continue  # a dead task has no counters to give
+        return out
 
 
 class JobCoordinator:

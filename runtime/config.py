@@ -163,6 +163,6 @@ class TransportConfig:
 class ExecutionConfig:
     parallelism: int = 1
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
-    task_cpus: float = 0.25
+    task_cpus: float = 0.1  # Ray CPUs per task actor: 20 tasks fit on 2 cores
     restart_strategy: RestartStrategy = field(default_factory=lambda: RestartStrategy.fixed_delay(3, 0.5))
     transport: TransportConfig = field(default_factory=TransportConfig)

@@ -93,6 +93,7 @@ class CancelJob:
 
 class JobMaster:
     TICK_S = 0.05
+    CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
     def __init__(self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic) -> None:
         self.graph = graph
@@ -108,6 +109,7 @@ class JobMaster:
         self.started = clock()
         self.ended: float | None = None
         self._restart_at: float | None = None
+        self._cancel_requested = 0.0
         self._exited: set[TaskKey] = set()
         self._ended_input: set[TaskKey] = set()
         self._final_checkpoint: int | None = None
@@ -177,6 +179,9 @@ class JobMaster:
             self._on_exit(key, result)
         if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
             self._deploy()
+        if self.status is JobStatus.CANCELLING and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
+            log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
+            self._end(JobStatus.CANCELED)
         if self.status is not JobStatus.RUNNING:
             return
         for cid in self.coordinator.expired(now):
@@ -288,6 +293,7 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
             return
         self.status = JobStatus.CANCELLING
+        self._cancel_requested = self.clock()
         for key in self.graph.task_names():
             if key not in self._exited:
                 self.gateway.cancel(key)

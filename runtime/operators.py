@@ -32,6 +32,8 @@ from runtime.state import (
     ValueState,
     ValueStateDescriptor,
     keyed_list_state,
+    redistribute_lists,
+    union_lists,
 )
 
 
@@ -82,6 +84,18 @@ class RestoredState:
     lists: dict[str, list[Any]] = field(default_factory=dict)
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
     is_restored: bool = False
+
+    @staticmethod
+    def from_snapshots(snapshots: list[OperatorSnapshot], subtask: int, parallelism: int) -> "RestoredState":
+        """What subtask ``subtask`` of ``parallelism`` gets from the snapshots of all
+        subtasks of the previous run: the key groups in its range (each subtask's
+        backend filters them), an even share of list state, all of union list state."""
+        return RestoredState(
+            keyed=[s.keyed for s in snapshots],
+            lists=redistribute_lists([s.lists for s in snapshots], subtask, parallelism),
+            union_lists=union_lists([s.union_lists for s in snapshots]),
+            is_restored=True,
+        )
 
 
 class StreamOperator:

@@ -39,7 +39,7 @@ from runtime.mailbox import DataLetter, Mailbox
 from runtime.network import RecordWriter, decode
 from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator
 from runtime.sources import SourceOperator
-from runtime.state import OperatorSnapshot, redistribute_lists, union_lists
+from runtime.state import OperatorSnapshot
 from runtime.storage import CheckpointStorage, StateHandle, pickle_state
 
 
@@ -283,12 +283,7 @@ class StreamTask:
                 if h.path not in files:
                     files[h.path] = self._storage.read_task_state(h)
                 snaps.append(files[h.path].get(uid, OperatorSnapshot()))
-            out[uid] = RestoredState(
-                keyed=[s.keyed for s in snaps],
-                lists=redistribute_lists([s.lists for s in snaps], d.subtask, d.vertex.parallelism),
-                union_lists=union_lists([s.union_lists for s in snaps]),
-                is_restored=True,
-            )
+            out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism)
         return out
 
     # ------------------------------------------------------------------ letters

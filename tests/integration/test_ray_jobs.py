@@ -125,3 +125,17 @@ def test_a_second_job_with_a_running_name_is_refused(ray_cluster, checkpoint_dir
             job().execute_async("same-name")
     finally:
         client.cancel()
+
+
+def test_ten_tasks_run_on_two_cores(ray_cluster, checkpoint_dir, out_dir):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(5)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_sequence(0, 9_999).map(lambda i: (i % 10, 1)).key_by(lambda kv: kv[0])
+        .sum(1).sink_to(FileSink(out_dir)))
+    result = env.execute("ten-tasks")  # 10 task actors with 0.1 CPU each on a 2-CPU cluster
+    assert sorted(m["task"] for m in result.metrics) == sorted(
+        [f"source-sequence/{i}" for i in range(5)] + [f"sum/{i}" for i in range(5)])
+    finals = {}
+    for k, c in read_committed(out_dir):
+        finals[k] = max(finals.get(k, 0), c)
+    assert finals == {k: 1000 for k in range(10)}

@@ -8,45 +8,41 @@ import pytest
 
 from connectors.files import FileSink, read_committed
 from runtime import InvalidConfigurationError
-from runtime.operators import OperatorContext, RestoredState
-from runtime.sinks import SinkOperator
+from runtime.state import OperatorSnapshot
+from runtime.testing import OperatorHarness
 
 
-def _sink_op(path: str, fmt: str, attempt: str, restored: RestoredState | None = None, subtask: int = 0) -> SinkOperator:
-    op = SinkOperator("Sink: FileSink", "sink", FileSink(path, format=fmt))
-    op.setup(OperatorContext("job", "sink", subtask, 1, 128, attempt), output=None)  # type: ignore[arg-type]
-    op.initialize_state(restored or RestoredState())
-    op.open()
-    return op
+def _sink_op(path: str, fmt: str, attempt: str, restored: OperatorSnapshot | None = None) -> OperatorHarness:
+    return OperatorHarness.sink(FileSink(path, format=fmt), attempt_id=attempt, restore=None if restored is None else [restored])
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_nothing_is_visible_before_the_checkpoint_completes(tmp_path, fmt):
     path = str(tmp_path / "out")
     op = _sink_op(path, fmt, "a1")
-    op.process_batch([{"k": 1, "v": 2}, {"k": 3, "v": 4}])
+    op.process({"k": 1, "v": 2}, {"k": 3, "v": 4})
     assert read_committed(path) == []
-    op.snapshot_state(1)
+    op.snapshot(1)
     assert read_committed(path) == []
     assert any(n.endswith(".pending") for n in os.listdir(path))
-    op.notify_checkpoint_complete(1)
+    op.notify_complete(1)
     assert read_committed(path) == [{"k": 1, "v": 2}, {"k": 3, "v": 4}]
 
 
 def test_restore_commits_what_was_pending_and_cleans_up_leftovers(tmp_path):
     path = str(tmp_path / "out")
     op = _sink_op(path, "jsonl", "a1")
-    op.process_batch([[1, 1]])
-    snap = op.snapshot_state(1)          # pending, but the notification never comes
-    op.process_batch([[2, 2]])           # in progress when the task dies
-    op.snapshot_state(2)                 # pending of a checkpoint that never completes
-    op.process_batch([[3, 3]])
+    op.process([1, 1])
+    snap = op.snapshot(1)          # pending, but the notification never comes
+    op.process([2, 2])           # in progress when the task dies
+    op.snapshot(2)                 # pending of a checkpoint that never completes
+    op.process([3, 3])
     # A new attempt restores checkpoint 1.
-    new = _sink_op(path, "jsonl", "b2", RestoredState(lists=snap.lists, is_restored=True))
+    new = _sink_op(path, "jsonl", "b2", snap)
     assert read_committed(path) == [[1, 1]]
-    new.process_batch([[2, 2]])
-    new.snapshot_state(3)
-    new.notify_checkpoint_complete(3)
+    new.process([2, 2])
+    new.snapshot(3)
+    new.notify_complete(3)
     assert sorted(read_committed(path)) == [[1, 1], [2, 2]]
     hidden = [n for n in os.listdir(path) if n.startswith(".")]
     assert hidden == [], "leftovers of attempt a1 must be removed after the first completed checkpoint"
@@ -55,10 +51,10 @@ def test_restore_commits_what_was_pending_and_cleans_up_leftovers(tmp_path):
 def test_commit_is_idempotent(tmp_path):
     path = str(tmp_path / "out")
     op = _sink_op(path, "jsonl", "a1")
-    op.process_batch([[1, 1]])
-    snap = op.snapshot_state(1)
-    op.notify_checkpoint_complete(1)
-    _sink_op(path, "jsonl", "b2", RestoredState(lists=snap.lists, is_restored=True))
+    op.process([1, 1])
+    snap = op.snapshot(1)
+    op.notify_complete(1)
+    _sink_op(path, "jsonl", "b2", snap)
     assert read_committed(path) == [[1, 1]]
 
 
