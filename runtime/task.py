@@ -349,6 +349,8 @@ class StreamTask:
 
     def _on_end_of_data(self, channel: int, event: EndOfData) -> None:
         self._end_of_data.add(channel)
+        if self.state is TaskState.FINISHING:
+            return  # restored as fully finished: nothing more to end
         if not event.drain:
             self._drain = False
         index = self._input_of_channel[channel]

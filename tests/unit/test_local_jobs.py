@@ -173,3 +173,25 @@ def test_flat_map_filter_union_rebalance_broadcast(checkpoint_dir, out_dir):
     a.union(b).rebalance().map(str.upper).broadcast().map(lambda s: s).set_parallelism(2).sink_to(FileSink(out_dir))
     env.execute("local-shapes", executor="local")
     assert sorted(read_committed(out_dir)) == sorted(["A", "B", "C", "1", "3"] * 2)
+
+
+def test_restart_after_a_source_finished_skips_it_and_stays_exact(checkpoint_dir, out_dir):
+    """FLIP-147: a short source finishes and exits while a long one runs; checkpoints
+    go on; a failure then restores with the short source marked finished."""
+    env = _env(checkpoint_dir, p=1)
+    short = env.from_collection([(k, 1) for k in range(10)])
+    long = env.from_generator(lambda i: (i % 10, 1), count=20_000, records_per_second=40_000)
+    short.union(long).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir))
+    client = env.execute_async("local-finished-source", executor="local")
+
+    def short_source_exited() -> bool:
+        return any(m["task"] == "source-collection/0" and m["state"] == "FINISHED" for m in client.metrics())
+
+    while not (short_source_exited() and sum(c["status"] == "COMPLETED" for c in client.checkpoints()) >= 2):
+        assert not client.status().is_terminal
+        threading.Event().wait(0.01)
+    client.kill_task("sum", 0)
+    result = client.wait(60)
+    assert result.restarts == 1
+    v = check_running_sums(map(tuple, read_committed(out_dir)), [(k, 1) for k in range(10)] + [(i % 10, 1) for i in range(20_000)])
+    assert v.exact, v
