@@ -32,6 +32,8 @@ class WeirError(Exception):
 def _rebuild(cls: type[WeirError], message: str, attrs: dict[str, Any]) -> WeirError:
     err = cls.__new__(cls)
     WeirError.__init__(err, message, **attrs)
+    # Pickling drops __cause__; the cause travels as an attribute, so chain it again.
+    err.__cause__ = attrs.get("cause") or attrs.get("user_exception")
     return err
 
 

@@ -9,7 +9,6 @@ speed; cloudpickle only for what plain pickle refuses.
 
 from __future__ import annotations
 
-import pickle
 import time
 from typing import Any, Callable
 
@@ -17,17 +16,14 @@ import cloudpickle
 
 from runtime.errors import KeySelectionError, RecordSerializationError
 from runtime.keygroups import key_group_for, operator_index_for_key_group
+from runtime.serialization import dumps, loads
 
 Send = Callable[[int, int, bytes], None]  # (channel, seq, payload)
 
 
 def encode(messages: list[Any], operator: str) -> bytes:
     try:
-        return pickle.dumps(messages, protocol=5)
-    except Exception:
-        pass
-    try:
-        return cloudpickle.dumps(messages, protocol=5)
+        return dumps(messages)
     except Exception as exc:
         raise RecordSerializationError(operator, _first_unpicklable(messages), exc) from exc
 
@@ -44,7 +40,7 @@ def _first_unpicklable(messages: list[Any]) -> Any:
 
 def decode(payload: bytes) -> list[Any]:
     """Only ever called on deliveries from weir's own tasks, never on source input."""
-    return pickle.loads(payload)
+    return loads(payload)
 
 
 class Partitioner:

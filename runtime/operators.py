@@ -224,6 +224,10 @@ class MapOperator(UdfOperator):
 
 
 class FlatMapOperator(UdfOperator):
+    """Emits every record of the iterable the function returns (None: nothing)."""
+
+    role = "flat_map function"
+
     def process_batch(self, records: list[Any]) -> None:
         f = self.call
         out: list[Any] = []
@@ -235,38 +239,33 @@ class FlatMapOperator(UdfOperator):
                 if produced is not None:
                     extend(produced)
         except Exception as exc:
-            raise self.fail("flat_map function", exc, r, True) from exc
+            raise self.fail(self.role, exc, r, True) from exc
         self.output.collect(out)
 
 
 class FilterOperator(UdfOperator):
     def process_batch(self, records: list[Any]) -> None:
         f = self.call
+        out: list[Any] = []
+        append = out.append
         r = None
         try:
-            out = []
             for r in records:
                 if f(r):
-                    out.append(r)
+                    append(r)
         except Exception as exc:
             raise self.fail("filter function", exc, r, True) from exc
         self.output.collect(out)
 
 
-class ProcessOperator(UdfOperator):
-    def process_batch(self, records: list[Any]) -> None:
-        f = self.call
+class ProcessOperator(FlatMapOperator):
+    """A :class:`ProcessFunction`: ``process_element(value, ctx)`` yields what to emit."""
+
+    role = "process function"
+
+    def __init__(self, name: str, uid: str, function: Any, call: Callable[..., Any]) -> None:
         ctx = ProcessFunction.Context()
-        out: list[Any] = []
-        r = None
-        try:
-            for r in records:
-                produced = f(r, ctx)
-                if produced is not None:
-                    out.extend(produced)
-        except Exception as exc:
-            raise self.fail("process function", exc, r, True) from exc
-        self.output.collect(out)
+        super().__init__(name, uid, function, lambda r: call(r, ctx))
 
 
 class _KeyedUdfOperator(UdfOperator):

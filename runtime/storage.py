@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import posixpath
 import re
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import cloudpickle
 from pyarrow import fs as pafs
 
 from runtime.config import validate_storage_uri
 from runtime.errors import CorruptCheckpointError, StateSerializationError
+from runtime.serialization import dumps, loads
 
 _MAGIC = b"WEIR-STATE-1\n"
 _CHK = re.compile(r"^chk-(\d+)$")
@@ -80,7 +79,7 @@ class CheckpointStorage:
         payload = data[header_len:]
         if digest != handle.sha256 or hashlib.sha256(payload).hexdigest() != digest:
             raise CorruptCheckpointError(handle.path, "checksum mismatch")
-        return pickle.loads(payload)
+        return loads(payload)
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         path = posixpath.join(self._chk_dir(checkpoint_id), METADATA)
@@ -123,11 +122,7 @@ def pickle_state(state: Any, task: str) -> bytes:
     """Pickle a snapshot now, on the loop thread: the bytes are the copy that the
     background write works from while the operators go on changing their state."""
     try:
-        return pickle.dumps(state, protocol=5)
-    except Exception:
-        pass
-    try:
-        return cloudpickle.dumps(state, protocol=5)
+        return dumps(state)
     except Exception as exc:
         raise StateSerializationError(task, exc) from exc
 

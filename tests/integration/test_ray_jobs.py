@@ -82,6 +82,7 @@ def test_a_function_that_always_raises_fails_with_the_users_traceback(ray_cluste
     cause = info.value.cause
     assert isinstance(cause, UserFunctionError) and cause.operator == "parse"
     assert isinstance(cause.user_exception, ValueError)
+    assert info.value.__cause__ is cause and isinstance(cause.__cause__, ValueError)  # chained again after Ray
 
 
 def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, checkpoint_dir):
