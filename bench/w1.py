@@ -4,7 +4,7 @@ Prints records/s at parallelism 1 and 2, with checkpoints off and every 1 s, the
 ratio to the same computation as a plain Python loop in one process, and p50/p99
 source-to-sink latency with the source limited to 100,000 records/s.
 
-    python -m bench.w1 [--records 4000000] [--latency-records 1000000] [--parallelism 1 2]
+    python3 -m bench.w1 [--records 4000000] [--latency-records 1000000] [--parallelism 1 2] [--repeat 3]
 
 Throughput counts from the first record any task saw to the last one (task
 actor start-up is excluded and printed apart as "job wall time").
@@ -103,16 +103,18 @@ def main() -> None:
     ap.add_argument("--latency-records", type=int, default=1_000_000)
     ap.add_argument("--rate", type=float, default=100_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per configuration; the median is printed")
     args = ap.parse_args()
     console = Console()
     baseline = plain_python(args.records)
     table = Table(title=f"W1 keyed running sum, {args.records:,} records ({os.cpu_count()} cores)")
-    for col in ("parallelism", "checkpoints", "records/s", "vs plain Python loop", "job wall time (s)"):
+    for col in ("parallelism", "checkpoints", "records/s (median)", "vs plain Python loop", "job wall time (s)"):
         table.add_column(col, justify="right")
     table.add_row("-", "-", f"{baseline:,.0f}", "1.00", "-")
     for p in args.parallelism:
         for cp in (None, 1000):
-            rate, wall = w1(args.records, p, cp)
+            runs = sorted(w1(args.records, p, cp) for _ in range(args.repeat))
+            rate, wall = runs[len(runs) // 2]
             table.add_row(str(p), "every 1 s" if cp else "off", f"{rate:,.0f}", f"{rate / baseline:.2f}", f"{wall:.1f}")
     console.print(table)
     p50, p99 = latency(args.latency_records, args.rate, max(args.parallelism))
