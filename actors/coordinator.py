@@ -20,7 +20,8 @@ from runtime.checkpointing import TaskKey, task_name
 from runtime.errors import CheckpointFailureReason, TaskFailedError
 from runtime.events import CheckpointBarrier
 from runtime.graph import JobGraph
-from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster
+from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster, Request, StopJob, TriggerSavepoint
+from runtime.state import SnapshotSummary
 from runtime.storage import StateHandle
 from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, TaskResult, TaskState, TriggerCheckpoint
 
@@ -70,8 +71,8 @@ class RayGateway:
         if actor is not None:
             actor.letter.remote(letter)
 
-    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier) -> None:
-        self._letter(task, TriggerCheckpoint(barrier))
+    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
+        self._letter(task, TriggerCheckpoint(barrier, stop_drain))
 
     def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None:
         self._letter(task, NotifyCheckpointComplete(checkpoint_id))
@@ -132,8 +133,8 @@ class JobCoordinator:
         os._exit(0)
 
     # Letters from tasks.
-    def acknowledge(self, attempt: int, task: TaskKey, checkpoint_id: int, handle: StateHandle, finished: list[str]) -> None:
-        self.master.mailbox.put_control(Ack(attempt, task, checkpoint_id, handle, finished))
+    def acknowledge(self, attempt: int, task: TaskKey, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+        self.master.mailbox.put_control(Ack(attempt, task, checkpoint_id, handle, operators))
 
     def decline(self, attempt: int, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
         self.master.mailbox.put_control(Decline(attempt, task, checkpoint_id, reason, detail))
@@ -144,6 +145,18 @@ class JobCoordinator:
     # Calls from clients.
     def cancel(self) -> None:
         self.master.mailbox.put_control(CancelJob())
+
+    def savepoint(self, path: str | None, timeout_s: float) -> tuple[str, Any]:
+        return self._ask(TriggerSavepoint(path, Request()), timeout_s)
+
+    def stop(self, path: str | None, drain: bool, timeout_s: float) -> tuple[str, Any]:
+        return self._ask(StopJob(path, drain, Request()), timeout_s)
+
+    def _ask(self, letter: TriggerSavepoint | StopJob, timeout_s: float) -> tuple[str, Any]:
+        try:
+            return "ok", self.master.ask(letter, timeout_s)
+        except Exception as exc:
+            return "error", exc
 
     def status(self) -> str:
         return self.master.status.value

@@ -73,6 +73,18 @@ class RayJobClient(JobClient):
     def cancel(self) -> None:
         _call(self.job_name, self._coordinator.cancel.remote())
 
+    def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
+        return self._answer(self._coordinator.savepoint.remote(path, timeout_s), timeout_s)
+
+    def stop(self, savepoint_path: str | None = None, drain: bool = False, timeout_s: float = 120) -> str:
+        return self._answer(self._coordinator.stop.remote(savepoint_path, drain, timeout_s), timeout_s)
+
+    def _answer(self, ref: Any, timeout_s: float) -> Any:
+        kind, value = _call(self.job_name, ref, timeout_s + 30)
+        if kind == "error":
+            raise value
+        return value
+
     def checkpoints(self) -> list[dict[str, Any]]:
         return _call(self.job_name, self._coordinator.checkpoints.remote())
 

@@ -19,6 +19,7 @@ import ray
 from runtime.checkpointing import TaskKey
 from runtime.errors import CheckpointFailureReason, TaskFailedError, WeirError
 from runtime.jobmaster import Deployment
+from runtime.state import SnapshotSummary
 from runtime.storage import StateHandle
 from runtime.task import StreamTask, TaskResult
 
@@ -53,8 +54,8 @@ class _RayPorts:
             vertex = self._d.task.vertex.outputs[output].target
             raise TaskFailedError(f"{vertex} (channel {channel} of {self._d.task.name})", f"a delivery to it failed: {exc}") from None
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, finished_operators: list[str]) -> None:
-        self._coordinator.acknowledge.remote(self._d.attempt, self._d.key, checkpoint_id, handle, finished_operators)
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+        self._coordinator.acknowledge.remote(self._d.attempt, self._d.key, checkpoint_id, handle, operators)
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
         self._coordinator.decline.remote(self._d.attempt, self._d.key, checkpoint_id, reason, detail)

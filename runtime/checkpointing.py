@@ -8,11 +8,16 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from runtime.errors import CheckpointFailureReason
+if TYPE_CHECKING:
+    from runtime.task import OperatorRestore
+
+from runtime.errors import CheckpointFailureReason, InvalidJobGraphError
+from runtime.events import CheckpointKind
 from runtime.graph import JobGraph
-from runtime.storage import StateHandle, handle_to_json
+from runtime.state import SnapshotSummary
+from runtime.storage import StateHandle, handle_from_json, handle_to_json
 
 TaskKey = tuple[str, int]  # (vertex id, subtask)
 
@@ -60,7 +65,9 @@ class PendingCheckpoint:
     timestamp_ms: int
     started: float
     plan: CheckpointPlan
-    acks: dict[TaskKey, tuple[StateHandle, list[str]]] = field(default_factory=dict)
+    kind: CheckpointKind
+    location: str
+    acks: dict[TaskKey, tuple[StateHandle, dict[str, SnapshotSummary]]] = field(default_factory=dict)
 
     @property
     def not_yet_acknowledged(self) -> set[TaskKey]:
@@ -72,6 +79,7 @@ class CheckpointStats:
     checkpoint_id: int
     status: str  # PENDING | COMPLETED | ABORTED
     started_ms: int
+    kind: str = "checkpoint"  # or savepoint
     duration_ms: int | None = None
     size_bytes: int = 0
     reason: str = ""
@@ -98,16 +106,18 @@ class CheckpointCoordinator:
             return False
         return self.last_completion is None or now - self.last_completion >= c.min_pause_ms / 1000
 
-    def start(self, plan: CheckpointPlan, now: float) -> PendingCheckpoint:
+    def start(self, plan: CheckpointPlan, now: float, location: Callable[[int], str], kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> PendingCheckpoint:
+        """A new pending checkpoint; ``location(id)`` says where it is written."""
         cid = self.next_id
         self.next_id += 1
-        p = PendingCheckpoint(cid, int(time.time() * 1000), now, plan)
+        p = PendingCheckpoint(cid, int(time.time() * 1000), now, plan, kind, location(cid))
         self.pending[cid] = p
-        self.history[cid] = CheckpointStats(cid, "PENDING", p.timestamp_ms)
-        self.last_trigger = now
+        self.history[cid] = CheckpointStats(cid, "PENDING", p.timestamp_ms, kind.value, location=p.location)
+        if kind is CheckpointKind.CHECKPOINT:
+            self.last_trigger = now
         return p
 
-    def acknowledge(self, checkpoint_id: int, task: TaskKey, handle: StateHandle, finished_operators: list[str]) -> AckResult:
+    def acknowledge(self, checkpoint_id: int, task: TaskKey, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> AckResult:
         p = self.pending.get(checkpoint_id)
         if p is None:
             return AckResult.UNKNOWN
@@ -115,7 +125,7 @@ class CheckpointCoordinator:
             return AckResult.DISCARDED
         if task in p.acks:
             return AckResult.DUPLICATE
-        p.acks[task] = (handle, finished_operators)
+        p.acks[task] = (handle, operators)
         return AckResult.SUCCESS
 
     def is_complete(self, checkpoint_id: int) -> bool:
@@ -132,12 +142,15 @@ class CheckpointCoordinator:
             for spec in v.operators:
                 handles: list[dict[str, Any] | None] = []
                 finished = 0
+                has_state = False
                 for i in range(v.parallelism):
                     key = (v.id, i)
                     if key in p.acks:
-                        handle, fin = p.acks[key]
+                        handle, summaries = p.acks[key]
+                        summary = summaries.get(spec.uid)
                         handles.append(handle_to_json(handle))
-                        finished += spec.uid in fin
+                        finished += summary is not None and summary.finished
+                        has_state |= summary is not None and summary.has_state
                     else:
                         handles.append(None)
                         finished += key in exited or key in p.plan.finished
@@ -147,23 +160,39 @@ class CheckpointCoordinator:
                     "parallelism": v.parallelism,
                     "max_parallelism": v.max_parallelism,
                     "fully_finished": finished == v.parallelism,
+                    "has_state": has_state,
                     "handles": handles,
                 }
         return {
             "format": 1,
             "job": self.graph.name,
+            "kind": p.kind.value,
             "checkpoint_id": checkpoint_id,
             "timestamp_ms": p.timestamp_ms,
             "operators": operators,
             "size_bytes": sum(h.size for h, _ in p.acks.values()),
         }
 
-    def complete(self, checkpoint_id: int, now: float, location: str) -> PendingCheckpoint:
+    def union_state_partially_finished(self, checkpoint_id: int, exited: set[TaskKey]) -> str | None:
+        """The name of an operator with union list state of which some subtasks
+        finished and others run: such a checkpoint is declined, since restoring
+        union state from part of the subtasks would lose the rest."""
+        p = self.pending[checkpoint_id]
+        for v in self.graph.vertices.values():
+            for spec in v.operators:
+                subtasks = [p.acks.get((v.id, i), (None, {}))[1].get(spec.uid) for i in range(v.parallelism)]
+                if not any(s is not None and s.has_union_state for s in subtasks):
+                    continue
+                done = [(v.id, i) in exited or (s is not None and s.finished) for i, s in enumerate(subtasks)]
+                if any(done) and not all(done):
+                    return spec.name
+        return None
+
+    def complete(self, checkpoint_id: int, now: float) -> PendingCheckpoint:
         p = self.pending.pop(checkpoint_id)
         st = self.history[checkpoint_id]
         st.status, st.duration_ms = "COMPLETED", int((now - p.started) * 1000)
         st.size_bytes = sum(h.size for h, _ in p.acks.values())
-        st.location = location
         self.last_completion = now
         self.consecutive_failures = 0
         # Older pending checkpoints are subsumed by a newer completed one.
@@ -189,3 +218,31 @@ class CheckpointCoordinator:
     def waiting_on(self, task: TaskKey) -> list[int]:
         """Pending checkpoints that still need ``task``'s acknowledgement."""
         return [cid for cid, p in self.pending.items() if task in p.not_yet_acknowledged]
+
+
+def restore_plan(metadata: dict[str, Any], graph: JobGraph, allow_non_restored_state: bool) -> dict[str, "OperatorRestore"]:
+    """Match a checkpoint's or savepoint's operator state to this job's operators by
+    uid. Parallelism may differ (key groups move, list state splits evenly); max
+    parallelism may not. State of a uid the job does not have is an error unless
+    ``allow_non_restored_state``."""
+    from runtime.task import OperatorRestore
+
+    in_job = {op.uid: v for v in graph.vertices.values() for op in v.operators}
+    plan: dict[str, OperatorRestore] = {}
+    for uid, op in metadata["operators"].items():
+        vertex = in_job.get(uid)
+        if vertex is None:
+            if op.get("has_state", True) and not allow_non_restored_state:
+                raise InvalidJobGraphError(
+                    f"the snapshot holds state of operator '{op['name']}' (uid '{uid}'), which this job does not have; "
+                    "give that operator the same uid(), or drop its state with allow_non_restored_state=True"
+                )
+            continue
+        if op["max_parallelism"] != vertex.max_parallelism:
+            raise InvalidJobGraphError(
+                f"operator '{op['name']}' (uid '{uid}') was snapshotted with max parallelism {op['max_parallelism']} "
+                f"but has {vertex.max_parallelism} now; max parallelism fixes the key groups and cannot change"
+            )
+        handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
+        plan[uid] = OperatorRestore(handles, op["fully_finished"])
+    return plan

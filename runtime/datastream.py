@@ -74,6 +74,16 @@ class StreamExecutionEnvironment:
         self.config.restart_strategy = strategy
         return self
 
+    def restore_from_savepoint(self, path: str, allow_non_restored_state: bool = False) -> "StreamExecutionEnvironment":
+        """Start the job from a savepoint (or a retained checkpoint's ``chk-N``
+        folder). Operators are matched by uid; parallelism may differ. State of a
+        uid this job lacks is an error unless ``allow_non_restored_state``."""
+        from runtime.config import validate_storage_uri
+
+        self.config.restore_from = validate_storage_uri(path)
+        self.config.allow_non_restored_state = bool(allow_non_restored_state)
+        return self
+
     def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
         _positive("buffer_timeout_ms", timeout_ms, allow_zero=True)
         self.config.transport.buffer_timeout_ms = int(timeout_ms)
@@ -185,6 +195,11 @@ class DataStream:
     def process(self, func: Any) -> "DataStream":
         call = as_callable(func, "process_element", "process()")
         return self._then("Process", lambda n, u: ProcessOperator(n, u, func, call))
+
+    def transform(self, name: str, make_operator: Callable[[str, str], StreamOperator]) -> "DataStream":
+        """A custom :class:`StreamOperator`: ``make_operator(name, uid)`` builds one per
+        subtask, on the task. The operator sees the whole lifecycle, watermarks included."""
+        return self._then(name, make_operator)
 
     def key_by(self, key_selector: Callable[[Any], Any] | Any) -> "KeyedStream":
         ks = as_callable(key_selector, "get_key", "key_by()")

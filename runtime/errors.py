@@ -125,6 +125,7 @@ class CheckpointFailureReason(enum.Enum):
     TASK_FAILURE = "a task failed while the checkpoint was pending"
     JOB_STOPPING = "the job is stopping or restarting"
     STORAGE_FAILURE = "writing the checkpoint metadata failed"
+    UNION_STATE_PARTIALLY_FINISHED = "an operator with union list state has finished on some subtasks only"
 
     @property
     def message(self) -> str:

@@ -24,6 +24,7 @@ class CheckpointBarrier:
     checkpoint_id: int
     timestamp_ms: int
     kind: CheckpointKind = CheckpointKind.CHECKPOINT
+    location: str = ""  # URI of the folder every task writes its state into
 
 
 @dataclass(frozen=True, slots=True)

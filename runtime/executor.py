@@ -26,13 +26,15 @@ class JobStatus(enum.Enum):
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
     CANCELLING = "CANCELLING"
+    STOPPING = "STOPPING"
     FINISHED = "FINISHED"
     FAILED = "FAILED"
     CANCELED = "CANCELED"
+    SUSPENDED = "SUSPENDED"  # stopped without drain: resume it from its savepoint
 
     @property
     def is_terminal(self) -> bool:
-        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.SUSPENDED)
 
 
 @dataclass
@@ -75,6 +77,18 @@ class JobClient(ABC):
     @abstractmethod
     def metrics(self) -> list[dict[str, Any]]:
         """records in/out and backpressured time per task."""
+
+    @abstractmethod
+    def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
+        """Take a savepoint into ``path`` (a pyarrow.fs URI or local folder); None: a
+        retained checkpoint. Returns its location; the job goes on."""
+
+    @abstractmethod
+    def stop(self, savepoint_path: str | None = None, drain: bool = False, timeout_s: float = 120) -> str:
+        """Stop with a savepoint (FLIP-34). ``drain=True``: sources end their input
+        (MAX_WATERMARK, finish) and the job ends FINISHED; else the job ends
+        SUSPENDED and resumes from the savepoint as if never stopped. Without a
+        path, a final retained checkpoint. Returns its location."""
 
     # PyFlink's names.
     def get_job_status(self) -> JobStatus:

@@ -1,8 +1,16 @@
-"""The job master: deploys a job's tasks, runs its checkpoints, restarts it on
-failure, and ends it. It runs on one loop thread fed by a mailbox of letters
-(acks, declines, end-of-input reports, cancel); the tasks are reached through a
-:class:`TaskGateway`, which the Ray executor implements with actors and the
-in-process executor with threads.
+"""The job master: deploys a job's tasks, runs its checkpoints and savepoints,
+restarts it on failure, stops and ends it. It runs on one loop thread fed by a
+mailbox of letters (acks, declines, end-of-input reports, and client requests);
+the tasks are reached through a :class:`TaskGateway`, which the Ray executor
+implements with actors and the in-process executor with threads.
+
+Stop (FLIP-34/45): a savepoint whose trigger tells the sources to stop. With
+drain they end their input as if it ran out (MAX_WATERMARK, ``finish``,
+``EndOfData(drain=True)``) and the job ends FINISHED once the savepoint completed;
+without drain they only send ``EndOfData(drain=False)``, nothing is flushed,
+and the job ends SUSPENDED, resumable from the savepoint as if never stopped.
+If that savepoint fails, the job restarts from its latest checkpoint and keeps
+running, and the stop request fails with the reason.
 """
 
 from __future__ import annotations
@@ -14,14 +22,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, task_name
-from runtime.errors import CheckpointFailureReason, JobExecutionError, WeirError
-from runtime.events import CheckpointBarrier
+from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
+from runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, JobExecutionError, WeirError
+from runtime.events import CheckpointBarrier, CheckpointKind
 from runtime.executor import JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
-from runtime.mailbox import Mailbox
-from runtime.storage import CheckpointStorage, StateHandle, handle_from_json
-from runtime.task import OperatorRestore, TaskDeployment, TaskResult, TaskState
+from runtime.mailbox import Mailbox, MailboxClosedError
+from runtime.state import SnapshotSummary
+from runtime.storage import CheckpointStorage, StateHandle, discard, prepare_location, read_metadata, write_metadata
+from runtime.task import TaskDeployment, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
 
@@ -42,7 +51,8 @@ class TaskGateway(Protocol):
     def deploy(self, deployments: list[Deployment]) -> None:
         """Start every task of a new attempt (the previous attempt is gone)."""
 
-    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier) -> None: ...
+    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
+        """``stop_drain`` is set for the sources of a stop-with-savepoint."""
 
     def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None: ...
 
@@ -68,7 +78,7 @@ class Ack:
     task: TaskKey
     checkpoint_id: int
     handle: StateHandle
-    finished_operators: list[str]
+    operators: dict[str, SnapshotSummary]
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,53 @@ class CancelJob:
     pass
 
 
+class Request:
+    """A client's call that waits for its answer (from any thread)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def reply(self, result: Any = None, error: BaseException | None = None) -> None:
+        if not self._done.is_set():
+            self._result, self._error = result, error
+            self._done.set()
+
+    def wait(self, timeout_s: float) -> Any:
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"no answer within {timeout_s}s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+@dataclass(frozen=True)
+class TriggerSavepoint:
+    """Take a savepoint into ``location`` (None: a retained checkpoint); replies its location."""
+
+    location: str | None
+    request: Request
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Stop with a savepoint into ``location`` (None: a final retained checkpoint);
+    replies the location once the job has ended."""
+
+    location: str | None
+    drain: bool
+    request: Request
+
+
+@dataclass
+class _Stopping:
+    checkpoint_id: int
+    drain: bool
+    location: str
+    request: Request
+
+
 class JobMaster:
     TICK_S = 0.05
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
@@ -109,23 +166,32 @@ class JobMaster:
         self.started = clock()
         self.ended: float | None = None
         self._restart_at: float | None = None
-        self._cancel_requested = 0.0
+        self._cancel_requested: float | None = None
         self._exited: set[TaskKey] = set()
         self._ended_input: set[TaskKey] = set()
         self._final_checkpoint: int | None = None
         self._latest: dict[str, Any] | None = None
+        self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
+        self._stopping: _Stopping | None = None
         self._done = threading.Event()
         self.final_metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ the loop
     def run(self) -> None:
         try:
+            restore = self.graph.execution.restore_from
+            if restore is not None:
+                self._latest = read_metadata(restore)
+                restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)  # fail fast
             self._deploy()
             while not self.status.is_terminal:
                 letter = self.mailbox.take(self.TICK_S)
                 if letter is not None:
                     self._handle(letter)
                 self._tick()
+        except WeirError as exc:  # e.g. a savepoint that does not fit the job
+            self.failure = exc
+            self._end(JobStatus.FAILED)
         except BaseException as exc:  # a bug in weir itself: fail the job loudly
             log.exception("job master of %s failed", self.graph.name)
             self.failure = exc
@@ -136,7 +202,31 @@ class JobMaster:
             except Exception:
                 log.warning("could not collect the final metrics of %s", self.graph.name)
             self.gateway.kill_all()
+            self._refuse_leftover_requests()
             self._done.set()
+
+    def ask(self, letter: "TriggerSavepoint | StopJob", timeout_s: float) -> Any:
+        """Send a savepoint or stop request and wait for its answer (any thread)."""
+        try:
+            self.mailbox.put_control(letter)
+        except MailboxClosedError:
+            self._refuse(letter.request)
+        return letter.request.wait(timeout_s)
+
+    def _refuse(self, request: Request) -> None:
+        request.reply(error=WeirError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now"))
+
+    def _refuse_leftover_requests(self) -> None:
+        self.mailbox.close()
+        while True:
+            try:
+                letter = self.mailbox.take(0)
+            except MailboxClosedError:
+                return
+            if letter is None:
+                return
+            if isinstance(letter, (TriggerSavepoint, StopJob)):
+                self._refuse(letter.request)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
@@ -164,6 +254,9 @@ class JobMaster:
         if isinstance(letter, CancelJob):
             self._cancel()
             return
+        if isinstance(letter, (TriggerSavepoint, StopJob)):
+            self._on_savepoint_request(letter)
+            return
         if getattr(letter, "attempt", self.attempt) != self.attempt:
             return  # from a previous attempt's task
         if isinstance(letter, Ack):
@@ -179,13 +272,15 @@ class JobMaster:
             self._on_exit(key, result)
         if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
             self._deploy()
-        if self.status is JobStatus.CANCELLING and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
+        if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
             log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
             self._end(JobStatus.CANCELED)
-        if self.status is not JobStatus.RUNNING:
+        if self.status not in (JobStatus.RUNNING, JobStatus.STOPPING):
             return
         for cid in self.coordinator.expired(now):
             self._abort(cid, CheckpointFailureReason.TIMEOUT)
+        if self.status is JobStatus.STOPPING:
+            return  # the stop's savepoint is the last one
         if self._all_sources_ended():
             # The final checkpoint: at once, not at the next interval; after it
             # completed the tasks are exiting and need no other.
@@ -199,39 +294,76 @@ class JobMaster:
         return all(k in self._ended_input or k in self._exited for k in sources)
 
     # ------------------------------------------------------------ checkpoints
-    def _trigger(self, now: float) -> int | None:
+    def _trigger(
+        self, now: float, location: str | None = None, kind: CheckpointKind = CheckpointKind.CHECKPOINT, stop_drain: bool | None = None
+    ) -> int | None:
         plan = plan_checkpoint(self.graph, self._exited)
         if not plan.to_ack:
             return None
-        pending = self.coordinator.start(plan, now)
-        barrier = CheckpointBarrier(pending.checkpoint_id, pending.timestamp_ms)
+        pending = self.coordinator.start(plan, now, lambda cid: location or self.storage.location(cid), kind)
+        barrier = CheckpointBarrier(pending.checkpoint_id, pending.timestamp_ms, kind, pending.location)
         for key in plan.to_trigger:
-            self.gateway.trigger_checkpoint(key, barrier)
+            source = self.graph.vertices[key[0]].is_source
+            self.gateway.trigger_checkpoint(key, barrier, stop_drain if source else None)
         return pending.checkpoint_id
 
+    def _on_savepoint_request(self, letter: TriggerSavepoint | StopJob) -> None:
+        request = letter.request
+        if self.status is not JobStatus.RUNNING:
+            self._refuse(request)
+            return
+        try:
+            location = prepare_location(letter.location) if letter.location is not None else None
+        except WeirError as exc:
+            request.reply(error=exc)
+            return
+        kind = CheckpointKind.SAVEPOINT if location is not None else CheckpointKind.CHECKPOINT
+        drain = letter.drain if isinstance(letter, StopJob) else None
+        cid = self._trigger(self.clock(), location, kind, drain)
+        if cid is None:
+            request.reply(error=WeirError(f"job '{self.graph.name}' has no running task to snapshot"))
+        elif isinstance(letter, StopJob):
+            self._stopping = _Stopping(cid, letter.drain, self.coordinator.pending[cid].location, request)
+            self.status = JobStatus.STOPPING
+        else:
+            self._requests[cid] = request
+
     def _on_ack(self, ack: Ack) -> None:
-        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.finished_operators)
+        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
             self._complete(ack.checkpoint_id)
 
     def _complete(self, checkpoint_id: int) -> None:
+        union = self.coordinator.union_state_partially_finished(checkpoint_id, self._exited)
+        if union is not None:
+            self._abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, f"operator '{union}'")
+            return
         metadata = self.coordinator.metadata(checkpoint_id, self._exited)
+        location = self.coordinator.pending[checkpoint_id].location
         try:
-            self.storage.write_metadata(checkpoint_id, metadata)
+            write_metadata(location, metadata)
         except Exception as exc:
             self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, str(exc))
             return
-        pending = self.coordinator.complete(checkpoint_id, self.clock(), self.storage.location(checkpoint_id))
+        pending = self.coordinator.complete(checkpoint_id, self.clock())
+        # Savepoints count for recovery too: sinks committed what they cover.
         self._latest = metadata
         for key in pending.plan.to_ack:
             if key not in self._exited:
                 self.gateway.notify_checkpoint_complete(key, checkpoint_id)
+        request = self._requests.pop(checkpoint_id, None)
+        if request is not None:
+            request.reply(location)
         self._discard_old_checkpoints()
 
     def _discard_old_checkpoints(self) -> None:
-        completed = sorted(cid for cid, s in self.coordinator.history.items() if s.status == "COMPLETED")
+        """Keep the newest ``retained`` checkpoints; savepoints belong to the user."""
+        completed = sorted(
+            cid for cid, s in self.coordinator.history.items()
+            if s.status == "COMPLETED" and s.kind == CheckpointKind.CHECKPOINT.value and not s.discarded
+        )
         for cid in completed[: -self.graph.checkpointing.retained]:
-            self.storage.discard(cid)
+            discard(self.coordinator.history[cid].location)
             self.coordinator.history[cid].discarded = True
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
@@ -239,9 +371,20 @@ class JobMaster:
         if pending is None:
             return
         log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
-        self.storage.discard(checkpoint_id)
+        discard(pending.location)
         if checkpoint_id == self._final_checkpoint:
             self._final_checkpoint = None  # try again
+        error = CheckpointDeclinedError(checkpoint_id, reason, detail)
+        request = self._requests.pop(checkpoint_id, None)
+        if request is not None:
+            request.reply(error=error)
+        stopping = self._stopping
+        if stopping is not None and stopping.checkpoint_id == checkpoint_id:
+            # The sources have stopped already: go back to the latest checkpoint and
+            # keep running; the stop request fails with the reason.
+            self._stopping = None
+            stopping.request.reply(error=WeirError(f"stop of job '{self.graph.name}' failed, the job keeps running: {error}"))
+            self._fail(error, count=False)
         for key in pending.plan.to_ack:
             if key not in self._exited:
                 self.gateway.notify_checkpoint_aborted(key, checkpoint_id)
@@ -259,7 +402,8 @@ class JobMaster:
             for cid in self.coordinator.waiting_on(key):
                 self._abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, task_name(key))
             if len(self._exited) == len(self.graph.task_names()):
-                self._end(JobStatus.FINISHED)
+                stopping = self._stopping
+                self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
         elif self.status is JobStatus.CANCELLING:
             self._exited.add(key)
             if len(self._exited) == len(self.graph.task_names()):
@@ -268,32 +412,41 @@ class JobMaster:
             error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
             self._fail(error)
 
-    def _fail(self, error: BaseException, restartable: bool = True) -> None:
+    def _fail(self, error: BaseException, restartable: bool = True, count: bool = True) -> None:
+        """Restart from the latest checkpoint under the restart strategy (``count``:
+        the restart uses up an attempt), or fail the job for good."""
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
         self.failure = error
         log.warning("job %s: %s", self.graph.name, str(error).splitlines()[0] if str(error) else repr(error))
+        self.status = JobStatus.RESTARTING  # no stop reacts to the aborts below
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE)
+        if self._stopping is not None:
+            self._stopping.request.reply(error=WeirError(f"stop of job '{self.graph.name}' failed: {error}"))
+            self._stopping = None
         self.gateway.kill_all()
         strategy = self.graph.execution.restart_strategy
-        if self.status is JobStatus.CANCELLING:
+        if self._cancel_requested is not None:
             self._end(JobStatus.CANCELED)
-        elif not restartable or self.restarts >= strategy.max_attempts:
+        elif not restartable or (count and self.restarts >= strategy.max_attempts):
             self._end(JobStatus.FAILED)
         else:
-            self.restarts += 1
-            self.status = JobStatus.RESTARTING
-            self._restart_at = self.clock() + strategy.delay_before(self.restarts)
+            self.restarts += count
+            self._restart_at = self.clock() + strategy.delay_before(max(self.restarts, 1))
 
     def _cancel(self) -> None:
+        if self.status.is_terminal:
+            return
+        self._cancel_requested = self.clock()
+        for cid in list(self.coordinator.pending):  # a cancel wins over savepoints in flight
+            self._abort(cid, CheckpointFailureReason.JOB_STOPPING, "the job was cancelled")
         if self.status.is_terminal:
             return
         if self.status is JobStatus.RESTARTING:
             self._end(JobStatus.CANCELED)
             return
         self.status = JobStatus.CANCELLING
-        self._cancel_requested = self.clock()
         for key in self.graph.task_names():
             if key not in self._exited:
                 self.gateway.cancel(key)
@@ -301,6 +454,12 @@ class JobMaster:
     def _end(self, status: JobStatus) -> None:
         self.status = status
         self.ended = self.clock()
+        for request in self._requests.values():
+            request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before the savepoint completed"))
+        self._requests.clear()
+        if self._stopping is not None:
+            self._stopping.request.reply(self._stopping.location)
+            self._stopping = None
 
     # ------------------------------------------------------------ deploying
     def _deploy(self) -> None:
@@ -310,7 +469,8 @@ class JobMaster:
         self._ended_input = set()
         self._final_checkpoint = None
         self._restart_at = None
-        restore, restored_id = self._restore_plan()
+        restore = {} if self._latest is None else restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)
+        restored_id = None if self._latest is None else int(self._latest["checkpoint_id"])
         deployments = []
         g = self.graph
         for v in g.vertices.values():
@@ -345,16 +505,6 @@ class JobMaster:
             self.gateway.deploy(deployments)
         except Exception as exc:  # e.g. a task killed while it was being set up
             self._fail(exc)
-
-    def _restore_plan(self) -> tuple[dict[str, OperatorRestore], int | None]:
-        meta = self._latest
-        if meta is None:
-            return {}, None
-        plan = {}
-        for uid, op in meta["operators"].items():
-            handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
-            plan[uid] = OperatorRestore(handles, op["fully_finished"])  # type: ignore[arg-type]
-        return plan, int(meta["checkpoint_id"])
 
     # ------------------------------------------------------------ queries (any thread)
     def checkpoint_stats(self) -> list[dict[str, Any]]:

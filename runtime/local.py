@@ -14,7 +14,8 @@ from runtime.errors import CheckpointFailureReason, JobCancelledError
 from runtime.events import CheckpointBarrier
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
-from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster
+from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster, Request, StopJob, TriggerSavepoint
+from runtime.state import SnapshotSummary
 from runtime.mailbox import MailboxClosedError
 from runtime.storage import StateHandle
 from runtime.task import (
@@ -44,8 +45,8 @@ class _Ports:
     def drain_outputs(self) -> None:
         pass  # a put is in the receiver's mailbox when it returns
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, finished_operators: list[str]) -> None:
-        self._gw.master.mailbox.put_control(Ack(self._d.attempt, self._d.key, checkpoint_id, handle, finished_operators))
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+        self._gw.master.mailbox.put_control(Ack(self._d.attempt, self._d.key, checkpoint_id, handle, operators))
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
         self._gw.master.mailbox.put_control(Decline(self._d.attempt, self._d.key, checkpoint_id, reason, detail))
@@ -85,8 +86,8 @@ class LocalGateway:
             except MailboxClosedError:
                 pass  # it ended meanwhile; its exit is on its way
 
-    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier) -> None:
-        self._put(task, TriggerCheckpoint(barrier))
+    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
+        self._put(task, TriggerCheckpoint(barrier, stop_drain))
 
     def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None:
         self._put(task, NotifyCheckpointComplete(checkpoint_id))
@@ -141,6 +142,12 @@ class LocalJobClient(JobClient):
 
     def cancel(self) -> None:
         self._master.mailbox.put_control(CancelJob())
+
+    def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
+        return self._master.ask(TriggerSavepoint(path, Request()), timeout_s)
+
+    def stop(self, savepoint_path: str | None = None, drain: bool = False, timeout_s: float = 120) -> str:
+        return self._master.ask(StopJob(savepoint_path, drain, Request()), timeout_s)
 
     def checkpoints(self) -> list[dict[str, Any]]:
         return self._master.checkpoint_stats()

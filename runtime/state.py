@@ -47,8 +47,21 @@ class OperatorSnapshot:
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
     finished: bool = False
 
-    def is_empty(self) -> bool:
-        return not (self.keyed or self.lists or self.union_lists or self.finished)
+    def summary(self) -> "SnapshotSummary":
+        return SnapshotSummary(
+            self.finished,
+            bool(self.keyed) or any(self.lists.values()) or any(self.union_lists.values()),
+            any(self.union_lists.values()),
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """What the checkpoint coordinator learns of an operator subtask's snapshot."""
+
+    finished: bool
+    has_state: bool
+    has_union_state: bool
 
 
 class KeyedStateBackend:

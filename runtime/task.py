@@ -39,8 +39,8 @@ from runtime.mailbox import DataLetter, Mailbox
 from runtime.network import RecordWriter, decode
 from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator
 from runtime.sources import SourceOperator
-from runtime.state import OperatorSnapshot
-from runtime.storage import CheckpointStorage, StateHandle, pickle_state
+from runtime.state import OperatorSnapshot, SnapshotSummary
+from runtime.storage import StateHandle, pickle_state, read_state, write_state
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class TaskPorts(Protocol):
 
     def drain_outputs(self) -> None: ...
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, finished_operators: list[str]) -> None: ...
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None: ...
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
 
@@ -90,6 +90,7 @@ class TaskPorts(Protocol):
 @dataclass(frozen=True)
 class TriggerCheckpoint:
     barrier: CheckpointBarrier
+    stop_drain: bool | None = None  # a source told to stop: with drain (finish) or not (suspend)
 
 
 @dataclass(frozen=True)
@@ -177,9 +178,9 @@ class StreamTask:
         self._source_active = self.is_source
         self._first_checkpoint_after_finish: int | None = None
         self._final_checkpoint_done = False
+        self._operators_finished = False  # finish() ran (a drained end): snapshots say so
         self._deferred_trigger: CheckpointBarrier | None = None
         self._exit = False
-        self._storage = CheckpointStorage(d.checkpointing.storage, d.job_name)
         self._writer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{d.name}")
         self.first_record_at: float | None = None  # wall clock, for throughput figures
         self.last_record_at: float | None = None
@@ -280,9 +281,9 @@ class StreamTask:
                 if h is None:
                     snaps.append(OperatorSnapshot())
                     continue
-                if h.path not in files:
-                    files[h.path] = self._storage.read_task_state(h)
-                snaps.append(files[h.path].get(uid, OperatorSnapshot()))
+                if h.uri not in files:
+                    files[h.uri] = read_state(h)
+                snaps.append(files[h.uri].get(uid, OperatorSnapshot()))
             out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism)
         return out
 
@@ -291,6 +292,8 @@ class StreamTask:
         if type(letter) is DataLetter:
             self._on_delivery(letter.channel, decode(letter.payload))
         elif isinstance(letter, TriggerCheckpoint):
+            if letter.stop_drain is not None:
+                self._stop_source(letter.stop_drain)
             self._on_trigger(letter.barrier)
         elif isinstance(letter, NotifyCheckpointComplete):
             self._on_complete(letter.checkpoint_id)
@@ -359,11 +362,26 @@ class StreamTask:
         if len(self._end_of_data) == len(self._input_of_channel):
             self._finish(drain=self._drain)
 
+    def _stop_source(self, drain: bool) -> None:
+        """Stop-with-savepoint reached this source: stop reading; with drain, end the
+        input as if it ran out (MAX_WATERMARK, finish), else only EndOfData(drain=False)."""
+        if not self._source_active:
+            return
+        self._source_active = False
+        if drain:
+            assert isinstance(self.head, SourceOperator)
+            self.head.end_of_input()
+        self._finish(drain)
+
     def _finish(self, drain: bool, call_operators: bool = True) -> None:
-        """End of all input: finish the chain first to last, then EndOfData downstream."""
+        """End of all input: finish the chain first to last, then EndOfData downstream.
+        Without drain (a suspend) nothing is finished or flushed."""
+        if self.state is TaskState.FINISHING:
+            return
         if drain and call_operators:
             for op in self.operators:
                 op.finish()
+        self._operators_finished = drain
         for w in self.writers:
             w.broadcast_event(EndOfData(drain))
         self.state = TaskState.FINISHING
@@ -383,30 +401,29 @@ class StreamTask:
 
     def _checkpoint(self, barrier: CheckpointBarrier) -> None:
         cid = barrier.checkpoint_id
-        finished = self.state is TaskState.FINISHING
         try:
             snapshots = {op.uid: op.snapshot_state(cid) for op in self.operators}
         except Exception as exc:
             self.ports.decline_checkpoint(cid, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
             raise
-        if finished:
+        if self._operators_finished:
             for s in snapshots.values():
                 s.finished = True
-            if self._first_checkpoint_after_finish is None:
-                self._first_checkpoint_after_finish = cid
+        if self.state is TaskState.FINISHING and self._first_checkpoint_after_finish is None:
+            self._first_checkpoint_after_finish = cid
         for w in self.writers:
             w.broadcast_event(barrier)
         payload = pickle_state(snapshots, self.deployment.name)
-        finished_ops = [op.uid for op in self.operators] if finished else []
-        self._writer_pool.submit(self._write_and_ack, cid, payload, finished_ops)
+        summaries = {uid: s.summary() for uid, s in snapshots.items()}
+        self._writer_pool.submit(self._write_and_ack, barrier, payload, summaries)
 
-    def _write_and_ack(self, checkpoint_id: int, payload: bytes, finished_ops: list[str]) -> None:
+    def _write_and_ack(self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary]) -> None:
         try:
-            handle = self._storage.write_task_state(checkpoint_id, self.deployment.name.replace("/", "-"), payload)
+            handle = write_state(barrier.location, self.deployment.name.replace("/", "-"), payload)
         except Exception as exc:
-            self.ports.decline_checkpoint(checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
+            self.ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
             return
-        self.ports.acknowledge_checkpoint(checkpoint_id, handle, finished_ops)
+        self.ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries)
 
     def _on_complete(self, checkpoint_id: int) -> None:
         for op in self.operators:

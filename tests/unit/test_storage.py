@@ -5,7 +5,7 @@ import pickle
 import pytest
 
 from runtime import CorruptCheckpointError
-from runtime.storage import CheckpointStorage
+from runtime.storage import CheckpointStorage, discard, read_metadata, read_state, write_metadata, write_state
 
 
 @pytest.fixture
@@ -13,29 +13,37 @@ def storage(tmp_path):
     return CheckpointStorage("file://" + str(tmp_path), "job")
 
 
+def _local(uri: str) -> str:
+    return uri[len("file://"):]
+
+
 def test_state_round_trip_and_metadata_marks_completion(storage):
-    h = storage.write_task_state(3, "map-0", pickle.dumps({"op": [1, 2]}))
+    loc = storage.location(3)
+    h = write_state(loc, "map-0", pickle.dumps({"op": [1, 2]}))
+    assert h.uri.startswith("file://") and h.uri.endswith("/job/chk-3/map-0.state")
     assert storage.completed_checkpoint_ids() == []
-    storage.write_metadata(3, {"checkpoint_id": 3})
+    write_metadata(loc, {"checkpoint_id": 3})
     assert storage.completed_checkpoint_ids() == [3]
-    assert storage.read_task_state(h) == {"op": [1, 2]}
-    assert storage.read_metadata(3) == {"checkpoint_id": 3}
+    assert read_state(h) == {"op": [1, 2]}
+    assert read_metadata(loc) == {"checkpoint_id": 3}
 
 
 def test_a_flipped_byte_is_caught_by_the_checksum_and_names_the_file(storage):
-    h = storage.write_task_state(1, "map-0", pickle.dumps(list(range(100))))
-    data = bytearray(open(h.path, "rb").read())
+    h = write_state(storage.location(1), "map-0", pickle.dumps(list(range(100))))
+    data = bytearray(open(_local(h.uri), "rb").read())
     data[-5] ^= 0x01
-    open(h.path, "wb").write(bytes(data))
+    open(_local(h.uri), "wb").write(bytes(data))
     with pytest.raises(CorruptCheckpointError, match="map-0.state is unusable: checksum mismatch"):
-        storage.read_task_state(h)
+        read_state(h)
 
 
 def test_truncated_and_missing_files_are_typed_errors(storage):
-    h = storage.write_task_state(1, "map-0", pickle.dumps("x"))
-    open(h.path, "wb").write(b"WEIR")
+    h = write_state(storage.location(1), "map-0", pickle.dumps("x"))
+    open(_local(h.uri), "wb").write(b"WEIR")
     with pytest.raises(CorruptCheckpointError, match="truncated"):
-        storage.read_task_state(h)
-    storage.discard(1)
+        read_state(h)
+    discard(storage.location(1))
     with pytest.raises(CorruptCheckpointError, match="cannot be read"):
-        storage.read_task_state(h)
+        read_state(h)
+    with pytest.raises(CorruptCheckpointError, match="_metadata is unusable: missing"):
+        read_metadata(storage.location(1))
