@@ -1,8 +1,9 @@
 """The ``weir`` command: jobs on the Ray cluster from a shell.
 
     weir list                      weir status JOB          weir checkpoints JOB
+    weir savepoint JOB [--path P]  weir stop JOB [--savepoint-path P] [--drain]
     weir cancel JOB                weir kill JOB VERTEX SUBTASK
-    weir run [--parallelism N] job.py [ARGS...]
+    weir run [--from-savepoint P] [--allow-non-restored-state] [--parallelism N] job.py [ARGS...]
 
 Human tables by default, ``--json`` for scripts. The cluster is the one in
 ``RAY_ADDRESS`` (or ``--address``), else the one running on this machine.
@@ -84,6 +85,29 @@ def checkpoints(ctx: click.Context, job: str) -> None:
 
 @cli.command()
 @click.argument("job")
+@click.option("--path", default=None, help="Folder or pyarrow.fs URI for the savepoint (default: a retained checkpoint).")
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for it.")
+@click.pass_context
+def savepoint(ctx: click.Context, job: str, path: str | None, timeout_s: float) -> None:
+    """Take a savepoint; the job goes on. Prints where it is."""
+    _emit(ctx, {"job": job, "savepoint": _client(ctx, job).savepoint(path, timeout_s)})
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--savepoint-path", default=None, help="Folder or pyarrow.fs URI (default: a final retained checkpoint).")
+@click.option("--drain", is_flag=True, help="End the input (fire everything, finish) instead of suspending.")
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for it.")
+@click.pass_context
+def stop(ctx: click.Context, job: str, savepoint_path: str | None, drain: bool, timeout_s: float) -> None:
+    """Stop with a savepoint: SUSPENDED (resume with `weir run --from-savepoint`), or FINISHED with --drain."""
+    client = _client(ctx, job)
+    location = client.stop(savepoint_path, drain, timeout_s)
+    _emit(ctx, {"job": job, "status": client.status().value, "savepoint": location})
+
+
+@cli.command()
+@click.argument("job")
 @click.pass_context
 def cancel(ctx: click.Context, job: str) -> None:
     """End a job now (operators only close; nothing is flushed)."""
@@ -113,15 +137,22 @@ def kill(ctx: click.Context, job: str, vertex: str, subtask: int) -> None:
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--parallelism", type=int, default=None, help="Default parallelism for the job's environment.")
+@click.option("--from-savepoint", "savepoint", default=None, help="Start from this savepoint or retained checkpoint.")
+@click.option("--allow-non-restored-state", is_flag=True, help="Drop savepoint state of operators the job no longer has.")
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx: click.Context, parallelism: int | None, script: str, args: tuple[str, ...]) -> None:
+def run(ctx: click.Context, parallelism: int | None, savepoint: str | None, allow_non_restored_state: bool, script: str, args: tuple[str, ...]) -> None:
     """Run a job script (it calls env.execute()) against the cluster."""
     from actors.cluster import ensure_ray
+    from runtime.storage import read_metadata
 
     if parallelism is not None:
         os.environ["WEIR_DEFAULT_PARALLELISM"] = str(parallelism)
+    if savepoint is not None:
+        read_metadata(savepoint)  # a missing or broken savepoint fails here, before anything starts
+        os.environ["WEIR_RESTORE_FROM"] = savepoint
+        os.environ["WEIR_ALLOW_NON_RESTORED_STATE"] = "1" if allow_non_restored_state else ""
     ensure_ray(ctx.obj["address"])
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")
@@ -135,7 +166,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except click.Abort:
         sys.exit(1)
-    except WeirError as exc:
+    except (WeirError, TimeoutError) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
 

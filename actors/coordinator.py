@@ -111,9 +111,11 @@ class RayGateway:
         out = []
         for ref in ready:
             try:
-                out.append(ray.get(ref))
+                m = ray.get(ref)
             except ray.exceptions.RayError:
                 continue  # a dead task has no counters to give
+            if m:  # empty before its setup
+                out.append(m)
         return out
 
 

@@ -207,7 +207,11 @@ class CheckpointCoordinator:
         st = self.history[checkpoint_id]
         st.status = "ABORTED"
         st.reason = reason.message + (f" ({detail})" if detail else "")
-        if reason not in (CheckpointFailureReason.DECLINED_SUBSUMED, CheckpointFailureReason.JOB_STOPPING):
+        if reason not in (
+            CheckpointFailureReason.DECLINED_SUBSUMED,
+            CheckpointFailureReason.JOB_STOPPING,
+            CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,  # not a failure: the next plan skips the task
+        ):
             self.consecutive_failures += 1
         return p
 

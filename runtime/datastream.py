@@ -36,9 +36,12 @@ class StreamExecutionEnvironment:
 
     def __init__(self) -> None:
         self.config = ExecutionConfig()
-        if os.environ.get("WEIR_DEFAULT_PARALLELISM"):  # set by `weir run --parallelism N`
-            self.set_parallelism(int(os.environ["WEIR_DEFAULT_PARALLELISM"]))
         self.checkpoint_config = CheckpointConfig()
+        # Defaults `weir run` sets for the script it runs (--parallelism, --from-savepoint).
+        if os.environ.get("WEIR_DEFAULT_PARALLELISM"):
+            self.set_parallelism(int(os.environ["WEIR_DEFAULT_PARALLELISM"]))
+        if os.environ.get("WEIR_RESTORE_FROM"):
+            self.restore_from_savepoint(os.environ["WEIR_RESTORE_FROM"], bool(os.environ.get("WEIR_ALLOW_NON_RESTORED_STATE")))
         self._ids = itertools.count(1)
         self._sinks: list[Transformation] = []
 

@@ -374,20 +374,35 @@ class JobMaster:
         discard(pending.location)
         if checkpoint_id == self._final_checkpoint:
             self._final_checkpoint = None  # try again
-        error = CheckpointDeclinedError(checkpoint_id, reason, detail)
+        for key in pending.plan.to_ack:
+            if key not in self._exited:
+                self.gateway.notify_checkpoint_aborted(key, checkpoint_id)
         request = self._requests.pop(checkpoint_id, None)
+        stopping = self._stopping if self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id else None
+        if (request or stopping) and reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK:
+            # A task exited between the plan and its trigger; the next plan knows it.
+            retry = self._trigger(
+                self.clock(),
+                pending.location if pending.kind is CheckpointKind.SAVEPOINT else None,
+                pending.kind,
+                stopping.drain if stopping is not None else None,
+            )
+            if retry is not None:
+                if request is not None:
+                    self._requests[retry] = request
+                if stopping is not None:
+                    stopping.checkpoint_id = retry
+                    stopping.location = self.coordinator.pending[retry].location
+                return
+        error = CheckpointDeclinedError(checkpoint_id, reason, detail)
         if request is not None:
             request.reply(error=error)
-        stopping = self._stopping
-        if stopping is not None and stopping.checkpoint_id == checkpoint_id:
+        if stopping is not None:
             # The sources have stopped already: go back to the latest checkpoint and
             # keep running; the stop request fails with the reason.
             self._stopping = None
             stopping.request.reply(error=WeirError(f"stop of job '{self.graph.name}' failed, the job keeps running: {error}"))
             self._fail(error, count=False)
-        for key in pending.plan.to_ack:
-            if key not in self._exited:
-                self.gateway.notify_checkpoint_aborted(key, checkpoint_id)
         tolerable = self.graph.checkpointing.tolerable_failures
         if tolerable is not None and self.coordinator.consecutive_failures > tolerable:
             self._fail(

@@ -1,0 +1,144 @@
+"""FLIP-147 and FLIP-34/45 on a real Ray cluster: checkpoints after sources finish,
+recovery that skips finished operators, stop/resume with rescaling, drain."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import ray
+
+from actors.cluster import NAMESPACE
+from connectors.files import FileSink, read_committed
+from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment
+from runtime.events import MAX_WATERMARK
+from runtime.operators import StreamOperator
+from tests.checker import check_running_sums
+
+pytestmark = pytest.mark.ray
+
+SHORT = [(k, 1) for k in range(20)]
+LONG_N = 150_000
+
+
+def _two_sources(checkpoint_dir: str, out_dir: str, interval_ms: int = 200):
+    """The shape of FLIP-147's Figure 3: sources of different lengths feeding one
+    two-input task (a union of two edges), then a two-phase-commit sink."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(interval_ms)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(3, 0.2))
+    short = env.from_collection(SHORT).uid("short")
+    long = env.from_generator(lambda i: (i % 20, 1), count=LONG_N, records_per_second=50_000).uid("long")
+    short.union(long).key_by(lambda kv: kv[0]).sum(1).uid("sum").sink_to(FileSink(out_dir)).uid("sink")
+    return env
+
+
+def _verdict(out_dir):
+    return check_running_sums(map(tuple, read_committed(out_dir)), SHORT + [(i % 20, 1) for i in range(LONG_N)])
+
+
+def _short_source_exited(client) -> bool:
+    states = [m["state"] for m in client.metrics() if m["task"].startswith("source-collection")]
+    return len(states) == 2 and all(s == "FINISHED" for s in states)
+
+
+def _wait(predicate, client, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert not client.status().is_terminal and time.monotonic() < deadline, client.checkpoints()
+        time.sleep(0.05)
+
+
+def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed_once(ray_cluster, checkpoint_dir, out_dir):
+    client = _two_sources(checkpoint_dir, out_dir).execute_async("figure-3")
+    _wait(lambda: _short_source_exited(client), client)
+    finished_at = max(c["checkpoint_id"] for c in client.checkpoints())
+    result = client.wait(120)
+    after = [c for c in client.checkpoints() if c["status"] == "COMPLETED" and c["checkpoint_id"] > finished_at]
+    assert len(after) >= 2, client.checkpoints()
+    assert result.status is JobStatus.FINISHED
+    v = _verdict(out_dir)
+    assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
+
+
+def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(ray_cluster, checkpoint_dir, out_dir):
+    client = _two_sources(checkpoint_dir, out_dir).execute_async("finished-then-kill")
+    _wait(lambda: _short_source_exited(client), client)
+    first = max(c["checkpoint_id"] for c in client.checkpoints())
+    _wait(lambda: any(c["status"] == "COMPLETED" and c["checkpoint_id"] > first for c in client.checkpoints()), client)
+    ray.kill(ray.get_actor("finished-then-kill/sum/0", namespace=NAMESPACE))
+    result = client.wait(120)
+    assert result.restarts == 1
+    short = {m["task"]: m for m in result.metrics if m["task"].startswith("source-collection")}
+    assert all(m["records_out"] == 0 for m in short.values()), "a fully finished source must not run again"
+    v = _verdict(out_dir)
+    assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
+
+
+def _generator_job(checkpoint_dir, out_dir, parallelism, savepoint=None, n=60_000, rate=30_000.0):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    if savepoint:
+        env.restore_from_savepoint(savepoint)
+    (env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=rate).uid("gen")
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
+        .sink_to(FileSink(out_dir)).uid("out"))
+    return env
+
+
+def test_stop_and_resume_at_2_then_3_then_1_equals_an_uninterrupted_run(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+    n = 60_000
+    savepoint = None
+    for step, p in enumerate([2, 3]):
+        client = _generator_job(checkpoint_dir, out_dir, p, savepoint, n).execute_async(f"resume-{step}")
+        _wait(lambda: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
+        savepoint = client.stop(str(tmp_path / f"sp-{step}"), drain=False)
+        assert client.wait(60).status is JobStatus.SUSPENDED
+        assert len(read_committed(out_dir)) < n
+    last = _generator_job(checkpoint_dir, out_dir, 1, savepoint, n, rate=None).execute("resume-2")
+    assert last.status is JobStatus.FINISHED
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, i) for i in range(n)))
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
+
+
+class _Recorder(StreamOperator):
+    """Writes the lifecycle calls it sees to the file named by WEIR_TEST_EVENTS."""
+
+    def _note(self, event: str) -> None:
+        with open(os.environ["WEIR_TEST_EVENTS"] + f".{self.ctx.subtask}", "a") as f:
+            f.write(event + "\n")
+
+    def process_batch(self, records):
+        self.output.collect(records)
+
+    def process_watermark(self, watermark):
+        if watermark.timestamp == MAX_WATERMARK:
+            self._note("MAX_WATERMARK")
+        super().process_watermark(watermark)
+
+    def finish(self):
+        self._note("finish")
+
+
+def test_stop_with_drain_delivers_max_watermark_to_every_operator_before_finish(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+    events = str(tmp_path / "events")
+    os.environ["WEIR_TEST_EVENTS"] = events  # reaches the task actors through the pickled operator factory below
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+
+    def make(name, uid, path=events):
+        os.environ["WEIR_TEST_EVENTS"] = path
+        return _Recorder(name, uid)
+
+    (env.from_generator(lambda i: i, records_per_second=2_000).key_by(lambda i: i % 7)
+        .transform("recorder", make).sink_to(FileSink(out_dir)))
+    client = env.execute_async("drain")
+    _wait(lambda: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
+    client.stop(str(tmp_path / "sp"), drain=True)
+    assert client.wait(60).status is JobStatus.FINISHED
+    for subtask in (0, 1):
+        assert open(f"{events}.{subtask}").read().split() == ["MAX_WATERMARK", "finish"]
