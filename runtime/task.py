@@ -182,6 +182,7 @@ class StreamTask:
         self._deferred_trigger: CheckpointBarrier | None = None
         self._exit = False
         self._writer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{d.name}")
+        self._writes: list[concurrent.futures.Future[None]] = []
         self.first_record_at: float | None = None  # wall clock, for throughput figures
         self.last_record_at: float | None = None
 
@@ -204,24 +205,57 @@ class StreamTask:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TaskResult:
+        """The task's whole life on the calling thread; returns how it ended."""
+        result = self._guarded(self._run_loop)
+        assert result is not None
+        return result
+
+    def start(self) -> None:
+        """Harness mode (see ``runtime.testing.TaskHarness``): restore and open."""
+        self._initialize()
+
+    def run_until_idle(self) -> TaskResult | None:
+        """Harness mode: handle the letters already in the mailbox, without blocking.
+        Returns how the task ended if it did, else None."""
+        return self._guarded(self._handle_available)
+
+    def wait_for_snapshots(self) -> None:
+        """Harness mode: wait until every snapshot is written and acknowledged."""
+        for f in self._writes:
+            f.result()
+
+    def _run_loop(self) -> bool:
+        self._initialize()
+        while not self._exit:
+            self._step()
+        return True
+
+    def _handle_available(self) -> bool:
+        while not self._exit:
+            letter = self.mailbox.take(0, self.barriers.blocked)
+            if letter is None:
+                return False
+            self._handle(letter)
+        return True
+
+    def _guarded(self, body: Callable[[], bool]) -> TaskResult | None:
         try:
-            self._initialize()
-            while not self._exit:
-                self._step()
+            if not body():
+                return None
             self._close_and_leave()
-            return TaskResult(TaskState.FINISHED)
+            result = TaskResult(TaskState.FINISHED)
         except _Cancelled:
             self._close_quietly()
             self.state = TaskState.CANCELED
-            return TaskResult(TaskState.CANCELED)
+            result = TaskResult(TaskState.CANCELED)
         except BaseException as exc:  # the task reports every failure; the job master decides
             self._close_quietly()
             self.state = TaskState.FAILED
             text = str(exc) if isinstance(exc, WeirError) else "".join(traceback.format_exception(exc))
-            return TaskResult(TaskState.FAILED, exc, text)
-        finally:
-            self.mailbox.close()
-            self._writer_pool.shutdown(wait=False, cancel_futures=True)
+            result = TaskResult(TaskState.FAILED, exc, text)
+        self.mailbox.close()
+        self._writer_pool.shutdown(wait=False, cancel_futures=True)
+        return result
 
     def _step(self) -> None:
         letter = self.mailbox.take(0, self.barriers.blocked)
@@ -415,7 +449,8 @@ class StreamTask:
             w.broadcast_event(barrier)
         payload = pickle_state(snapshots, self.deployment.name)
         summaries = {uid: s.summary() for uid, s in snapshots.items()}
-        self._writer_pool.submit(self._write_and_ack, barrier, payload, summaries)
+        self._writes = [f for f in self._writes if not f.done()]
+        self._writes.append(self._writer_pool.submit(self._write_and_ack, barrier, payload, summaries))
 
     def _write_and_ack(self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary]) -> None:
         try:

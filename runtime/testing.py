@@ -1,5 +1,6 @@
-"""Test your own operators and functions without a job, as Flink's operator test
-harnesses do. An :class:`OperatorHarness` runs one operator subtask through the
+"""Test your own operators and tasks without a job, as Flink's test harnesses do.
+:class:`TaskHarness` drives a whole task (alignment, finishing, the exit gate) by
+hand.  An :class:`OperatorHarness` runs one operator subtask through the
 lifecycle a task would (setup, initialize_state, open, process, snapshot, notify,
 finish, close) and collects what it emits::
 
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runtime.events import Watermark
+from runtime.errors import CheckpointFailureReason
+from runtime.events import CheckpointBarrier, Watermark
 from runtime.functions import as_callable
+from runtime.network import decode, encode
 from runtime.operators import (
     KeyedProcessOperator,
     KeyedReduceOperator,
@@ -27,7 +30,16 @@ from runtime.operators import (
     StreamOperator,
 )
 from runtime.sinks import Sink, SinkOperator
-from runtime.state import OperatorSnapshot
+from runtime.state import OperatorSnapshot, SnapshotSummary
+from runtime.storage import StateHandle
+from runtime.task import (
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    StreamTask,
+    TaskDeployment,
+    TaskResult,
+    TriggerCheckpoint,
+)
 
 
 class _Collect(Output):
@@ -116,3 +128,96 @@ class OperatorHarness:
         new = self._out.records[self._taken :]
         self._taken = len(self._out.records)
         return new
+
+
+class _HarnessPorts:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int, list[Any]]] = []  # (output, channel, messages)
+        self.acks: list[tuple[int, StateHandle, dict[str, SnapshotSummary]]] = []
+        self.declines: list[tuple[int, CheckpointFailureReason, str]] = []
+        self.ended_input = False
+        self.backpressured_s = 0.0
+
+    def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
+        self.sent.append((output, channel, decode(payload)))
+
+    def drain_outputs(self) -> None:
+        pass
+
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+        self.acks.append((checkpoint_id, handle, operators))
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        self.declines.append((checkpoint_id, reason, detail))
+
+    def report_end_of_input(self) -> None:
+        self.ended_input = True
+
+
+class TaskHarness:
+    """Drive one stream task by hand, on the calling thread, with no executor:
+    deliver messages on its input channels, send it control letters, and let it
+    handle what it has. It is the same :class:`StreamTask` the executors run::
+
+        h = TaskHarness([("sink", lambda n, u: SinkOperator(n, u, FileSink(path)))], channels=1,
+                        storage="file:///tmp/chk")
+        h.deliver(0, [1, 2, 3])
+        h.deliver(0, EndOfData(drain=True))
+        h.deliver(0, h.barrier(42))
+        h.notify_complete(42)
+        assert h.result.state is TaskState.FINISHED
+    """
+
+    def __init__(
+        self,
+        operators: list[tuple[str, Callable[[str, str], StreamOperator]]],
+        channels: int,
+        storage: str,
+        subtask: int = 0,
+        parallelism: int = 1,
+        exactly_once: bool = True,
+    ) -> None:
+        from runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
+        from runtime.graph import JobEdge, JobVertex, OperatorSpec, PartitionSpec
+
+        self.storage = storage
+        specs = [OperatorSpec(name, name, make) for name, make in operators]
+        vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False, True)
+        vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
+        mode = CheckpointingMode.EXACTLY_ONCE if exactly_once else CheckpointingMode.AT_LEAST_ONCE
+        deployment = TaskDeployment(
+            "harness", "harness", vertex, subtask, [(0, ch) for ch in range(channels)],
+            CheckpointConfig(storage=storage, mode=mode), TransportConfig(mailbox_capacity=1 << 30),
+        )
+        self.ports = _HarnessPorts()
+        self.task = StreamTask(deployment, self.ports)
+        self._seq = [0] * channels
+        self.result: TaskResult | None = None
+        self.task.start()
+
+    def barrier(self, checkpoint_id: int) -> CheckpointBarrier:
+        return CheckpointBarrier(checkpoint_id, 0, location=f"{self.storage.rstrip('/')}/chk-{checkpoint_id}")
+
+    def deliver(self, channel: int, *messages: Any) -> None:
+        """Put one delivery on ``channel``: record lists and events, in order."""
+        seq = self._seq[channel]
+        self._seq[channel] += 1
+        self.task.mailbox.put_data(channel, seq, encode(list(messages), "harness"))
+        self._run()
+
+    def trigger(self, checkpoint_id: int) -> None:
+        self.task.put_letter(TriggerCheckpoint(self.barrier(checkpoint_id)))
+        self._run()
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        self.task.put_letter(NotifyCheckpointComplete(checkpoint_id))
+        self._run()
+
+    def notify_aborted(self, checkpoint_id: int) -> None:
+        self.task.put_letter(NotifyCheckpointAborted(checkpoint_id))
+        self._run()
+
+    def _run(self) -> None:
+        if self.result is None:
+            self.result = self.task.run_until_idle()
+            self.task.wait_for_snapshots()

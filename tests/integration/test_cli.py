@@ -83,3 +83,57 @@ def test_run_submits_a_script(ray_cluster, tmp_path):
     out = weir(ray_cluster, "run", "--parallelism", "3", str(script))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "parallelism 3 FINISHED" in out.stdout
+
+
+JOB = """
+import sys
+from runtime import StreamExecutionEnvironment
+from connectors.files import FileSink
+env = StreamExecutionEnvironment.get_execution_environment()
+env.enable_checkpointing(200)
+env.get_checkpoint_config().set_checkpoint_storage(sys.argv[2])
+(env.from_generator(lambda i: (i % 10, i), count=40_000, records_per_second=float(sys.argv[3])).uid("gen")
+    .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
+    .sink_to(FileSink(sys.argv[1])).uid("out"))
+print("STATUS", env.execute("cli-sp").status.value)
+"""
+
+
+def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint_dir):
+    from connectors.files import read_committed
+    from runtime.executor import JobStatus
+    from tests.checker import check_running_sums
+
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    out = str(tmp_path / "out")
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster}
+    first = subprocess.Popen([sys.executable, "-m", "actors.cli", "run", "--parallelism", "2", str(script), out, checkpoint_dir, "2000"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            chk = weir(ray_cluster, "--json", "checkpoints", "cli-sp")
+            if chk.returncode == 0 and any(c["status"] == "COMPLETED" for c in json.loads(chk.stdout)):
+                break
+            assert time.monotonic() < deadline, chk.stderr
+            time.sleep(0.3)
+        sp1 = json.loads(weir(ray_cluster, "--json", "savepoint", "cli-sp", "--path", str(tmp_path / "sp1")).stdout)
+        assert sp1["savepoint"] == "file://" + str(tmp_path / "sp1") and (tmp_path / "sp1" / "_metadata").exists()
+        stopped = json.loads(weir(ray_cluster, "--json", "stop", "cli-sp", "--savepoint-path", str(tmp_path / "sp2")).stdout)
+        assert stopped["status"] == JobStatus.SUSPENDED.value
+        assert "STATUS SUSPENDED" in first.communicate(timeout=120)[0]
+    finally:
+        first.kill()
+    again = weir(ray_cluster, "stop", "cli-sp")
+    assert again.returncode == 1 and "Error: job 'cli-sp' is SUSPENDED: no savepoint or stop now" in again.stderr
+
+    resumed = weir(ray_cluster, "run", "--parallelism", "3", "--from-savepoint", stopped["savepoint"], str(script), out, checkpoint_dir, "1e9")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "STATUS FINISHED" in resumed.stdout
+    v = check_running_sums(map(tuple, read_committed(out)), ((i % 10, i) for i in range(40_000)))
+    assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
+
+    missing = weir(ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9")
+    assert missing.returncode == 1
+    assert f"Error: checkpoint file file://{tmp_path}/nope/_metadata is unusable: missing" in missing.stderr
