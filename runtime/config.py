@@ -23,7 +23,7 @@ def default_checkpoint_storage() -> str:
     return "file://" + os.path.join(tempfile.gettempdir(), "weir-checkpoints")
 
 
-def validate_storage_uri(uri: str) -> str:
+def validate_storage_uri(uri: str, setting: str = "checkpoint storage") -> str:
     """Resolve ``uri`` with pyarrow.fs now, so a typo fails at configuration time."""
     from pyarrow import fs
 
@@ -32,7 +32,7 @@ def validate_storage_uri(uri: str) -> str:
     try:
         fs.FileSystem.from_uri(uri)
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError with its own words
-        raise InvalidConfigurationError("checkpoint storage", uri, f"pyarrow.fs cannot open it ({exc})") from None
+        raise InvalidConfigurationError(setting, uri, f"pyarrow.fs cannot open it ({exc})") from None
     return uri
 
 

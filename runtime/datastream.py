@@ -83,7 +83,7 @@ class StreamExecutionEnvironment:
         uid this job lacks is an error unless ``allow_non_restored_state``."""
         from runtime.config import validate_storage_uri
 
-        self.config.restore_from = validate_storage_uri(path)
+        self.config.restore_from = validate_storage_uri(path, "savepoint path")
         self.config.allow_non_restored_state = bool(allow_non_restored_state)
         return self
 

@@ -262,7 +262,7 @@ class JobMaster:
         if isinstance(letter, Ack):
             self._on_ack(letter)
         elif isinstance(letter, Decline):
-            self._abort(letter.checkpoint_id, letter.reason, f"{task_name(letter.task)}: {letter.detail}")
+            self._abort(letter.checkpoint_id, letter.reason, f"{task_name(letter.task)}: {letter.detail}" if letter.detail else task_name(letter.task))
         elif isinstance(letter, EndOfInput):
             self._ended_input.add(letter.task)
 
@@ -433,10 +433,11 @@ class JobMaster:
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
         self.failure = error
-        log.warning("job %s: %s", self.graph.name, str(error).splitlines()[0] if str(error) else repr(error))
+        headline = str(error).splitlines()[0] if str(error) else repr(error)
+        log.warning("job %s: %s", self.graph.name, headline)
         self.status = JobStatus.RESTARTING  # no stop reacts to the aborts below
         for cid in list(self.coordinator.pending):
-            self._abort(cid, CheckpointFailureReason.TASK_FAILURE)
+            self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
         if self._stopping is not None:
             self._stopping.request.reply(error=WeirError(f"stop of job '{self.graph.name}' failed: {error}"))
             self._stopping = None

@@ -61,7 +61,7 @@ def _atomic_write(uri: str, data: bytes) -> None:
 def prepare_location(location: str) -> str:
     """Check that a checkpoint or savepoint can be written at ``location``; return
     it as a URI. Raises :class:`InvalidConfigurationError` naming it otherwise."""
-    uri = validate_storage_uri(location)
+    uri = validate_storage_uri(location, "savepoint path")
     try:
         fs, path = _resolve(uri)
         fs.create_dir(path, recursive=True)

@@ -140,6 +140,17 @@ class _WriterOutput(Output):
             w.broadcast_event(watermark)
 
 
+class _ClosedOutput(Output):
+    def __init__(self, operator: str) -> None:
+        self._operator = operator
+
+    def collect(self, records: list[Any]) -> None:
+        raise WeirError(f"operator '{self._operator}' emitted records in close(); emit them in finish()")
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        raise WeirError(f"operator '{self._operator}' emitted a watermark in close()")
+
+
 class StreamTask:
     def __init__(self, deployment: TaskDeployment, ports: TaskPorts, clock: Callable[[], float] = time.monotonic) -> None:
         self.deployment = d = deployment
@@ -371,7 +382,7 @@ class StreamTask:
             elif isinstance(a, Abort):
                 for w in self.writers:
                     w.broadcast_event(CancelCheckpointMarker(a.checkpoint_id))
-                self.ports.decline_checkpoint(a.checkpoint_id, a.reason, f"in task {self.deployment.name}")
+                self.ports.decline_checkpoint(a.checkpoint_id, a.reason, "")
 
     def _on_watermark(self, channel: int, timestamp: int) -> None:
         self._watermarks[channel] = timestamp
@@ -431,15 +442,18 @@ class StreamTask:
         older = self._deferred_trigger
         self._deferred_trigger = barrier
         if older is not None:
-            self.ports.decline_checkpoint(older.checkpoint_id, CheckpointFailureReason.DECLINED_SUBSUMED, self.deployment.name)
+            self.ports.decline_checkpoint(older.checkpoint_id, CheckpointFailureReason.DECLINED_SUBSUMED, "")
 
     def _checkpoint(self, barrier: CheckpointBarrier) -> None:
         cid = barrier.checkpoint_id
-        try:
-            snapshots = {op.uid: op.snapshot_state(cid) for op in self.operators}
-        except Exception as exc:
-            self.ports.decline_checkpoint(cid, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
-            raise
+        snapshots = {}
+        for op in self.operators:
+            try:
+                snapshots[op.uid] = op.snapshot_state(cid)
+            except Exception as exc:
+                error = exc if isinstance(exc, WeirError) else op.fail("snapshot_state()", exc)
+                self.ports.decline_checkpoint(cid, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, str(error))
+                raise error from exc
         if self._operators_finished:
             for s in snapshots.values():
                 s.finished = True
@@ -456,7 +470,7 @@ class StreamTask:
         try:
             handle = write_state(barrier.location, self.deployment.name.replace("/", "-"), payload)
         except Exception as exc:
-            self.ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"{self.deployment.name}: {exc}")
+            self.ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"writing its state failed: {exc}")
             return
         self.ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries)
 
@@ -475,20 +489,26 @@ class StreamTask:
 
     # ------------------------------------------------------------------ the end
     def _close_and_leave(self) -> None:
-        self.ports.drain_outputs()  # downstream has our EndOfData and all before it
-        for op in self.operators:
-            op.close()
+        """The exit gate passed. Every producer exited and the final checkpoint
+        completed, so downstream has processed our EndOfData (it acknowledged a
+        barrier that travelled behind it): close, then EndOfPartition."""
+        self.ports.drain_outputs()
+        self._close_operators()
         for w in self.writers:
             w.broadcast_event(EndOfPartition())
         self.ports.drain_outputs()
         self.state = TaskState.FINISHED
 
-    def _close_quietly(self) -> None:
+    def _close_operators(self) -> None:
         for op in self.operators:
-            try:
-                op.close()
-            except Exception:
-                pass
+            op.output = _ClosedOutput(op.name)  # close() releases resources; it may not emit
+            op.close()
+
+    def _close_quietly(self) -> None:
+        try:
+            self._close_operators()
+        except Exception:
+            pass  # the failure that brought us here is the one to report
 
     def put_letter(self, letter: Any) -> None:
         self.mailbox.put_control(letter)

@@ -137,3 +137,12 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
     missing = weir(ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9")
     assert missing.returncode == 1
     assert f"Error: checkpoint file file://{tmp_path}/nope/_metadata is unusable: missing" in missing.stderr
+
+
+def test_stop_with_drain_and_no_path_ends_finished_with_a_retained_checkpoint(ray_cluster, running_job, checkpoint_dir):
+    out = weir(ray_cluster, "--json", "stop", "cli-job", "--drain")
+    assert out.returncode == 0, out.stderr
+    stopped = json.loads(out.stdout)
+    assert stopped["status"] == "FINISHED"
+    assert stopped["savepoint"].startswith(checkpoint_dir + "/cli-job/chk-")
+    assert os.path.exists(stopped["savepoint"][len("file://"):] + "/_metadata")

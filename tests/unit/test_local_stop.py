@@ -147,3 +147,41 @@ def test_stop_with_drain_delivers_max_watermark_before_finish(tmp_path, checkpoi
     else:
         assert result.status is JobStatus.SUSPENDED
         assert _Recorder.events == ["close"]
+
+
+class _FailingSnapshots(StreamOperator):
+    broken = False
+
+    def process_batch(self, records):
+        self.output.collect(records)
+
+    def snapshot_state(self, checkpoint_id):
+        if _FailingSnapshots.broken:
+            raise OSError("No space left on device")
+        return super().snapshot_state(checkpoint_id)
+
+
+def test_a_failing_stop_fails_the_request_with_the_reason_and_the_job_keeps_running(tmp_path, checkpoint_dir, out_dir):
+    _FailingSnapshots.broken = False
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_generator(lambda i: (i % 5, i), count=N, records_per_second=20_000).uid("gen")
+        .transform("fragile", _FailingSnapshots).uid("fragile")
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(FileSink(out_dir)).uid("out"))
+    client = env.execute_async("failing-stop", executor="local")
+    _wait_for_checkpoint(client)
+    _FailingSnapshots.broken = True
+    with pytest.raises(WeirError, match=r"stop of job 'failing-stop' failed.*snapshot_state\(\) of operator 'fragile' raised OSError: No space left on device"):
+        client.stop(str(tmp_path / "sp"))
+    _FailingSnapshots.broken = False
+    while client.status() is not JobStatus.RUNNING:
+        assert not client.status().is_terminal
+        threading.Event().wait(0.01)
+    with pytest.raises(WeirError, match="savepoint path"):
+        client.savepoint("nosuch://x/y")  # refused before anything starts; the job goes on
+    assert client.status() is JobStatus.RUNNING
+    result = client.wait(60)
+    assert result.status is JobStatus.FINISHED and result.restarts <= 1
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 5, i) for i in range(N)))
+    assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v

@@ -1,0 +1,48 @@
+"""The checkpoint plan with finished tasks (FLIP-147) and the union-state rule."""
+
+from __future__ import annotations
+
+from runtime import DiscardingSink, StreamExecutionEnvironment
+from runtime.checkpointing import CheckpointCoordinator, plan_checkpoint
+from runtime.state import SnapshotSummary
+from runtime.storage import StateHandle
+
+
+def _graph():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    src = env.from_sequence(0, 9)
+    src.forward().map(lambda x: x).name("pointwise").sink_to(DiscardingSink())  # forward: one producer each
+    src.rebalance().map(lambda x: x).name("all-to-all").sink_to(DiscardingSink())  # every producer
+    return env.get_job_graph("plan")
+
+
+def test_nothing_finished_triggers_the_sources_and_waits_for_all():
+    g = _graph()
+    plan = plan_checkpoint(g, set())
+    assert sorted(plan.to_trigger) == [("source-sequence", 0), ("source-sequence", 1)]
+    assert len(plan.to_ack) == len(g.task_names())
+
+
+def test_pointwise_edges_need_their_own_producer_finished_all_to_all_edges_every_producer():
+    g = _graph()
+    plan = plan_checkpoint(g, {("source-sequence", 0)})
+    assert sorted(plan.to_trigger) == [("pointwise", 0), ("source-sequence", 1)]
+    assert ("source-sequence", 0) not in plan.to_ack and plan.finished == {("source-sequence", 0)}
+    plan = plan_checkpoint(g, {("source-sequence", 0), ("source-sequence", 1)})
+    assert sorted(plan.to_trigger) == [("all-to-all", 0), ("all-to-all", 1), ("pointwise", 0), ("pointwise", 1)]
+
+
+def test_union_list_state_of_a_partially_finished_operator_declines():
+    g = _graph()
+    coordinator = CheckpointCoordinator(g)
+    plan = plan_checkpoint(g, set())
+    pending = coordinator.start(plan, 0.0, lambda cid: f"file:///tmp/chk-{cid}")
+    uid = g.vertices["pointwise"].operators[0].uid
+    for key in plan.to_ack:
+        finished = key == ("pointwise", 0)
+        union = key[0] == "pointwise"
+        ops = {op.uid: SnapshotSummary(finished, union, union) for op in g.vertices[key[0]].operators}
+        coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), ops)
+    assert coordinator.is_complete(pending.checkpoint_id)
+    assert coordinator.union_state_partially_finished(pending.checkpoint_id, set()) == "pointwise"
+    assert uid in coordinator.metadata(pending.checkpoint_id, set())["operators"]
