@@ -123,16 +123,7 @@ def cancel(ctx: click.Context, job: str) -> None:
 @click.pass_context
 def kill(ctx: click.Context, job: str, vertex: str, subtask: int) -> None:
     """Kill one task actor, to rehearse failover."""
-    import ray
-
-    from actors.cluster import NAMESPACE, task_actor_name
-
-    client = _client(ctx, job)
-    name = task_actor_name(job, vertex, subtask)
-    if name not in client.tasks():
-        raise click.ClickException(f"job '{job}' has no task {vertex}/{subtask}; its tasks: {', '.join(client.tasks()) or 'none'}")
-    ray.kill(ray.get_actor(name, namespace=NAMESPACE))
-    _emit(ctx, {"killed": name})
+    _emit(ctx, {"killed": _client(ctx, job).kill_task(vertex, subtask)})
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -8,7 +8,7 @@ from typing import Any
 
 import ray
 
-from actors.cluster import NAMESPACE, coordinator_name, ensure_ray
+from actors.cluster import NAMESPACE, coordinator_name, ensure_ray, task_actor_name
 from actors.coordinator import RemoteJobCoordinator
 from runtime.errors import JobCancelledError, WeirError
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
@@ -72,6 +72,16 @@ class RayJobClient(JobClient):
 
     def cancel(self) -> None:
         _call(self.job_name, self._coordinator.cancel.remote())
+
+    def kill_task(self, vertex: str, subtask: int) -> str:
+        name = task_actor_name(self.job_name, vertex, subtask)
+        if name not in self.tasks():
+            raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+        except ValueError:
+            raise WeirError(f"task {name} is gone already (the job is restarting or ended)") from None
+        return name
 
     def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
         return self._answer(self._coordinator.savepoint.remote(path, timeout_s), timeout_s)

@@ -79,6 +79,10 @@ class JobClient(ABC):
         """records in/out and backpressured time per task."""
 
     @abstractmethod
+    def kill_task(self, vertex: str, subtask: int) -> str:
+        """Kill one task (its actor on Ray) to rehearse failover; returns its name."""
+
+    @abstractmethod
     def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
         """Take a savepoint into ``path`` (a pyarrow.fs URI or local folder); None: a
         retained checkpoint. Returns its location; the job goes on."""

@@ -158,8 +158,9 @@ class LocalJobClient(JobClient):
     def metrics(self) -> list[dict[str, Any]]:
         return self._gateway.metrics()
 
-    def kill_task(self, vertex: str, subtask: int) -> None:
+    def kill_task(self, vertex: str, subtask: int) -> str:
         self._gateway.kill((vertex, subtask))
+        return task_name((vertex, subtask))
 
 
 class LocalExecutor(Executor):
