@@ -3,6 +3,7 @@ every protocol as a plain state machine. Never imports Ray."""
 
 from runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy
 from runtime.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
+from runtime.eventtime import Time, WatermarkGenerator, WatermarkStrategy
 from runtime.errors import (
     CheckpointDeclinedError,
     CorruptCheckpointError,
@@ -31,6 +32,7 @@ from runtime.functions import (
 from runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter
 from runtime.sources import Source, SourceReader
 from runtime.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from runtime.timers import TimeDomain
 
 __all__ = [
     "CheckpointConfig", "CheckpointingMode", "RestartStrategies", "RestartStrategy",
@@ -43,4 +45,5 @@ __all__ = [
     "ProcessFunction", "ReduceFunction", "RuntimeContext",
     "DiscardingSink", "PrintSink", "Sink", "SinkWriter", "Source", "SourceReader",
     "ListStateDescriptor", "MapStateDescriptor", "ValueStateDescriptor",
+    "Time", "WatermarkGenerator", "WatermarkStrategy", "TimeDomain",
 ]

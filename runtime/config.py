@@ -166,5 +166,6 @@ class ExecutionConfig:
     task_cpus: float = 0.1  # Ray CPUs per task actor: 20 tasks fit on 2 cores
     restart_strategy: RestartStrategy = field(default_factory=lambda: RestartStrategy.fixed_delay(3, 0.5))
     transport: TransportConfig = field(default_factory=TransportConfig)
+    watermark_interval_ms: int = 200         # how often sources emit watermarks
     restore_from: str | None = None          # a savepoint or retained checkpoint to start from
     allow_non_restored_state: bool = False   # drop its state of operators the job no longer has

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from runtime.config import CheckpointConfig, CheckpointingMode, ExecutionConfig, RestartStrategy, _positive
 from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
+from runtime.eventtime import WatermarkStrategy
 from runtime.executor import JobClient, JobExecutionResult, find_executor
 from runtime.functions import as_callable
 from runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph
@@ -87,6 +88,12 @@ class StreamExecutionEnvironment:
         self.config.allow_non_restored_state = bool(allow_non_restored_state)
         return self
 
+    def set_auto_watermark_interval(self, interval_ms: int) -> "StreamExecutionEnvironment":
+        """How often sources emit watermarks (default 200 ms)."""
+        _positive("auto watermark interval_ms", interval_ms)
+        self.config.watermark_interval_ms = int(interval_ms)
+        return self
+
     def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
         _positive("buffer_timeout_ms", timeout_ms, allow_zero=True)
         self.config.transport.buffer_timeout_ms = int(timeout_ms)
@@ -104,24 +111,40 @@ class StreamExecutionEnvironment:
         return self
 
     # ---------------------------------------------------------------- sources
-    def from_source(self, source: Source[Any], watermark_strategy: Any = None, source_name: str = "source") -> "DataStream":
+    def from_source(self, source: Source[Any], watermark_strategy: WatermarkStrategy | None = None, source_name: str = "source") -> "DataStream":
+        """Records of ``source``; with a :class:`WatermarkStrategy` they carry event
+        time and the source emits watermarks (per split, idle splits excluded)."""
         if not isinstance(source, Source):
             raise TypeError(f"from_source() takes a runtime.sources.Source, got {type(source).__name__}")
-        t = self._add(f"Source: {source_name}", lambda n, u: SourceOperator(n, u, source), [])
+        if watermark_strategy is not None:
+            if not isinstance(watermark_strategy, WatermarkStrategy):
+                raise InvalidConfigurationError("watermark strategy", watermark_strategy, "use WatermarkStrategy.for_...()")
+            if watermark_strategy.generator_factory is not None and watermark_strategy.timestamp_assigner is None:
+                raise InvalidConfigurationError(
+                    "watermark strategy", watermark_strategy, f"source '{source_name}' needs .with_timestamp_assigner(...)")
+        config = self.config
+        t = self._add(
+            f"Source: {source_name}",
+            lambda n, u: SourceOperator(n, u, source, watermark_strategy, config.watermark_interval_ms),
+            [],
+        )
         t.is_source, t.bounded = True, source.bounded
         return DataStream(self, [(t, None)], t)
 
-    def from_collection(self, collection: Sequence[Any] | Iterable[Any]) -> "DataStream":
-        return self.from_source(CollectionSource(list(collection)), source_name="collection")
+    def from_collection(self, collection: Sequence[Any] | Iterable[Any], watermark_strategy: WatermarkStrategy | None = None) -> "DataStream":
+        return self.from_source(CollectionSource(list(collection)), watermark_strategy, "collection")
 
     def from_sequence(self, start: int, end: int) -> "DataStream":
         """The integers from ``start`` to ``end``, both included."""
         return self.from_source(SequenceSource(start, end), source_name="sequence")
 
-    def from_generator(self, generator: Callable[[int], Any], count: int | None = None, records_per_second: float | None = None) -> "DataStream":
+    def from_generator(
+        self, generator: Callable[[int], Any], count: int | None = None, records_per_second: float | None = None,
+        watermark_strategy: WatermarkStrategy | None = None,
+    ) -> "DataStream":
         """``generator(i)`` for ``i = 0, 1, ...``; ``count=None`` runs forever (stop or
         cancel the job); ``records_per_second`` limits the rate over all subtasks."""
-        return self.from_source(GeneratorSource(generator, count, records_per_second), source_name="generator")
+        return self.from_source(GeneratorSource(generator, count, records_per_second), watermark_strategy, "generator")
 
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:

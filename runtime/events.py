@@ -20,6 +20,13 @@ class CheckpointKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class WatermarkStatus:
+    """An input went idle (no watermark to wait for) or became active again."""
+
+    idle: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointBarrier:
     checkpoint_id: int
     timestamp_ms: int

@@ -87,24 +87,51 @@ class KeySelector(Function, Generic[IN, KEY]):
 class KeyedProcessFunction(Function, Generic[KEY, IN, OUT]):
     """Called once per record with the record's key set as current key, so the
     state objects from :class:`RuntimeContext` read and write that key's entry.
-    Yield (or return an iterable of) the records to emit."""
+    Yield (or return an iterable of) the records to emit. Timers registered
+    through ``ctx.timer_service()`` call :meth:`on_timer` with the same key set;
+    records emitted there carry the timer's time (event time) as timestamp."""
 
     class Context:
-        def __init__(self) -> None:
+        """Given to ``process_element`` and ``on_timer``."""
+
+        def __init__(self, timer_service: Any) -> None:
             self._key: Any = None
+            self._timestamp: int | None = None
+            self._timer_service = timer_service
+            self._domain: Any = None
 
         def get_current_key(self) -> Any:
             return self._key
 
+        def timestamp(self) -> int | None:
+            """The record's event time (in on_timer: the timer's time), None without one."""
+            return self._timestamp
+
+        def timer_service(self) -> Any:
+            """A :class:`runtime.timers.TimerService` for the current key."""
+            return self._timer_service
+
+        def time_domain(self) -> Any:
+            """In on_timer: which kind of timer fired (:class:`runtime.timers.TimeDomain`)."""
+            return self._domain
+
     @abstractmethod
     def process_element(self, value: IN, ctx: "KeyedProcessFunction.Context") -> Iterable[OUT] | None: ...
+
+    def on_timer(self, timestamp: int, ctx: "KeyedProcessFunction.Context") -> Iterable[OUT] | None:
+        return None
 
 
 class ProcessFunction(Function, Generic[IN, OUT]):
     """Non-keyed per-record function with operator-scoped hooks."""
 
     class Context:
-        pass
+        def __init__(self, timestamp: Any = lambda: None) -> None:
+            self._timestamp = timestamp
+
+        def timestamp(self) -> int | None:
+            """The record's event time, None without one."""
+            return self._timestamp()
 
     @abstractmethod
     def process_element(self, value: IN, ctx: "ProcessFunction.Context") -> Iterable[OUT] | None: ...

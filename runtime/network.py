@@ -1,7 +1,8 @@
 """The sending side of channels: partitioners, batching, and the wire format.
 
 A delivery is one ``bytes`` object: a pickled list of messages, where a message
-is a list of records or an event (see :mod:`runtime.events`). Records go out in
+is a list of records, a :class:`Timestamped` batch, or an event (see
+:mod:`runtime.events`). Records go out in
 batches, flushed when a buffer is full, when the buffer timeout passed, when the
 task is about to idle, and always before an event. Plain pickle is used for
 speed; cloudpickle only for what plain pickle refuses.
@@ -30,7 +31,7 @@ def encode(messages: list[Any], operator: str) -> bytes:
 
 def _first_unpicklable(messages: list[Any]) -> Any:
     for m in messages:
-        for r in m if isinstance(m, list) else [m]:
+        for r in m if isinstance(m, list) else m.records if isinstance(m, Timestamped) else [m]:
             try:
                 cloudpickle.dumps(r)
             except Exception:
@@ -43,26 +44,37 @@ def decode(payload: bytes) -> list[Any]:
     return loads(payload)
 
 
+class Timestamped:
+    """A batch whose records carry event timestamps (a parallel list)."""
+
+    __slots__ = ("records", "timestamps")
+
+    def __init__(self, records: list[Any], timestamps: list[int]) -> None:
+        self.records = records
+        self.timestamps = timestamps
+
+    def __reduce__(self) -> Any:
+        return (Timestamped, (self.records, self.timestamps))
+
+
+Parts = list[list[Any]]
+
+
 class Partitioner:
-    """Decides the channel(s) of each record. Subclasses work on whole batches."""
+    """Decides the channel(s) of each record. Subclasses work on whole batches and
+    split the timestamps (when there are any) the same way as the records."""
 
     name = "partitioner"
 
-    def partition(self, records: list[Any], channels: int) -> list[list[Any]]:
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
         raise NotImplementedError
-
-    def is_pointwise(self) -> bool:
-        return False
 
 
 class ForwardPartitioner(Partitioner):
     name = "forward"
 
-    def partition(self, records: list[Any], channels: int) -> list[list[Any]]:
-        return [records]
-
-    def is_pointwise(self) -> bool:
-        return True
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
+        return [records], None if timestamps is None else [timestamps]
 
 
 class RebalancePartitioner(Partitioner):
@@ -73,19 +85,23 @@ class RebalancePartitioner(Partitioner):
     def __init__(self) -> None:
         self._next = 0
 
-    def partition(self, records: list[Any], channels: int) -> list[list[Any]]:
-        out: list[list[Any]] = [[] for _ in range(channels)]
-        for i in range(channels):
-            out[(self._next + i) % channels] = records[i::channels]
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
+        order = [(self._next + i) % channels for i in range(channels)]
         self._next = (self._next + len(records)) % channels
-        return out
+        out: Parts = [[] for _ in range(channels)]
+        ts: Parts | None = None if timestamps is None else [[] for _ in range(channels)]
+        for i, ch in enumerate(order):
+            out[ch] = records[i::channels]
+            if ts is not None:
+                ts[ch] = timestamps[i::channels]  # type: ignore[index]
+        return out, ts
 
 
 class BroadcastPartitioner(Partitioner):
     name = "broadcast"
 
-    def partition(self, records: list[Any], channels: int) -> list[list[Any]]:
-        return [records] * channels
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
+        return [records] * channels, None if timestamps is None else [timestamps] * channels
 
 
 class KeyGroupPartitioner(Partitioner):
@@ -102,14 +118,15 @@ class KeyGroupPartitioner(Partitioner):
         self._cache: dict[Any, int] = {}
         self._cache_channels = 0
 
-    def partition(self, records: list[Any], channels: int) -> list[list[Any]]:
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
         if channels != self._cache_channels:
             self._cache.clear()
             self._cache_channels = channels
-        out: list[list[Any]] = [[] for _ in range(channels)]
+        out: Parts = [[] for _ in range(channels)]
         appends = [o.append for o in out]
         cache = self._cache
         key_of = self._key_selector
+        chans = []
         for record in records:
             try:
                 key = key_of(record)
@@ -122,7 +139,13 @@ class KeyGroupPartitioner(Partitioner):
             if ch is None:
                 ch = self._channel_for_new_key(key, channels, record)
             appends[ch](record)
-        return out
+            chans.append(ch)
+        if timestamps is None:
+            return out, None
+        ts: Parts = [[] for _ in range(channels)]
+        for t, ch in zip(timestamps, chans):
+            ts[ch].append(t)
+        return out, ts
 
     def _channel_for_new_key(self, key: Any, channels: int, record: Any) -> int:
         try:
@@ -137,7 +160,8 @@ class KeyGroupPartitioner(Partitioner):
 
 
 class RecordWriter:
-    """One output edge of a task: a buffer and a sequence counter per channel."""
+    """One output edge of a task: a buffer (records, and their timestamps when they
+    have them) and a sequence counter per channel."""
 
     def __init__(
         self,
@@ -157,43 +181,60 @@ class RecordWriter:
         self._timeout_s = buffer_timeout_s
         self._clock = clock
         self._buffers: list[list[Any]] = [[] for _ in range(channels)]
+        self._ts: list[list[int] | None] = [None] * channels
         self._seq = [0] * channels
         self._oldest: float | None = None
         self.records_out = 0
 
-    def emit(self, records: list[Any]) -> None:
+    def emit(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         if not records:
             return
         self.records_out += len(records)
-        parts = self._partitioner.partition(records, self._channels)
+        parts, ts_parts = self._partitioner.partition(records, timestamps, self._channels)
         for ch, part in enumerate(parts):
             if not part:
                 continue
             buf = self._buffers[ch]
+            if buf and (self._ts[ch] is None) != (ts_parts is None):
+                self._flush_channel(ch)  # timestamped and plain records do not share a batch
+                buf = self._buffers[ch]
             if buf:
                 buf.extend(part)
             else:
                 self._buffers[ch] = buf = list(part) if part is records else part
+            if ts_parts is not None:
+                tsb = self._ts[ch]
+                if tsb:
+                    tsb.extend(ts_parts[ch])
+                else:
+                    self._ts[ch] = list(ts_parts[ch])
             if len(buf) >= self._batch_size:
-                self._deliver(ch, [buf])
-                self._buffers[ch] = []
+                self._flush_channel(ch)
         if self._oldest is None:
             self._oldest = self._clock()
+
+    def _batch(self, ch: int) -> list[Any]:
+        """The channel's buffered batch as messages (none when empty), emptied."""
+        buf, ts = self._buffers[ch], self._ts[ch]
+        self._buffers[ch], self._ts[ch] = [], None
+        if not buf:
+            return []
+        return [buf] if ts is None else [Timestamped(buf, ts)]
+
+    def _flush_channel(self, ch: int) -> None:
+        batch = self._batch(ch)
+        if batch:
+            self._deliver(ch, batch)
 
     def broadcast_event(self, event: Any) -> None:
         """Flush every buffer, then the event, in one delivery per channel."""
         for ch in range(self._channels):
-            buf = self._buffers[ch]
-            self._deliver(ch, [buf, event] if buf else [event])
-            self._buffers[ch] = []
+            self._deliver(ch, self._batch(ch) + [event])
         self._oldest = None
 
     def flush(self) -> None:
         for ch in range(self._channels):
-            buf = self._buffers[ch]
-            if buf:
-                self._deliver(ch, [buf])
-                self._buffers[ch] = []
+            self._flush_channel(ch)
         self._oldest = None
 
     def flush_if_due(self) -> None:

@@ -14,13 +14,15 @@ emit. Operators work on whole batches: a batch is a ``list`` of records.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from runtime.errors import KeySelectionError, UserFunctionError
-from runtime.events import Watermark
+from runtime.events import Watermark, WatermarkStatus
 from runtime.functions import Function, KeyedProcessFunction, ProcessFunction, RuntimeContext
 from runtime.keygroups import KeyGroupRange
+from runtime.timers import InternalTimerService, TimeDomain, TimerService
 from runtime.state import (
     KeyedStateBackend,
     ListState,
@@ -38,12 +40,16 @@ from runtime.state import (
 
 
 class Output:
-    """Where an operator's records go: the next operator of the chain or the task's writers."""
+    """Where an operator's records go: the next operator of the chain or the task's
+    writers. ``timestamps``, when given, is the event time of each record."""
 
-    def collect(self, records: list[Any]) -> None:
+    def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         raise NotImplementedError
 
     def emit_watermark(self, watermark: Watermark) -> None:
+        raise NotImplementedError
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
         raise NotImplementedError
 
 
@@ -51,13 +57,19 @@ class ChainedOutput(Output):
     def __init__(self, downstream: "StreamOperator") -> None:
         self._op = downstream
 
-    def collect(self, records: list[Any]) -> None:
+    def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         if records:
             self._op.records_in += len(records)
-            self._op.process_batch(records)
+            if timestamps is None:
+                self._op.process_batch(records)
+            else:
+                self._op.process_batch(records, timestamps)
 
     def emit_watermark(self, watermark: Watermark) -> None:
         self._op.process_watermark(watermark)
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        self._op.process_watermark_status(status)
 
 
 @dataclass
@@ -127,11 +139,22 @@ class StreamOperator:
     def open(self) -> None:
         pass
 
-    def process_batch(self, records: list[Any]) -> None:
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
+        """A batch of records, with their event timestamps if the stream has them."""
         raise NotImplementedError
 
     def process_watermark(self, watermark: Watermark) -> None:
         self.output.emit_watermark(watermark)
+
+    def process_watermark_status(self, status: WatermarkStatus) -> None:
+        self.output.emit_watermark_status(status)
+
+    def next_processing_timer(self) -> int | None:
+        """Wall-clock milliseconds of this operator's next processing-time timer."""
+        return None
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """Fire the processing-time timers due at ``now_ms``."""
 
     def snapshot_state(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot(
@@ -210,7 +233,7 @@ class UdfOperator(StreamOperator):
 
 
 class MapOperator(UdfOperator):
-    def process_batch(self, records: list[Any]) -> None:
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         f = self.call
         out: list[Any] = []
         append = out.append
@@ -220,51 +243,62 @@ class MapOperator(UdfOperator):
                 append(f(r))
         except Exception as exc:
             raise self.fail("map function", exc, r, True) from exc
-        self.output.collect(out)
+        self.output.collect(out, timestamps)
 
 
 class FlatMapOperator(UdfOperator):
-    """Emits every record of the iterable the function returns (None: nothing)."""
+    """Emits every record of the iterable the function returns (None: nothing);
+    each keeps the timestamp of the record it came from."""
 
     role = "flat_map function"
+    current_timestamp: int | None = None
 
-    def process_batch(self, records: list[Any]) -> None:
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         f = self.call
         out: list[Any] = []
         extend = out.extend
+        ts_out: list[int] | None = None if timestamps is None else []
         r = None
         try:
-            for r in records:
+            for i, r in enumerate(records):
+                if ts_out is not None:
+                    self.current_timestamp = timestamps[i]  # type: ignore[index]
                 produced = f(r)
                 if produced is not None:
+                    before = len(out)
                     extend(produced)
+                    if ts_out is not None:
+                        ts_out.extend([timestamps[i]] * (len(out) - before))  # type: ignore[index]
         except Exception as exc:
             raise self.fail(self.role, exc, r, True) from exc
-        self.output.collect(out)
+        self.output.collect(out, ts_out)
 
 
 class FilterOperator(UdfOperator):
-    def process_batch(self, records: list[Any]) -> None:
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         f = self.call
-        out: list[Any] = []
-        append = out.append
+        keep: list[Any] = []
+        append = keep.append
         r = None
         try:
             for r in records:
-                if f(r):
-                    append(r)
+                append(f(r))
         except Exception as exc:
             raise self.fail("filter function", exc, r, True) from exc
-        self.output.collect(out)
+        self.output.collect(
+            [r for r, k in zip(records, keep) if k],
+            None if timestamps is None else [t for t, k in zip(timestamps, keep) if k],
+        )
 
 
 class ProcessOperator(FlatMapOperator):
-    """A :class:`ProcessFunction`: ``process_element(value, ctx)`` yields what to emit."""
+    """A :class:`ProcessFunction`: ``process_element(value, ctx)`` yields what to emit;
+    ``ctx.timestamp()`` is the record's event time (None without one)."""
 
     role = "process function"
 
     def __init__(self, name: str, uid: str, function: Any, call: Callable[..., Any]) -> None:
-        ctx = ProcessFunction.Context()
+        ctx = ProcessFunction.Context(lambda: self.current_timestamp)
         super().__init__(name, uid, function, lambda r: call(r, ctx))
 
 
@@ -289,7 +323,7 @@ class KeyedReduceOperator(_KeyedUdfOperator):
         assert self.keyed_backend is not None
         self._values = self.keyed_backend.table(self.STATE)
 
-    def process_batch(self, records: list[Any]) -> None:
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         values = self._values
         get = values.get
         key_of = self.key_selector
@@ -310,31 +344,85 @@ class KeyedReduceOperator(_KeyedUdfOperator):
                     raise self.fail("reduce function", exc, r, True) from exc
             values[k] = r
             append(r)
-        self.output.collect(out)
+        self.output.collect(out, timestamps)
 
 
 _MISSING = object()
 
 
 class KeyedProcessOperator(_KeyedUdfOperator):
-    def process_batch(self, records: list[Any]) -> None:
+    """Runs a :class:`KeyedProcessFunction`, with event- and processing-time timers
+    kept as keyed state."""
+
+    def open(self) -> None:
+        assert self.keyed_backend is not None
+        self.timers = InternalTimerService(self.keyed_backend)
+        self._ctx = KeyedProcessFunction.Context(TimerService(self.timers, _now_ms))
+        self._on_timer = getattr(self.function, "on_timer", None)
+        super().open()
+
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         backend = self.keyed_backend
         assert backend is not None
         key_of = self.key_selector
         f = self.call
-        ctx = KeyedProcessFunction.Context()
+        ctx = self._ctx
         out: list[Any] = []
-        for r in records:
+        ts_out: list[int] | None = None if timestamps is None else []
+        for i, r in enumerate(records):
             try:
                 k = key_of(r)
                 hash(k)
             except Exception as exc:
                 raise self._key_failed(exc, r) from exc
             backend.current_key = ctx._key = k
+            t = ctx._timestamp = None if timestamps is None else timestamps[i]
             try:
                 produced = f(r, ctx)
                 if produced is not None:
+                    before = len(out)
                     out.extend(produced)
+                    if ts_out is not None:
+                        ts_out.extend([t] * (len(out) - before))  # type: ignore[list-item]
             except Exception as exc:
                 raise self.fail("process function", exc, r, True) from exc
-        self.output.collect(out)
+        self.output.collect(out, ts_out)
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        self.timers.watermark = watermark.timestamp
+        self._fire(TimeDomain.EVENT_TIME, watermark.timestamp)
+        self.output.emit_watermark(watermark)
+
+    def next_processing_timer(self) -> int | None:
+        return self.timers.next_time(TimeDomain.PROCESSING_TIME)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._fire(TimeDomain.PROCESSING_TIME, now_ms)
+
+    def _fire(self, domain: TimeDomain, time_ms: int) -> None:
+        if self._on_timer is None:
+            return
+        backend = self.keyed_backend
+        assert backend is not None
+        ctx = self._ctx
+        ctx._domain = domain
+        out: list[Any] = []
+        ts_out: list[int] = []
+        for ts, key, _ in self.timers.due(domain, time_ms):
+            backend.current_key = ctx._key = key
+            ctx._timestamp = ts if domain is TimeDomain.EVENT_TIME else None
+            try:
+                produced = self._on_timer(ts, ctx)
+            except Exception as exc:
+                raise self.fail("on_timer", exc) from exc
+            if produced is not None:
+                before = len(out)
+                out.extend(produced)
+                ts_out.extend([ts] * (len(out) - before))
+        ctx._domain = None
+        if out:
+            self.output.collect(out, ts_out if domain is TimeDomain.EVENT_TIME else None)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -65,7 +65,7 @@ class SinkOperator(StreamOperator):
         except Exception as exc:
             raise self.fail("sink writer", exc) from exc
 
-    def process_batch(self, records: list[Any]) -> None:
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         try:
             self.writer.write(records)  # type: ignore[union-attr]
         except Exception as exc:

@@ -13,7 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from runtime.events import MAX_WATERMARK, Watermark
+from runtime.eventtime import WatermarkGenerator, WatermarkStrategy
+from runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
 from runtime.operators import RestoredState, StreamOperator
 
 T = TypeVar("T")
@@ -27,6 +28,7 @@ class Poll:
     records: list[Any]
     end: bool = False
     wait_s: float = 0.0
+    split_id: Any = None  # the split the records come from
 
 
 class SourceReader(ABC):
@@ -109,7 +111,7 @@ class IndexedReader(SourceReader):
             records = [self._value_of(i) for i in range(s.next, stop, s.stride)]  # type: ignore[misc]
         self._splits[0] = IndexSplit(s.split_id, s.next + len(records) * s.stride, s.end, s.stride)
         self._emitted += len(records)
-        return Poll(records)
+        return Poll(records, split_id=s.split_id)
 
 
 class SequenceSource(Source[int]):
@@ -167,44 +169,118 @@ class GeneratorSource(Source[T]):
 
 
 class SourceOperator(StreamOperator):
-    """Head of a source task. The task polls it; it checkpoints its splits."""
+    """Head of a source task. The task polls it; it checkpoints its splits, each
+    with the state of its watermark generator.
+
+    With a :class:`WatermarkStrategy` it stamps records with the assigner, feeds a
+    watermark generator per split, and every ``watermark_interval_ms`` emits the
+    minimum watermark over its splits that are not idle; when every split is idle
+    it tells downstream so (``WatermarkStatus``), and the channel stops holding
+    back the watermark there."""
 
     SPLITS = "splits"
 
-    def __init__(self, name: str, uid: str, source: Source[Any]) -> None:
+    def __init__(self, name: str, uid: str, source: Source[Any], strategy: WatermarkStrategy | None = None, watermark_interval_ms: int = 200) -> None:
         super().__init__(name, uid)
         self.source = source
         self.reader: SourceReader
+        self._strategy = strategy
+        self._interval_s = watermark_interval_ms / 1000
+        self._generators: dict[Any, WatermarkGenerator] = {}
+        self._last_active: dict[Any, float] = {}
+        self._last_check = 0.0
+        self._emitted = MIN_WATERMARK
+        self._idle = False
 
     def initialize_state(self, restored: RestoredState) -> None:
         super().initialize_state(restored)
         self.reader = self.source.create_reader(self.ctx.subtask, self.ctx.parallelism)
         if restored.is_restored:
-            splits = restored.lists.get(self.SPLITS, [])
+            entries = restored.lists.get(self.SPLITS, [])
         else:
-            splits = self.source.create_splits(self.ctx.parallelism)[self.ctx.subtask :: self.ctx.parallelism]
-        self.reader.add_splits(splits)
+            entries = [(split, None) for split in self.source.create_splits(self.ctx.parallelism)[self.ctx.subtask :: self.ctx.parallelism]]
+        for split, generator_state in entries:
+            if generator_state is not None:
+                self._generator(_split_id(split)).restore(generator_state)
+        self.reader.add_splits([split for split, _ in entries])
+
+    def _generator(self, split_id: Any) -> WatermarkGenerator:
+        gen = self._generators.get(split_id)
+        if gen is None:
+            assert self._strategy is not None and self._strategy.generator_factory is not None
+            gen = self._generators[split_id] = self._strategy.generator_factory()
+        return gen
 
     def poll(self, max_records: int) -> Poll:
         try:
             result = self.reader.poll(max_records)
         except Exception as exc:
             raise self.fail("source reader", exc) from exc
+        strategy = self._strategy
+        if strategy is None or strategy.timestamp_assigner is None:
+            if result.records:
+                self.output.collect(result.records)
+            return result
+        now = time.monotonic()
         if result.records:
-            self.output.collect(result.records)
+            assign = strategy.timestamp_assigner
+            timestamps: list[int] = []
+            append = timestamps.append
+            r = None
+            try:
+                for r in result.records:
+                    append(assign(r))
+            except Exception as exc:
+                raise self.fail("timestamp assigner", exc, r, True) from exc
+            if strategy.generator_factory is not None:
+                self._generator(result.split_id).on_batch(timestamps)
+                self._last_active[result.split_id] = now
+            self.output.collect(result.records, timestamps)
+        if strategy.generator_factory is not None and now - self._last_check >= self._interval_s:
+            self._last_check = now
+            self._emit_watermark(now)
         return result
 
-    def process_batch(self, records: list[Any]) -> None:
+    def _emit_watermark(self, now: float) -> None:
+        idleness = self._strategy.idleness_ms if self._strategy is not None else None
+        watermarks = []
+        for split in self.reader.snapshot_splits():
+            sid = _split_id(split)
+            last = self._last_active.setdefault(sid, now)
+            if idleness is None or (now - last) * 1000 < idleness:
+                watermarks.append(self._generator(sid).current_watermark())
+        if not watermarks:
+            if not self._idle:
+                self._idle = True
+                self.output.emit_watermark_status(WatermarkStatus(idle=True))
+            return
+        if self._idle:
+            self._idle = False
+            self.output.emit_watermark_status(WatermarkStatus(idle=False))
+        wm = min(watermarks)
+        if wm > self._emitted:
+            self._emitted = wm
+            self.output.emit_watermark(Watermark(wm))
+
+    def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         raise RuntimeError("a source has no input")
 
     def end_of_input(self) -> None:
         self.output.emit_watermark(Watermark(MAX_WATERMARK))
 
     def snapshot_state(self, checkpoint_id: int):  # type: ignore[no-untyped-def]
-        self.operator_state.lists[self.SPLITS] = self.reader.snapshot_splits()
+        self.operator_state.lists[self.SPLITS] = [
+            (split, self._generators[_split_id(split)].snapshot() if _split_id(split) in self._generators else None)
+            for split in self.reader.snapshot_splits()
+        ]
         return super().snapshot_state(checkpoint_id)
 
     def close(self) -> None:
         reader = getattr(self, "reader", None)
         if reader is not None:
             reader.close()
+
+
+def _split_id(split: Any) -> Any:
+    return getattr(split, "split_id", split)
+

@@ -33,10 +33,11 @@ from runtime.events import (
     EndOfData,
     EndOfPartition,
     Watermark,
+    WatermarkStatus,
 )
 from runtime.graph import JobVertex
 from runtime.mailbox import DataLetter, Mailbox
-from runtime.network import RecordWriter, decode
+from runtime.network import RecordWriter, Timestamped, decode
 from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator
 from runtime.sources import SourceOperator
 from runtime.state import OperatorSnapshot, SnapshotSummary
@@ -131,24 +132,31 @@ class _WriterOutput(Output):
     def __init__(self, writers: list[RecordWriter]) -> None:
         self.writers = writers
 
-    def collect(self, records: list[Any]) -> None:
+    def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         for w in self.writers:
-            w.emit(records)
+            w.emit(records, timestamps)
 
     def emit_watermark(self, watermark: Watermark) -> None:
         for w in self.writers:
             w.broadcast_event(watermark)
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        for w in self.writers:
+            w.broadcast_event(status)
 
 
 class _ClosedOutput(Output):
     def __init__(self, operator: str) -> None:
         self._operator = operator
 
-    def collect(self, records: list[Any]) -> None:
+    def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         raise WeirError(f"operator '{self._operator}' emitted records in close(); emit them in finish()")
 
     def emit_watermark(self, watermark: Watermark) -> None:
         raise WeirError(f"operator '{self._operator}' emitted a watermark in close()")
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        pass
 
 
 class StreamTask:
@@ -185,6 +193,8 @@ class StreamTask:
         self._drain = True
         self._watermarks = [MIN_WATERMARK] * len(d.input_channels)
         self._watermark = MIN_WATERMARK
+        self._idle_channels: set[int] = set()
+        self._idle = False
         self.state = TaskState.RUNNING
         self._source_active = self.is_source
         self._first_checkpoint_after_finish: int | None = None
@@ -269,6 +279,7 @@ class StreamTask:
         return result
 
     def _step(self) -> None:
+        timer_wait_s = self._fire_processing_timers()
         letter = self.mailbox.take(0, self.barriers.blocked)
         if letter is not None:
             self._handle(letter)
@@ -284,9 +295,28 @@ class StreamTask:
                 return
         for w in self.writers:
             w.flush()
+        if timer_wait_s is not None:
+            wait_s = timer_wait_s if wait_s is None else min(wait_s, timer_wait_s)
         letter = self.mailbox.take(wait_s, self.barriers.blocked)
         if letter is not None:
             self._handle(letter)
+
+    def _fire_processing_timers(self) -> float | None:
+        """Fire the processing-time timers that are due; seconds until the next one."""
+        wait_s = None
+        for op in self.operators:
+            next_ms = op.next_processing_timer()
+            if next_ms is None:
+                continue
+            now_ms = int(time.time() * 1000)
+            if next_ms <= now_ms:
+                op.on_processing_time(now_ms)
+                next_ms = op.next_processing_timer()
+                if next_ms is None:
+                    continue
+            wait = max(0.0, (next_ms - now_ms) / 1000)
+            wait_s = wait if wait_s is None else min(wait_s, wait)
+        return wait_s
 
     def _poll_source(self) -> float:
         head = self.head
@@ -357,10 +387,16 @@ class StreamTask:
                 head.records_in += len(m)
                 head.process_batch(m)
                 self._saw_records()
+            elif type(m) is Timestamped:
+                head.records_in += len(m.records)
+                head.process_batch(m.records, m.timestamps)
+                self._saw_records()
             elif isinstance(m, CheckpointBarrier):
                 self._apply(self.barriers.on_barrier(channel, m))
             elif isinstance(m, Watermark):
                 self._on_watermark(channel, m.timestamp)
+            elif isinstance(m, WatermarkStatus):
+                self._on_watermark_status(channel, m.idle)
             elif isinstance(m, EndOfData):
                 self._on_end_of_data(channel, m)
             elif isinstance(m, EndOfPartition):
@@ -386,10 +422,27 @@ class StreamTask:
 
     def _on_watermark(self, channel: int, timestamp: int) -> None:
         self._watermarks[channel] = timestamp
+        self._idle_channels.discard(channel)  # a watermark makes a channel active again
+        self._advance_watermark()
+
+    def _on_watermark_status(self, channel: int, idle: bool) -> None:
+        if idle:
+            self._idle_channels.add(channel)
+        else:
+            self._idle_channels.discard(channel)
         self._advance_watermark()
 
     def _advance_watermark(self) -> None:
-        live = [w for ch, w in enumerate(self._watermarks) if ch not in self._end_of_data]
+        """The task's watermark: the minimum over channels neither idle nor ended.
+        When every open channel is idle, the task is idle itself."""
+        open_channels = [ch for ch in range(len(self._watermarks)) if ch not in self._end_of_data]
+        live = [self._watermarks[ch] for ch in open_channels if ch not in self._idle_channels]
+        idle = bool(open_channels) and not live
+        if idle != self._idle:
+            self._idle = idle
+            self.head.process_watermark_status(WatermarkStatus(idle))
+        if idle:
+            return
         new = min(live) if live else max(self._watermarks, default=MAX_WATERMARK)
         if new > self._watermark:
             self._watermark = new

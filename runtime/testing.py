@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from runtime.errors import CheckpointFailureReason
-from runtime.events import CheckpointBarrier, Watermark
+from runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
 from runtime.functions import as_callable
 from runtime.network import decode, encode
 from runtime.operators import (
@@ -45,13 +45,19 @@ from runtime.task import (
 class _Collect(Output):
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.timestamps: list[int | None] = []
         self.watermarks: list[int] = []
+        self.statuses: list[bool] = []
 
-    def collect(self, records: list[Any]) -> None:
+    def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         self.records.extend(records)
+        self.timestamps.extend([None] * len(records) if timestamps is None else timestamps)
 
     def emit_watermark(self, watermark: Watermark) -> None:
         self.watermarks.append(watermark.timestamp)
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        self.statuses.append(status.idle)
 
 
 class OperatorHarness:
@@ -91,10 +97,16 @@ class OperatorHarness:
         return cls(SinkOperator("Sink", "sink", sink), **kw)
 
     # Driving it.
-    def process(self, *records: Any) -> list[Any]:
-        """Feed records as one batch; return what the operator emitted for them."""
+    def process(self, *records: Any, timestamps: list[int] | None = None) -> list[Any]:
+        """Feed records as one batch (with event timestamps, if given); return what
+        the operator emitted for them."""
         self.operator.records_in += len(records)
-        self.operator.process_batch(list(records))
+        self.operator.process_batch(list(records), timestamps)
+        return self._new_output()
+
+    def processing_time(self, now_ms: int) -> list[Any]:
+        """Fire the processing-time timers due at ``now_ms``."""
+        self.operator.on_processing_time(now_ms)
         return self._new_output()
 
     def watermark(self, timestamp: int) -> list[Any]:
@@ -123,6 +135,11 @@ class OperatorHarness:
     @property
     def watermarks(self) -> list[int]:
         return list(self._out.watermarks)
+
+    @property
+    def timestamps(self) -> list[int | None]:
+        """The event timestamp of each record in :attr:`output`."""
+        return list(self._out.timestamps)
 
     def _new_output(self) -> list[Any]:
         new = self._out.records[self._taken :]
@@ -184,6 +201,8 @@ class TaskHarness:
         specs = [OperatorSpec(name, name, make) for name, make in operators]
         vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False, True)
         vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
+        # One output channel: what the task sends shows up in ``ports.sent``.
+        vertex.outputs = [JobEdge(1, "task", "downstream", PartitionSpec("forward"), 0, 1, 128, "downstream")]
         mode = CheckpointingMode.EXACTLY_ONCE if exactly_once else CheckpointingMode.AT_LEAST_ONCE
         deployment = TaskDeployment(
             "harness", "harness", vertex, subtask, [(0, ch) for ch in range(channels)],

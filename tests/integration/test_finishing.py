@@ -111,8 +111,8 @@ class _Recorder(StreamOperator):
         with open(os.environ["WEIR_TEST_EVENTS"] + f".{self.ctx.subtask}", "a") as f:
             f.write(event + "\n")
 
-    def process_batch(self, records):
-        self.output.collect(records)
+    def process_batch(self, records, timestamps=None):
+        self.output.collect(records, timestamps)
 
     def process_watermark(self, watermark):
         if watermark.timestamp == MAX_WATERMARK:

@@ -115,8 +115,8 @@ class _Recorder(StreamOperator):
 
     events: list[str] = []
 
-    def process_batch(self, records):
-        self.output.collect(records)
+    def process_batch(self, records, timestamps=None):
+        self.output.collect(records, timestamps)
 
     def process_watermark(self, watermark):
         self.events.append(f"watermark {'MAX' if watermark.timestamp == MAX_WATERMARK else watermark.timestamp}")
@@ -152,8 +152,8 @@ def test_stop_with_drain_delivers_max_watermark_before_finish(tmp_path, checkpoi
 class _FailingSnapshots(StreamOperator):
     broken = False
 
-    def process_batch(self, records):
-        self.output.collect(records)
+    def process_batch(self, records, timestamps=None):
+        self.output.collect(records, timestamps)
 
     def snapshot_state(self, checkpoint_id):
         if _FailingSnapshots.broken:
