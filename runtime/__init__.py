@@ -2,7 +2,7 @@
 every protocol as a plain state machine. Never imports Ray."""
 
 from runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy
-from runtime.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
+from runtime.datastream import DataStream, KeyedStream, StreamExecutionEnvironment, WindowedStream
 from runtime.eventtime import Time, WatermarkGenerator, WatermarkStrategy
 from runtime.errors import (
     CheckpointDeclinedError,
@@ -33,6 +33,24 @@ from runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter
 from runtime.sources import Source, SourceReader
 from runtime.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from runtime.timers import TimeDomain
+from runtime.windows import (
+    AggregateFunction,
+    CountTrigger,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    OutputTag,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    ProcessWindowFunction,
+    PurgingTrigger,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+)
 
 __all__ = [
     "CheckpointConfig", "CheckpointingMode", "RestartStrategies", "RestartStrategy",
@@ -46,4 +64,8 @@ __all__ = [
     "DiscardingSink", "PrintSink", "Sink", "SinkWriter", "Source", "SourceReader",
     "ListStateDescriptor", "MapStateDescriptor", "ValueStateDescriptor",
     "Time", "WatermarkGenerator", "WatermarkStrategy", "TimeDomain",
+    "AggregateFunction", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "OutputTag",
+    "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction", "PurgingTrigger",
+    "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult",
+    "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowedStream",
 ]

@@ -30,6 +30,18 @@ from runtime.operators import (
 )
 from runtime.sinks import PrintSink, Sink, SinkOperator
 from runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceOperator
+from runtime.windows import (
+    AggregateContents,
+    AggregateFunction,
+    OutputTag,
+    ProcessContents,
+    ProcessWindowFunction,
+    ReduceContents,
+    Trigger,
+    WindowAssigner,
+    WindowOperator,
+    _Contents,
+)
 
 
 class StreamExecutionEnvironment:
@@ -229,7 +241,7 @@ class DataStream:
 
     def key_by(self, key_selector: Callable[[Any], Any] | Any) -> "KeyedStream":
         ks = as_callable(key_selector, "get_key", "key_by()")
-        return KeyedStream(self._env, [(t, PartitionSpec("hash", ks)) for t, _ in self._inputs], ks)
+        return KeyedStream(self._env, [(t, PartitionSpec("hash", ks, _tag(s))) for t, s in self._inputs], ks)
 
     def union(self, *streams: "DataStream") -> "DataStream":
         inputs = list(self._inputs)
@@ -238,7 +250,7 @@ class DataStream:
         return DataStream(self._env, inputs, None)
 
     def _partition(self, kind: str) -> "DataStream":
-        return DataStream(self._env, [(t, PartitionSpec(kind)) for t, _ in self._inputs], None)
+        return DataStream(self._env, [(t, PartitionSpec(kind, None, _tag(s))) for t, s in self._inputs], None)
 
     def rebalance(self) -> "DataStream":
         return self._partition("rebalance")
@@ -248,6 +260,11 @@ class DataStream:
 
     def forward(self) -> "DataStream":
         return self._partition("forward")
+
+    def get_side_output(self, tag: OutputTag) -> "DataStream":
+        """The records this operator sent to side output ``tag`` (e.g. late data)."""
+        t = self._own("get_side_output()")
+        return DataStream(self._env, [(t, PartitionSpec("", None, tag.name))], None)
 
     # ------------------------------------------------------------ sinks
     def sink_to(self, sink: Sink) -> "DataStream":
@@ -286,8 +303,68 @@ class KeyedStream(DataStream):
             return a + b
         return self.reduce(add).name("Sum")
 
+    def window(self, assigner: WindowAssigner) -> "WindowedStream":
+        """Group each key's records into windows (tumbling, sliding, session; event
+        or processing time)."""
+        if not isinstance(assigner, WindowAssigner):
+            raise InvalidConfigurationError("window assigner", assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))")
+        return WindowedStream(self, assigner)
+
     def process(self, func: Any) -> DataStream:
         """A :class:`KeyedProcessFunction` (or a callable ``(value, ctx) -> iterable``)."""
         call = as_callable(func, "process_element", "process()")
         ks = self._key_selector
         return self._then("KeyedProcess", lambda n, u: KeyedProcessOperator(n, u, func, call, ks))
+
+
+def _tag(spec: PartitionSpec | None) -> str | None:
+    return None if spec is None else spec.side_output
+
+
+class WindowedStream:
+    """``keyed.window(assigner)``, then optionally ``trigger``, ``allowed_lateness``
+    and ``side_output_late_data``, then one of ``reduce``, ``aggregate``, ``process``."""
+
+    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner) -> None:
+        self._keyed = keyed
+        self._assigner = assigner
+        self._trigger: Trigger | None = None
+        self._lateness = 0
+        self._late: OutputTag | None = None
+
+    def trigger(self, trigger: Trigger) -> "WindowedStream":
+        self._trigger = trigger
+        return self
+
+    def allowed_lateness(self, lateness_ms: int) -> "WindowedStream":
+        """Keep windows this long after their end: late records update and re-fire them."""
+        _positive("allowed lateness", lateness_ms, allow_zero=True)
+        self._lateness = int(lateness_ms)
+        return self
+
+    def side_output_late_data(self, tag: OutputTag) -> "WindowedStream":
+        """Records too late for every window go to ``result.get_side_output(tag)``."""
+        if not isinstance(tag, OutputTag):
+            raise InvalidConfigurationError("late data tag", tag, "use OutputTag('name')")
+        self._late = tag
+        return self
+
+    def _apply(self, name: str, contents: _Contents) -> DataStream:
+        ks, assigner, trigger, lateness, late = self._keyed._key_selector, self._assigner, self._trigger, self._lateness, self._late
+        if assigner.merging and isinstance(contents, AggregateContents) and type(contents.agg).merge is AggregateFunction.merge:
+            raise InvalidConfigurationError("aggregate function", contents.agg, "session windows merge: implement merge()")
+        return self._keyed._then(name, lambda n, u: WindowOperator(n, u, contents, ks, assigner, trigger, lateness, late))
+
+    def reduce(self, func: Callable[[Any, Any], Any] | Any) -> DataStream:
+        """Emits the reduced value of each window when it fires."""
+        return self._apply("Window(Reduce)", ReduceContents(as_callable(func, "reduce", "reduce()")))
+
+    def aggregate(self, func: AggregateFunction[Any, Any, Any]) -> DataStream:
+        """Emits ``get_result`` of each window's accumulator when it fires."""
+        if not isinstance(func, AggregateFunction):
+            raise TypeError(f"aggregate() takes an AggregateFunction, got {type(func).__name__}")
+        return self._apply("Window(Aggregate)", AggregateContents(func))
+
+    def process(self, func: ProcessWindowFunction[Any, Any] | Callable[..., Any]) -> DataStream:
+        """``process(key, context, elements)`` on all records of a window when it fires."""
+        return self._apply("Window(Process)", ProcessContents(func))

@@ -25,8 +25,9 @@ from runtime.operators import StreamOperator
 
 @dataclass(frozen=True)
 class PartitionSpec:
-    kind: str  # forward | rebalance | broadcast | hash
+    kind: str  # forward | rebalance | broadcast | hash | "" (forward or rebalance, by parallelism)
     key_selector: Callable[[Any], Any] | None = None
+    side_output: str | None = None  # read this side output of the upstream operator
 
 
 @dataclass(eq=False)
@@ -66,6 +67,8 @@ class JobEdge:
     target_parallelism: int
     target_max_parallelism: int
     target_operator: str  # name of the operator the edge feeds (key selectors belong to it)
+    source_operator: str = ""  # uid of the operator whose output the edge reads
+    side_output: str | None = None
 
     def partitioner(self) -> Partitioner:
         kind = self.partition.kind
@@ -152,8 +155,9 @@ def build_job_graph(
             consumers[u.id] = consumers.get(u.id, 0) + 1
 
     def resolved(u: Transformation, t: Transformation, spec: PartitionSpec | None) -> PartitionSpec:
-        if spec is None:
-            return PartitionSpec("forward" if par[u.id] == par[t.id] else "rebalance")
+        if spec is None or spec.kind == "":
+            tag = None if spec is None else spec.side_output
+            return PartitionSpec("forward" if par[u.id] == par[t.id] else "rebalance", side_output=tag)
         if spec.kind == "forward" and par[u.id] != par[t.id]:
             raise InvalidJobGraphError(
                 f"forward edge from '{u.name}' (parallelism {par[u.id]}) to '{t.name}' (parallelism {par[t.id]}): "
@@ -167,7 +171,8 @@ def build_job_graph(
     for t in order:
         if len(t.inputs) == 1 and not t.is_source:
             u, spec = t.inputs[0]
-            if resolved(u, t, spec).kind == "forward" and consumers[u.id] == 1:
+            r = resolved(u, t, spec)
+            if r.kind == "forward" and r.side_output is None and consumers[u.id] == 1:
                 head_id = head_of[u.id]
                 chain_of[head_id].append(t)
                 head_of[t.id] = head_id
@@ -200,7 +205,11 @@ def build_job_graph(
         head = chain[0]
         target = vertices[vertex_ids[head_id]]
         for u, spec in head.inputs:
-            edge = JobEdge(edge_id, vertex_ids[head_of[u.id]], target.id, resolved(u, head, spec), 0, par[head.id], maxp[head.id], head.name)
+            r = resolved(u, head, spec)
+            edge = JobEdge(
+                edge_id, vertex_ids[head_of[u.id]], target.id, r, 0, par[head.id], maxp[head.id], head.name,
+                u.effective_uid, r.side_output,
+            )
             edge_id += 1
             target.inputs.append(edge)
             vertices[edge.source].outputs.append(edge)

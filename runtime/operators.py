@@ -41,7 +41,14 @@ from runtime.state import (
 
 class Output:
     """Where an operator's records go: the next operator of the chain or the task's
-    writers. ``timestamps``, when given, is the event time of each record."""
+    writers. ``timestamps``, when given, is the event time of each record. Side
+    outputs go to the writers of the edges that read that tag (none: dropped)."""
+
+    side: dict[str, list[Any]] = {}
+
+    def collect_side(self, tag: str, records: list[Any], timestamps: list[int] | None = None) -> None:
+        for writer in self.side.get(tag, ()):
+            writer.emit(records, timestamps)
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         raise NotImplementedError
@@ -54,8 +61,9 @@ class Output:
 
 
 class ChainedOutput(Output):
-    def __init__(self, downstream: "StreamOperator") -> None:
+    def __init__(self, downstream: "StreamOperator", side: dict[str, list[Any]] | None = None) -> None:
         self._op = downstream
+        self.side = side or {}
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         if records:

@@ -129,8 +129,9 @@ class _Cancelled(Exception):
 
 
 class _WriterOutput(Output):
-    def __init__(self, writers: list[RecordWriter]) -> None:
+    def __init__(self, writers: list[RecordWriter], side: dict[str, list[RecordWriter]]) -> None:
         self.writers = writers
+        self.side = side
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         for w in self.writers:
@@ -183,9 +184,14 @@ class StreamTask:
             for i, edge in enumerate(d.vertex.outputs)
         ]
         ctx = OperatorContext(d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id)
-        tail = _WriterOutput(self.writers)
+        edges = d.vertex.outputs
+        main = [w for w, e in zip(self.writers, edges) if e.side_output is None]
         for op, nxt in zip(self.operators, self.operators[1:] + [None]):
-            op.setup(ctx, ChainedOutput(nxt) if nxt is not None else tail)
+            side: dict[str, list[RecordWriter]] = {}
+            for w, e in zip(self.writers, edges):
+                if e.side_output is not None and e.source_operator == op.uid:
+                    side.setdefault(e.side_output, []).append(w)
+            op.setup(ctx, ChainedOutput(nxt, side) if nxt is not None else _WriterOutput(main, side))
         exactly_once = d.checkpointing.mode is CheckpointingMode.EXACTLY_ONCE
         self.barriers = BarrierHandler(len(d.input_channels), exactly_once)
         self._input_of_channel = [_input_index(d, edge_id) for edge_id, _ in d.input_channels]

@@ -48,6 +48,7 @@ class _Collect(Output):
         self.timestamps: list[int | None] = []
         self.watermarks: list[int] = []
         self.statuses: list[bool] = []
+        self.side_records: dict[str, list[Any]] = {}
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         self.records.extend(records)
@@ -58,6 +59,9 @@ class _Collect(Output):
 
     def emit_watermark_status(self, status: WatermarkStatus) -> None:
         self.statuses.append(status.idle)
+
+    def collect_side(self, tag: str, records: list[Any], timestamps: list[int] | None = None) -> None:
+        self.side_records.setdefault(tag, []).extend(records)
 
 
 class OperatorHarness:
@@ -135,6 +139,10 @@ class OperatorHarness:
     @property
     def watermarks(self) -> list[int]:
         return list(self._out.watermarks)
+
+    def side_output(self, tag: str) -> list[Any]:
+        """Everything emitted to side output ``tag`` so far."""
+        return list(self._out.side_records.get(tag, []))
 
     @property
     def timestamps(self) -> list[int | None]:
