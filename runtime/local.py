@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from runtime.checkpointing import TaskKey, task_name
-from runtime.errors import CheckpointFailureReason, JobCancelledError
+from runtime.errors import CheckpointFailureReason, JobCancelledError, WeirError
 from runtime.events import CheckpointBarrier
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
@@ -159,6 +159,8 @@ class LocalJobClient(JobClient):
         return self._gateway.metrics()
 
     def kill_task(self, vertex: str, subtask: int) -> str:
+        if (vertex, subtask) not in self._gateway.tasks:
+            raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
         self._gateway.kill((vertex, subtask))
         return task_name((vertex, subtask))
 

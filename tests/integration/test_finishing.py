@@ -142,3 +142,15 @@ def test_stop_with_drain_delivers_max_watermark_to_every_operator_before_finish(
     assert client.wait(60).status is JobStatus.FINISHED
     for subtask in (0, 1):
         assert open(f"{events}.{subtask}").read().split() == ["MAX_WATERMARK", "finish"]
+
+
+def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, checkpoint_dir, out_dir):
+    from tests.unit.test_window_jobs import _env, reference, window_job
+
+    client = window_job(_env(checkpoint_dir), 5, "sliding", out_dir, rate=5_000).execute_async("ray-windows")
+    _wait(lambda: sum(c["status"] == "COMPLETED" for c in client.checkpoints()) >= 2, client)
+    client.kill_task("window-process", 1)
+    result = client.wait(120)
+    assert result.restarts == 1
+    rows = [tuple(r) for r in read_committed(out_dir)]
+    assert len(rows) == len(set(rows)) and set(rows) == reference(5, "sliding")
