@@ -138,3 +138,15 @@ def test_tumbling_count_with_lateness_matches_a_reference(events, size, lateness
             got += h.watermark(new)
     assert sorted(got) == sorted((k, start, c) for (k, start), c in expected)
     assert sorted(_late(h)) == sorted(late)
+
+
+def test_processing_time_windows_fire_on_the_processing_time_timer():
+    import time
+
+    h = window_harness(AggregateContents(Count()), TumblingProcessingTimeWindows.of(60_000))
+    h.process(("a", 0), ("a", 0), ("b", 0))
+    now = int(time.time() * 1000)
+    assert h.processing_time(now - 60_000) == []
+    assert sorted(h.processing_time(now + 60_000)) == [1, 2]
+    assert h.operator.keyed_backend.table("_windows") == {}
+    assert h.operator.next_processing_timer() is None
