@@ -40,19 +40,23 @@ class RayGateway:
         self._runs: dict[Any, TaskKey] = {}
 
     def deploy(self, deployments: list[Deployment]) -> None:
+        # The actor dict is replaced, never changed in place: client calls read it
+        # from other threads.
         g = self._graph
+        actors = {}
         for d in deployments:
             channels = len(d.task.input_channels)
-            self.actors[d.key] = self._create(
+            actors[d.key] = self._create(
                 task_actor_name(g.name, *d.key),
                 num_cpus=g.execution.task_cpus,
                 max_concurrency=_BASE_CONCURRENCY + channels * d.task.transport.credits,
             )
+        self.actors = actors
         ray.get([
-            self.actors[d.key].setup.remote(d, [[(self.actors[t], ch) for t, ch in out] for out in d.routes], self._coordinator)
+            actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], self._coordinator)
             for d in deployments
         ])
-        self._runs = {self.actors[d.key].run.remote(): d.key for d in deployments}
+        self._runs = {actors[d.key].run.remote(): d.key for d in deployments}
 
     @staticmethod
     def _create(name: str, **options: Any) -> Any:
@@ -84,10 +88,10 @@ class RayGateway:
         self._letter(task, Cancel())
 
     def kill_all(self) -> None:
-        for actor in self.actors.values():
-            ray.kill(actor, no_restart=True)
-        self.actors = {}
+        actors, self.actors = self.actors, {}
         self._runs = {}
+        for actor in actors.values():
+            ray.kill(actor, no_restart=True)
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         if not self._runs:

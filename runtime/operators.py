@@ -358,16 +358,40 @@ class KeyedReduceOperator(_KeyedUdfOperator):
 _MISSING = object()
 
 
-class KeyedProcessOperator(_KeyedUdfOperator):
-    """Runs a :class:`KeyedProcessFunction`, with event- and processing-time timers
-    kept as keyed state."""
+class TimerOperator(_KeyedUdfOperator):
+    """A keyed operator with timers (kept as keyed state): watermarks fire its
+    event-time timers, the task's clock its processing-time ones."""
+
+    timers: InternalTimerService
 
     def open(self) -> None:
         assert self.keyed_backend is not None
         self.timers = InternalTimerService(self.keyed_backend)
-        self._ctx = KeyedProcessFunction.Context(TimerService(self.timers, _now_ms))
-        self._on_timer = getattr(self.function, "on_timer", None)
         super().open()
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        self.timers.watermark = watermark.timestamp
+        self._fire(TimeDomain.EVENT_TIME, watermark.timestamp)
+        self.output.emit_watermark(watermark)
+
+    def next_processing_timer(self) -> int | None:
+        return self.timers.next_time(TimeDomain.PROCESSING_TIME)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._fire(TimeDomain.PROCESSING_TIME, now_ms)
+
+    def _fire(self, domain: TimeDomain, time_ms: int) -> None:
+        raise NotImplementedError
+
+
+class KeyedProcessOperator(TimerOperator):
+    """Runs a :class:`KeyedProcessFunction`, with event- and processing-time timers
+    kept as keyed state."""
+
+    def open(self) -> None:
+        super().open()
+        self._ctx = KeyedProcessFunction.Context(TimerService(self.timers, now_ms))
+        self._on_timer = getattr(self.function, "on_timer", None)
 
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         backend = self.keyed_backend
@@ -396,17 +420,6 @@ class KeyedProcessOperator(_KeyedUdfOperator):
                 raise self.fail("process function", exc, r, True) from exc
         self.output.collect(out, ts_out)
 
-    def process_watermark(self, watermark: Watermark) -> None:
-        self.timers.watermark = watermark.timestamp
-        self._fire(TimeDomain.EVENT_TIME, watermark.timestamp)
-        self.output.emit_watermark(watermark)
-
-    def next_processing_timer(self) -> int | None:
-        return self.timers.next_time(TimeDomain.PROCESSING_TIME)
-
-    def on_processing_time(self, now_ms: int) -> None:
-        self._fire(TimeDomain.PROCESSING_TIME, now_ms)
-
     def _fire(self, domain: TimeDomain, time_ms: int) -> None:
         if self._on_timer is None:
             return
@@ -432,5 +445,6 @@ class KeyedProcessOperator(_KeyedUdfOperator):
             self.output.collect(out, ts_out if domain is TimeDomain.EVENT_TIME else None)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Processing time: wall-clock milliseconds."""
     return int(time.time() * 1000)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from runtime.errors import InvalidConfigurationError
-from runtime.events import MAX_WATERMARK, Watermark
+from runtime.events import MAX_WATERMARK
 from runtime.functions import Function
-from runtime.operators import _KeyedUdfOperator
-from runtime.timers import InternalTimerService, TimeDomain
+from runtime.operators import TimerOperator, now_ms
+from runtime.timers import TimeDomain
 
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
@@ -403,7 +403,7 @@ class ProcessContents(_Contents):
 
 
 # --------------------------------------------------------------------- the operator
-class WindowOperator(_KeyedUdfOperator):
+class WindowOperator(TimerOperator):
     """Keyed windows. State per key: ``{window: contents}`` (for sessions, the
     current windows themselves are that dict's keys), trigger state, and timers
     namespaced by window."""
@@ -424,12 +424,11 @@ class WindowOperator(_KeyedUdfOperator):
         self.late_tag = late_tag
 
     def open(self) -> None:
+        super().open()
         assert self.keyed_backend is not None
-        self.timers = InternalTimerService(self.keyed_backend)
         self._windows = self.keyed_backend.table(self.WINDOWS)
         self._trigger_state = self.keyed_backend.table(self.TRIGGER_STATE)
         self._tctx = TriggerContext(self)
-        super().open()
 
     def trigger_state(self) -> dict[Any, Any]:
         key = self.keyed_backend.current_key  # type: ignore[union-attr]
@@ -449,7 +448,7 @@ class WindowOperator(_KeyedUdfOperator):
         backend = self.keyed_backend
         assert backend is not None
         key_of = self.key_selector
-        now = _now_ms()
+        now = now_ms()
         out: list[Any] = []
         out_ts: list[int] = []
         late: list[Any] = []
@@ -555,17 +554,6 @@ class WindowOperator(_KeyedUdfOperator):
             if not trigger_state:
                 del self._trigger_state[key]
 
-    def process_watermark(self, watermark: Watermark) -> None:
-        self.timers.watermark = watermark.timestamp
-        self._fire(TimeDomain.EVENT_TIME, watermark.timestamp)
-        self.output.emit_watermark(watermark)
-
-    def next_processing_timer(self) -> int | None:
-        return self.timers.next_time(TimeDomain.PROCESSING_TIME)
-
-    def on_processing_time(self, now_ms: int) -> None:
-        self._fire(TimeDomain.PROCESSING_TIME, now_ms)
-
     def _fire(self, domain: TimeDomain, time_ms: int) -> None:
         backend = self.keyed_backend
         assert backend is not None
@@ -586,8 +574,3 @@ class WindowOperator(_KeyedUdfOperator):
         if out:
             self.output.collect(out, out_ts)
 
-
-def _now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
