@@ -2,7 +2,7 @@
 
     weir list                      weir status JOB          weir checkpoints JOB
     weir savepoint JOB [--path P]  weir stop JOB [--savepoint-path P] [--drain]
-    weir cancel JOB                weir kill JOB VERTEX SUBTASK
+    weir scale JOB OP=N [OP=N...]  weir cancel JOB                weir kill JOB VERTEX SUBTASK
     weir run [--from-savepoint P] [--allow-non-restored-state] [--parallelism N] job.py [ARGS...]
 
 Human tables by default, ``--json`` for scripts. The cluster is the one in
@@ -104,6 +104,23 @@ def stop(ctx: click.Context, job: str, savepoint_path: str | None, drain: bool, 
     client = _client(ctx, job)
     location = client.stop(savepoint_path, drain, timeout_s)
     _emit(ctx, {"job": job, "status": client.status().value, "savepoint": location})
+
+
+@cli.command()
+@click.argument("job")
+@click.argument("changes", nargs=-1, required=True)
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for it.")
+@click.pass_context
+def scale(ctx: click.Context, job: str, changes: tuple[str, ...], timeout_s: float) -> None:
+    """Change operators' parallelism while the job runs: weir scale JOB enrich=4 totals=2."""
+    parallelism = {}
+    for change in changes:
+        name, _, value = change.rpartition("=")
+        if not name or not value.isdigit():
+            raise click.ClickException(f"'{change}' is not OPERATOR=PARALLELISM")
+        parallelism[name] = int(value)
+    pause = _client(ctx, job).rescale(parallelism, timeout_s)
+    _emit(ctx, {"job": job, "parallelism": parallelism, "pause_s": round(pause, 3)})
 
 
 @cli.command()

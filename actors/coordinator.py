@@ -20,7 +20,7 @@ from runtime.checkpointing import TaskKey, task_name
 from runtime.errors import CheckpointFailureReason, TaskFailedError
 from runtime.events import CheckpointBarrier
 from runtime.graph import JobGraph
-from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster, Request, StopJob, TriggerSavepoint
+from runtime.jobmaster import Ack, AskLetter, CancelJob, Decline, Deployment, EndOfInput, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.state import SnapshotSummary
 from runtime.storage import StateHandle
 from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, TaskResult, TaskState, TriggerCheckpoint
@@ -158,7 +158,10 @@ class JobCoordinator:
     def stop(self, path: str | None, drain: bool, timeout_s: float) -> tuple[str, Any]:
         return self._ask(StopJob(path, drain, Request()), timeout_s)
 
-    def _ask(self, letter: TriggerSavepoint | StopJob, timeout_s: float) -> tuple[str, Any]:
+    def rescale(self, parallelism: dict[str, int], timeout_s: float) -> tuple[str, Any]:
+        return self._ask(RescaleJob(parallelism, Request()), timeout_s)
+
+    def _ask(self, letter: AskLetter, timeout_s: float) -> tuple[str, Any]:
         try:
             return "ok", self.master.ask(letter, timeout_s)
         except Exception as exc:
@@ -184,7 +187,7 @@ class JobCoordinator:
             "restarts": m.restarts,
             "attempt": m.attempt,
             "duration_s": round((m.ended or m.clock()) - m.started, 3),
-            "parallelism": {v.id: v.parallelism for v in self.graph.vertices.values()},
+            "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},
             "completed_checkpoints": sum(1 for s in m.coordinator.history.values() if s.status == "COMPLETED"),
         }
 

@@ -73,6 +73,9 @@ class RayJobClient(JobClient):
     def cancel(self) -> None:
         _call(self.job_name, self._coordinator.cancel.remote())
 
+    def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
+        return self._answer(self._coordinator.rescale.remote(dict(parallelism), timeout_s), timeout_s)
+
     def kill_task(self, vertex: str, subtask: int) -> str:
         name = task_actor_name(self.job_name, vertex, subtask)
         if name not in self.tasks():

@@ -79,6 +79,12 @@ class JobClient(ABC):
         """records in/out and backpressured time per task."""
 
     @abstractmethod
+    def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
+        """Give operators (by name or uid) a new parallelism while the job runs:
+        exactly-once, keyed state moves by key group. Returns the seconds the job
+        was not processing."""
+
+    @abstractmethod
     def kill_task(self, vertex: str, subtask: int) -> str:
         """Kill one task (its actor on Ray) to rehearse failover; returns its name."""
 

@@ -7,6 +7,7 @@ records by function call. Every other edge crosses tasks through channels.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -105,6 +106,25 @@ class JobGraph:
     vertices: dict[str, JobVertex]   # in topological order
     execution: ExecutionConfig
     checkpointing: CheckpointConfig
+    sinks: list[Transformation] = field(default_factory=list)  # the user's dataflow, to rebuild from
+
+    def rescaled(self, parallelism: dict[str, int]) -> "JobGraph":
+        """The same job with other parallelism for the operators named (by name or
+        uid). Chaining is worked out anew; the max parallelism is the limit."""
+        sinks = copy.deepcopy(self.sinks)
+        by_name: dict[str, list[Transformation]] = {}
+        for t in _topological(sinks):
+            by_name.setdefault(t.name, []).append(t)
+            by_name.setdefault(t.effective_uid, []).append(t)
+        for name, p in parallelism.items():
+            if name not in by_name:
+                known = sorted({t.name for t in _topological(sinks)})
+                raise InvalidJobGraphError(f"job '{self.name}' has no operator named '{name}'; its operators: {', '.join(known)}")
+            if not isinstance(p, int) or isinstance(p, bool) or p < 1:
+                raise InvalidJobGraphError(f"operator '{name}': parallelism {p!r} must be a whole number of at least 1")
+            for t in by_name[name]:
+                t.parallelism = p
+        return build_job_graph(self.name, sinks, self.execution, self.checkpointing)
 
     @property
     def sources(self) -> list[JobVertex]:
@@ -213,7 +233,7 @@ def build_job_graph(
             edge_id += 1
             target.inputs.append(edge)
             vertices[edge.source].outputs.append(edge)
-    return JobGraph(name, vertices, execution, checkpointing)
+    return JobGraph(name, vertices, execution, checkpointing, list(sinks))
 
 
 def _topological(sinks: list[Transformation]) -> list[Transformation]:

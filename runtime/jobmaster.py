@@ -140,12 +140,31 @@ class StopJob:
     request: Request
 
 
+@dataclass(frozen=True)
+class RescaleJob:
+    """Change operators' parallelism on the running job: a stop without drain into
+    a retained checkpoint, then the job restarts from it with the new parallelism.
+    Replies the seconds the job was not processing."""
+
+    parallelism: dict[str, int]
+    request: Request
+
+
+AskLetter = TriggerSavepoint | StopJob | RescaleJob
+
+
 @dataclass
 class _Stopping:
     checkpoint_id: int
     drain: bool
     location: str
     request: Request
+    rescale_to: JobGraph | None = None
+    started: float = 0.0
+
+    @property
+    def what(self) -> str:
+        return "rescale" if self.rescale_to is not None else "stop"
 
 
 class JobMaster:
@@ -205,8 +224,8 @@ class JobMaster:
             self._refuse_leftover_requests()
             self._done.set()
 
-    def ask(self, letter: "TriggerSavepoint | StopJob", timeout_s: float) -> Any:
-        """Send a savepoint or stop request and wait for its answer (any thread)."""
+    def ask(self, letter: AskLetter, timeout_s: float) -> Any:
+        """Send a savepoint, stop or rescale request and wait for its answer (any thread)."""
         try:
             self.mailbox.put_control(letter)
         except MailboxClosedError:
@@ -225,7 +244,7 @@ class JobMaster:
                 return
             if letter is None:
                 return
-            if isinstance(letter, (TriggerSavepoint, StopJob)):
+            if isinstance(letter, (TriggerSavepoint, StopJob, RescaleJob)):
                 self._refuse(letter.request)
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -256,6 +275,9 @@ class JobMaster:
             return
         if isinstance(letter, (TriggerSavepoint, StopJob)):
             self._on_savepoint_request(letter)
+            return
+        if isinstance(letter, RescaleJob):
+            self._on_rescale(letter)
             return
         if getattr(letter, "attempt", self.attempt) != self.attempt:
             return  # from a previous attempt's task
@@ -327,6 +349,35 @@ class JobMaster:
             self.status = JobStatus.STOPPING
         else:
             self._requests[cid] = request
+
+    def _on_rescale(self, letter: RescaleJob) -> None:
+        if self.status is not JobStatus.RUNNING:
+            self._refuse(letter.request)
+            return
+        try:
+            new_graph = self.graph.rescaled(letter.parallelism)
+        except WeirError as exc:
+            letter.request.reply(error=exc)
+            return
+        now = self.clock()
+        cid = self._trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
+        if cid is None:
+            letter.request.reply(error=WeirError(f"job '{self.graph.name}' has no running task to snapshot"))
+            return
+        self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, letter.request, new_graph, now)
+        self.status = JobStatus.STOPPING
+
+    def _finish_rescale(self, stopping: _Stopping) -> None:
+        """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
+        assert stopping.rescale_to is not None
+        self._stopping = None
+        self.gateway.kill_all()
+        self.graph = self.coordinator.graph = stopping.rescale_to
+        self._deploy()
+        pause = self.clock() - stopping.started
+        log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name,
+                 {v.id: v.parallelism for v in self.graph.vertices.values()}, pause)
+        stopping.request.reply(pause)
 
     def _on_ack(self, ack: Ack) -> None:
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
@@ -401,7 +452,7 @@ class JobMaster:
             # The sources have stopped already: go back to the latest checkpoint and
             # keep running; the stop request fails with the reason.
             self._stopping = None
-            stopping.request.reply(error=WeirError(f"stop of job '{self.graph.name}' failed, the job keeps running: {error}"))
+            stopping.request.reply(error=WeirError(f"{stopping.what} of job '{self.graph.name}' failed, the job keeps running: {error}"))
             self._fail(error, count=False)
         tolerable = self.graph.checkpointing.tolerable_failures
         if tolerable is not None and self.coordinator.consecutive_failures > tolerable:
@@ -418,7 +469,10 @@ class JobMaster:
                 self._abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, task_name(key))
             if len(self._exited) == len(self.graph.task_names()):
                 stopping = self._stopping
-                self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
+                if stopping is not None and stopping.rescale_to is not None:
+                    self._finish_rescale(stopping)
+                else:
+                    self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
         elif self.status is JobStatus.CANCELLING:
             self._exited.add(key)
             if len(self._exited) == len(self.graph.task_names()):
@@ -439,7 +493,7 @@ class JobMaster:
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
         if self._stopping is not None:
-            self._stopping.request.reply(error=WeirError(f"stop of job '{self.graph.name}' failed: {error}"))
+            self._stopping.request.reply(error=WeirError(f"{self._stopping.what} of job '{self.graph.name}' failed: {error}"))
             self._stopping = None
         self.gateway.kill_all()
         strategy = self.graph.execution.restart_strategy

@@ -14,7 +14,7 @@ from runtime.errors import CheckpointFailureReason, JobCancelledError, WeirError
 from runtime.events import CheckpointBarrier
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
-from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster, Request, StopJob, TriggerSavepoint
+from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.state import SnapshotSummary
 from runtime.mailbox import MailboxClosedError
 from runtime.storage import StateHandle
@@ -148,6 +148,9 @@ class LocalJobClient(JobClient):
 
     def stop(self, savepoint_path: str | None = None, drain: bool = False, timeout_s: float = 120) -> str:
         return self._master.ask(StopJob(savepoint_path, drain, Request()), timeout_s)
+
+    def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
+        return self._master.ask(RescaleJob(dict(parallelism), Request()), timeout_s)
 
     def checkpoints(self) -> list[dict[str, Any]]:
         return self._master.checkpoint_stats()

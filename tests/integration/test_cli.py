@@ -146,3 +146,13 @@ def test_stop_with_drain_and_no_path_ends_finished_with_a_retained_checkpoint(ra
     assert stopped["status"] == "FINISHED"
     assert stopped["savepoint"].startswith(checkpoint_dir + "/cli-job/chk-")
     assert os.path.exists(stopped["savepoint"][len("file://"):] + "/_metadata")
+
+
+def test_scale_changes_parallelism_of_a_running_job(ray_cluster, running_job):
+    out = weir(ray_cluster, "--json", "scale", "cli-job", "count=3")
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["parallelism"] == {"count": 3} and answer["pause_s"] > 0
+    assert sorted(t for t in running_job.tasks() if t.startswith("cli-job/count/")) == [f"cli-job/count/{i}" for i in range(3)]
+    bad = weir(ray_cluster, "scale", "cli-job", "nope=2")
+    assert bad.returncode == 1 and "has no operator named 'nope'" in bad.stderr

@@ -154,3 +154,18 @@ def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, chec
     assert result.restarts == 1
     rows = [tuple(r) for r in read_committed(out_dir)]
     assert len(rows) == len(set(rows)) and set(rows) == reference(5, "sliding")
+
+
+def test_rescale_2_4_1_on_ray_is_exact_and_prints_the_pause(ray_cluster, checkpoint_dir, out_dir):
+    from tests.unit.test_local_rescale import N, _job, _wait_for_checkpoint
+
+    client = _job(checkpoint_dir, out_dir).execute_async("ray-rescale")
+    for parallelism in ({"enrich": 4, "totals": 4}, {"enrich": 1, "totals": 1}):
+        _wait_for_checkpoint(client, max([c["checkpoint_id"] for c in client.checkpoints()], default=0))
+        pause = client.rescale(parallelism)
+        print(f"rescaled to {parallelism}: not processing for {pause:.2f}s")
+        assert sum(t.startswith("ray-rescale/totals/") for t in client.tasks()) == parallelism["totals"]
+    result = client.wait(120)
+    assert result.restarts == 0
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, i) for i in range(N)))
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
