@@ -55,14 +55,17 @@ class RayJobClient(JobClient):
     def info(self) -> dict[str, Any]:
         return _call(self.job_name, self._coordinator.info.remote())
 
-    def wait(self, timeout_s: float | None = None) -> JobExecutionResult:
+    def _wait_ended(self, timeout_s: float | None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             step = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
             if _call(self.job_name, self._coordinator.wait.remote(step), None):
-                break
+                return
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job '{self.job_name}' still {self.status().value} after {timeout_s}s")
+
+    def wait(self, timeout_s: float | None = None) -> JobExecutionResult:
+        self._wait_ended(timeout_s)
         kind, value = _call(self.job_name, self._coordinator.result.remote())
         if kind == "error":
             raise value
@@ -70,8 +73,9 @@ class RayJobClient(JobClient):
             raise JobCancelledError(f"job '{self.job_name}' was cancelled")
         return value
 
-    def cancel(self) -> None:
+    def cancel(self, timeout_s: float = 30) -> None:
         _call(self.job_name, self._coordinator.cancel.remote())
+        self._wait_ended(timeout_s)
 
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
         return self._answer(self._coordinator.rescale.remote(dict(parallelism), timeout_s), timeout_s)

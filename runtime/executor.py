@@ -64,7 +64,8 @@ class JobClient(ABC):
         """Block until the job ends; raise :class:`JobExecutionError` if it failed."""
 
     @abstractmethod
-    def cancel(self) -> None: ...
+    def cancel(self, timeout_s: float = 30) -> None:
+        """End the job now (operators only close) and wait until it has ended."""
 
     @abstractmethod
     def checkpoints(self) -> list[dict[str, Any]]:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import cloudpickle
+
 from runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM
 from runtime.errors import InvalidJobGraphError
 from runtime.network import (
@@ -202,6 +204,8 @@ def build_job_graph(
 
     vertex_ids: dict[int, str] = {}
     vertices: dict[str, JobVertex] = {}
+    for t in order:
+        _check_shippable(t)
     for head_id, chain in chain_of.items():
         head = chain[0]
         vid = _slug(head.name)
@@ -234,6 +238,17 @@ def build_job_graph(
             target.inputs.append(edge)
             vertices[edge.source].outputs.append(edge)
     return JobGraph(name, vertices, execution, checkpointing, list(sinks))
+
+
+def _check_shippable(t: Transformation) -> None:
+    """Every operator travels to its tasks pickled: say which one cannot, now."""
+    try:
+        cloudpickle.dumps(t.make_operator)
+    except Exception as exc:
+        raise InvalidJobGraphError(
+            f"operator '{t.name}' cannot be shipped to its tasks: its function (or what it captures) "
+            f"cannot be pickled ({type(exc).__name__}: {exc}); create such objects in open() instead"
+        ) from exc
 
 
 def _topological(sinks: list[Transformation]) -> list[Transformation]:

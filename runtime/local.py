@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import cloudpickle
+
 from runtime.checkpointing import TaskKey, task_name
 from runtime.errors import CheckpointFailureReason, JobCancelledError, WeirError
 from runtime.events import CheckpointBarrier
@@ -66,7 +68,9 @@ class LocalGateway:
 
     def deploy(self, deployments: list[Deployment]) -> None:
         self.attempt = deployments[0].attempt
-        self.tasks = {d.key: StreamTask(d.task, _Ports(self, d)) for d in deployments}
+        # Each task gets its own copy of the deployment, user functions included, as
+        # a task actor does: subtasks must never share a function object's fields.
+        self.tasks = {d.key: StreamTask(cloudpickle.loads(cloudpickle.dumps(d.task)), _Ports(self, d)) for d in deployments}
         for d in deployments:
             t = threading.Thread(target=self._run, args=(d.key, d.attempt, self.tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
             self._threads.append(t)
@@ -140,8 +144,10 @@ class LocalJobClient(JobClient):
             raise JobCancelledError(f"job '{self.job_name}' was cancelled")
         return result
 
-    def cancel(self) -> None:
+    def cancel(self, timeout_s: float = 30) -> None:
         self._master.mailbox.put_control(CancelJob())
+        if not self._master.wait(timeout_s):
+            raise TimeoutError(f"job '{self.job_name}' did not end within {timeout_s}s of cancel")
 
     def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
         return self._master.ask(TriggerSavepoint(path, Request()), timeout_s)
