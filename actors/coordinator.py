@@ -17,9 +17,10 @@ import ray
 from actors.cluster import NAMESPACE, task_actor_name
 from actors.task_actor import RemoteTaskActor
 from runtime.checkpointing import TaskKey, task_name
-from runtime.errors import CheckpointFailureReason, TaskFailedError
+from runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError
 from runtime.events import CheckpointBarrier
-from runtime.graph import JobGraph
+from runtime.config import ExecutionConfig
+from runtime.graph import JobGraph, JobVertex
 from runtime.jobmaster import Ack, AskLetter, CancelJob, Decline, Deployment, EndOfInput, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.state import SnapshotSummary
 from runtime.storage import StateHandle
@@ -30,6 +31,40 @@ log = logging.getLogger("weir.coordinator")
 # Calls a task actor may have running at once: the loop (run), letters and
 # metrics, plus every delivery that may wait on a full mailbox (credits per channel).
 _BASE_CONCURRENCY = 8
+
+
+def actor_resources(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, Any]:
+    """Ray actor options for a vertex's task actors."""
+    asks = dict(vertex.resources)
+    options: dict[str, Any] = {
+        "num_cpus": asks.pop("num_cpus", execution.task_cpus),
+        "scheduling_strategy": "SPREAD" if execution.placement == "spread" else "DEFAULT",
+    }
+    if "num_gpus" in asks:
+        options["num_gpus"] = asks.pop("num_gpus")
+    if "memory" in asks:
+        options["memory"] = int(asks.pop("memory"))
+    if asks:
+        options["resources"] = asks
+    return options
+
+
+def check_feasible(graph: JobGraph) -> None:
+    """Refuse a job with a task no node of the cluster could ever host."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+    for v in graph.vertices.values():
+        options = actor_resources(v, graph.execution)
+        asks = {"CPU": options["num_cpus"], "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0), **options.get("resources", {})}
+        asks = {k: a for k, a in asks.items() if a}
+        if not any(all(node.get(k, 0) >= a for k, a in asks.items()) for node in nodes):
+            offered = "; ".join(", ".join(f"{k}={n[k]:g}" for k in sorted(n) if not k.startswith("node:")) for n in nodes)
+            pretty = ", ".join(f"{next((u for u, r in names.items() if r == k), k)}={a:g}" for k, a in asks.items())
+            who = "', '".join(v.resource_owners) or v.name
+            raise InvalidJobGraphError(
+                f"operator '{who}' asks for {pretty} per task (in '{v.name}'), which no node of this Ray cluster has "
+                f"(nodes offer: {offered or 'nothing'})"
+            )
 
 
 class RayGateway:
@@ -48,8 +83,8 @@ class RayGateway:
             channels = len(d.task.input_channels)
             actors[d.key] = self._create(
                 task_actor_name(g.name, *d.key),
-                num_cpus=g.execution.task_cpus,
                 max_concurrency=_BASE_CONCURRENCY + channels * d.task.transport.credits,
+                **actor_resources(d.task.vertex, g.execution),
             )
         self.actors = actors
         ray.get([

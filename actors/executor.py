@@ -9,7 +9,7 @@ from typing import Any
 import ray
 
 from actors.cluster import NAMESPACE, coordinator_name, ensure_ray, task_actor_name
-from actors.coordinator import RemoteJobCoordinator
+from actors.coordinator import RemoteJobCoordinator, check_feasible
 from runtime.errors import JobCancelledError, WeirError
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
@@ -128,6 +128,7 @@ def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
 class RayExecutor(Executor):
     def submit(self, graph: JobGraph) -> RayJobClient:
         ensure_ray()
+        check_feasible(graph)
         name = coordinator_name(graph.name)
         try:
             old = ray.get_actor(name, namespace=NAMESPACE)

@@ -99,5 +99,9 @@ class TaskActor:
     def ping(self) -> bool:
         return True
 
+    def assigned_resources(self) -> dict[str, float]:
+        """What Ray gave this actor (CPU, GPU, custom)."""
+        return dict(ray.get_runtime_context().get_assigned_resources())
+
 
 RemoteTaskActor = ray.remote(TaskActor)

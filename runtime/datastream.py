@@ -122,6 +122,15 @@ class StreamExecutionEnvironment:
         self.config.task_cpus = float(cpus)
         return self
 
+    def set_placement(self, strategy: str) -> "StreamExecutionEnvironment":
+        """Where Ray puts task actors: ``"spread"`` over the nodes (the default,
+        for throughput and to lose few tasks with a node) or ``"pack"`` them onto
+        as few nodes as fit."""
+        if strategy not in ("spread", "pack"):
+            raise InvalidConfigurationError("placement", strategy, 'use "spread" or "pack"')
+        self.config.placement = strategy
+        return self
+
     # ---------------------------------------------------------------- sources
     def from_source(self, source: Source[Any], watermark_strategy: WatermarkStrategy | None = None, source_name: str = "source") -> "DataStream":
         """Records of ``source``; with a :class:`WatermarkStrategy` they carry event
@@ -208,6 +217,24 @@ class DataStream:
         if not uid or not isinstance(uid, str):
             raise InvalidConfigurationError("uid", uid, "must be a non-empty string")
         self._own("uid()").uid = uid
+        return self
+
+    def with_resources(
+        self, num_cpus: float | None = None, num_gpus: float | None = None, memory: int | None = None,
+        resources: dict[str, float] | None = None,
+    ) -> "DataStream":
+        """Ray resources for each task actor running this operator (fractions
+        allowed), e.g. ``.map(score).with_resources(num_gpus=1)`` or
+        ``resources={"ssd": 1}``. A chain asks for the most of its operators' asks.
+        A request no node of the cluster can ever meet fails at submission."""
+        t = self._own("with_resources()")
+        asks = {"num_cpus": num_cpus, "num_gpus": num_gpus, "memory": memory, **(resources or {})}
+        for name, amount in asks.items():
+            if amount is None:
+                continue
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+                raise InvalidConfigurationError(f"resource {name}", amount, "must be a number of zero or more")
+            t.resources[name] = float(amount)
         return self
 
     def get_name(self) -> str:

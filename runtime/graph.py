@@ -44,6 +44,7 @@ class Transformation:
     max_parallelism: int | None = None
     is_source: bool = False
     bounded: bool = True
+    resources: dict[str, float] = field(default_factory=dict)  # num_cpus, num_gpus, memory, or custom names
 
     @property
     def effective_uid(self) -> str:
@@ -100,6 +101,8 @@ class JobVertex:
     bounded: bool
     inputs: list[JobEdge] = field(default_factory=list)
     outputs: list[JobEdge] = field(default_factory=list)
+    resources: dict[str, float] = field(default_factory=dict)  # what each of its task actors asks for
+    resource_owners: list[str] = field(default_factory=list)   # the operators that asked
 
 
 @dataclass
@@ -222,6 +225,8 @@ def build_job_graph(
             operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator) for t in chain],
             is_source=head.is_source,
             bounded=head.bounded,
+            resources=_chain_resources(chain),
+            resource_owners=[t.name for t in chain if t.resources],
         )
 
     edge_id = 0
@@ -238,6 +243,15 @@ def build_job_graph(
             target.inputs.append(edge)
             vertices[edge.source].outputs.append(edge)
     return JobGraph(name, vertices, execution, checkpointing, list(sinks))
+
+
+def _chain_resources(chain: list[Transformation]) -> dict[str, float]:
+    """A chain runs in one actor: it asks for the most any of its operators asks for."""
+    out: dict[str, float] = {}
+    for t in chain:
+        for name, amount in t.resources.items():
+            out[name] = max(out.get(name, 0.0), amount)
+    return out
 
 
 def _check_shippable(t: Transformation) -> None:

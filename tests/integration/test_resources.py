@@ -1,0 +1,51 @@
+"""Ray resources per operator and placement."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from actors.cluster import NAMESPACE
+from runtime import DiscardingSink, InvalidConfigurationError, InvalidJobGraphError, StreamExecutionEnvironment
+
+pytestmark = pytest.mark.ray
+
+
+def test_operators_get_the_resources_they_ask_for(ray_cluster, checkpoint_dir):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.set_placement("pack")
+    (env.from_generator(lambda i: i, records_per_second=100).name("src")
+        .rebalance().map(lambda x: x).name("score").with_resources(num_cpus=0.5)
+        .sink_to(DiscardingSink()))
+    client = env.execute_async("resources")
+    try:
+        client.savepoint()  # returns once the tasks run
+        score = ray.get_actor("resources/score/0", namespace=NAMESPACE)
+        source = ray.get_actor("resources/src/0", namespace=NAMESPACE)
+        assert ray.get(score.assigned_resources.remote())["CPU"] == 0.5
+        assert ray.get(source.assigned_resources.remote())["CPU"] == 0.1  # the default share
+    finally:
+        client.cancel()
+
+
+@pytest.mark.parametrize("ask,text", [
+    (dict(num_gpus=1), "asks for num_cpus=0.1, num_gpus=1 per task"),
+    (dict(resources={"ssd": 1}), "asks for num_cpus=0.1, ssd=1 per task"),
+    (dict(num_cpus=64), "asks for num_cpus=64 per task"),
+])
+def test_a_request_no_node_can_meet_is_refused_at_submission(ray_cluster, checkpoint_dir, ask, text):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_sequence(0, 9).map(lambda x: x).name("score").with_resources(**ask).sink_to(DiscardingSink())
+    with pytest.raises(InvalidJobGraphError, match=r"operator 'score' asks for") as info:
+        env.execute("infeasible")
+    assert text in str(info.value) and "which no node of this Ray cluster has (nodes offer: CPU=" in str(info.value)
+
+
+def test_bad_resource_values_and_placements_name_the_setting():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidConfigurationError, match="resource num_gpus=-1"):
+        env.from_sequence(0, 1).map(lambda x: x).with_resources(num_gpus=-1)
+    with pytest.raises(InvalidConfigurationError, match="placement='everywhere'"):
+        env.set_placement("everywhere")
