@@ -7,7 +7,6 @@ letters into the job master's mailbox or read its state.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -161,17 +160,20 @@ class RayGateway:
 class JobCoordinator:
     def __init__(self, graph: JobGraph, linger_s: float) -> None:
         self.graph = graph
-        me = ray.get_runtime_context().current_actor
-        self.gateway = RayGateway(graph, me)
-        self.master = JobMaster(graph, self.gateway)
+        context = ray.get_runtime_context()
+        self.gateway = RayGateway(graph, context.current_actor)
+        # Restarted by Ray after a crash: the task actors died with us; recover
+        # the job from the latest completed checkpoint in storage.
+        self.master = JobMaster(graph, self.gateway, recovering=context.was_current_actor_reconstructed)
         self._linger_s = linger_s
         threading.Thread(target=self._run, name="jobmaster", daemon=True).start()
 
     def _run(self) -> None:
         self.master.run()
-        # Stay a while so that `weir status` and clients can read the outcome.
+        # Stay a while so that `weir status` and clients can read the outcome, then
+        # leave for good (no_restart: Ray must not bring back an ended job).
         time.sleep(self._linger_s)
-        os._exit(0)
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     # Letters from tasks.
     def acknowledge(self, attempt: int, task: TaskKey, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:

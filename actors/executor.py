@@ -15,6 +15,7 @@ from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 
 DEFAULT_LINGER_S = 300.0
+COORDINATOR_RESTARTS = 5  # Ray restarts a dead job coordinator this often; it recovers from storage
 
 
 class JobNotFoundError(WeirError):
@@ -147,7 +148,8 @@ class RayExecutor(Executor):
         while True:
             try:
                 actor = RemoteJobCoordinator.options(
-                    name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0, max_concurrency=64
+                    name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0, max_concurrency=64,
+                    max_restarts=COORDINATOR_RESTARTS, max_task_retries=COORDINATOR_RESTARTS,
                 ).remote(graph, linger_s)
                 break
             except ValueError:  # the old coordinator's name is still being released

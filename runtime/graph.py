@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import cloudpickle
@@ -112,6 +113,7 @@ class JobGraph:
     execution: ExecutionConfig
     checkpointing: CheckpointConfig
     sinks: list[Transformation] = field(default_factory=list)  # the user's dataflow, to rebuild from
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this submission: its checkpoints' folder
 
     def rescaled(self, parallelism: dict[str, int]) -> "JobGraph":
         """The same job with other parallelism for the operators named (by name or
@@ -129,7 +131,7 @@ class JobGraph:
                 raise InvalidJobGraphError(f"operator '{name}': parallelism {p!r} must be a whole number of at least 1")
             for t in by_name[name]:
                 t.parallelism = p
-        return build_job_graph(self.name, sinks, self.execution, self.checkpointing)
+        return replace(build_job_graph(self.name, sinks, self.execution, self.checkpointing), run_id=self.run_id)
 
     @property
     def sources(self) -> list[JobVertex]:

@@ -171,14 +171,17 @@ class JobMaster:
     TICK_S = 0.05
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
-    def __init__(self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False) -> None:
+        """``recovering``: this job master replaces one that died; it picks the job
+        up from the latest completed checkpoint in storage."""
+        self.recovering = recovering
         self.graph = graph
         self.gateway = gateway
         self.clock = clock
         self.mailbox = Mailbox(0)
         self.status = JobStatus.CREATED
         self.coordinator = CheckpointCoordinator(graph)
-        self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name)
+        self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
         self.attempt = 0
         self.restarts = 0
         self.failure: BaseException | None = None
@@ -198,10 +201,7 @@ class JobMaster:
     # ------------------------------------------------------------ the loop
     def run(self) -> None:
         try:
-            restore = self.graph.execution.restore_from
-            if restore is not None:
-                self._latest = read_metadata(restore)
-                restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)  # fail fast
+            self._recover_or_restore()
             self._deploy()
             while not self.status.is_terminal:
                 letter = self.mailbox.take(self.TICK_S)
@@ -246,6 +246,22 @@ class JobMaster:
                 return
             if isinstance(letter, (TriggerSavepoint, StopJob, RescaleJob)):
                 self._refuse(letter.request)
+
+    def _recover_or_restore(self) -> None:
+        """Where the job starts: after a job master's death, its latest completed
+        checkpoint (never a half-written one: those have no metadata), with new
+        checkpoint ids after every folder there; else the savepoint it was given."""
+        if self.recovering:
+            self.coordinator.next_id = max(self.storage.checkpoint_ids(completed_only=False), default=0) + 1
+            done = self.storage.checkpoint_ids()
+            if done:
+                self._latest = read_metadata(self.storage.location(done[-1]))
+                log.warning("job %s: job master restarted; recovering from checkpoint %d", self.graph.name, done[-1])
+                return
+        restore = self.graph.execution.restore_from
+        if restore is not None:
+            self._latest = read_metadata(restore)
+            restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)  # fail fast
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)

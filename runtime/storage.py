@@ -121,15 +121,20 @@ def discard(location: str) -> None:
 
 
 class CheckpointStorage:
-    """A job's checkpoints: ``<storage>/<job>/chk-<N>``."""
+    """A job's checkpoints: ``<storage>/<job>/<run>/chk-<N>``. Each submission is a
+    run of its own, so a new run never mistakes an old run's checkpoint for its own."""
 
-    def __init__(self, uri: str, job_name: str) -> None:
+    def __init__(self, uri: str, job_name: str, run_id: str = "") -> None:
         self.root = join(validate_storage_uri(uri), _safe(job_name))
+        if run_id:
+            self.root = join(self.root, _safe(run_id))
 
     def location(self, checkpoint_id: int) -> str:
         return join(self.root, f"chk-{checkpoint_id}")
 
-    def completed_checkpoint_ids(self) -> list[int]:
+    def checkpoint_ids(self, completed_only: bool = True) -> list[int]:
+        """Ids of the ``chk-N`` folders; with ``completed_only``, those with metadata
+        (a folder without is a checkpoint that never completed)."""
         try:
             fs, root = _resolve(self.root)
             infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
@@ -138,7 +143,7 @@ class CheckpointStorage:
         ids = []
         for info in infos:
             m = _CHK.match(info.base_name)
-            if m and fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File:
+            if m and (not completed_only or fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File):
                 ids.append(int(m.group(1)))
         return sorted(ids)
 

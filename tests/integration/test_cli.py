@@ -144,7 +144,7 @@ def test_stop_with_drain_and_no_path_ends_finished_with_a_retained_checkpoint(ra
     assert out.returncode == 0, out.stderr
     stopped = json.loads(out.stdout)
     assert stopped["status"] == "FINISHED"
-    assert stopped["savepoint"].startswith(checkpoint_dir + "/cli-job/chk-")
+    assert stopped["savepoint"].startswith(checkpoint_dir + "/cli-job/") and "/chk-" in stopped["savepoint"]
     assert os.path.exists(stopped["savepoint"][len("file://"):] + "/_metadata")
 
 

@@ -21,9 +21,9 @@ def test_state_round_trip_and_metadata_marks_completion(storage):
     loc = storage.location(3)
     h = write_state(loc, "map-0", pickle.dumps({"op": [1, 2]}))
     assert h.uri.startswith("file://") and h.uri.endswith("/job/chk-3/map-0.state")
-    assert storage.completed_checkpoint_ids() == []
+    assert storage.checkpoint_ids() == []
     write_metadata(loc, {"checkpoint_id": 3})
-    assert storage.completed_checkpoint_ids() == [3]
+    assert storage.checkpoint_ids() == [3]
     assert read_state(h) == {"op": [1, 2]}
     assert read_metadata(loc) == {"checkpoint_id": 3}
 

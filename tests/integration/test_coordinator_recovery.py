@@ -1,0 +1,49 @@
+"""The job coordinator dies: Ray restarts it and it recovers the job from the
+latest completed checkpoint in storage; the output stays exact."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from actors.cluster import NAMESPACE, coordinator_name
+from connectors.files import FileSink, read_committed
+from runtime import JobStatus, StreamExecutionEnvironment
+from tests.checker import check_running_sums
+
+pytestmark = pytest.mark.ray
+
+N = 120_000
+
+
+def _completed_after(client, after: int) -> bool:
+    try:
+        return any(c["status"] == "COMPLETED" and c["checkpoint_id"] > after for c in client.checkpoints())
+    except Exception:
+        return False  # the coordinator is restarting
+
+
+def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_output(ray_cluster, checkpoint_dir, out_dir):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=12_000).uid("gen")
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
+        .sink_to(FileSink(out_dir)).uid("out"))
+    client = env.execute_async("coordinator-kills")
+    last = 0
+    for kill in range(3):
+        deadline = time.monotonic() + 90
+        while not _completed_after(client, last):
+            assert time.monotonic() < deadline, f"no checkpoint after {last} before kill {kill + 1}"
+            time.sleep(0.1)
+        last = max(c["checkpoint_id"] for c in client.checkpoints() if c["status"] == "COMPLETED")
+        ray.kill(ray.get_actor(coordinator_name("coordinator-kills"), namespace=NAMESPACE), no_restart=False)
+        print(f"killed the coordinator after checkpoint {last}")
+    result = client.wait(180)
+    assert result.status is JobStatus.FINISHED
+    assert min(c["checkpoint_id"] for c in client.checkpoints()) > last, "checkpoint ids go on after a recovery"
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(N)))
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
