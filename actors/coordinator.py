@@ -15,7 +15,7 @@ import ray
 
 from actors.cluster import NAMESPACE, task_actor_name
 from actors.task_actor import RemoteTaskActor
-from runtime.checkpointing import TaskKey, task_name
+from runtime.checkpointing import TaskKey
 from runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError
 from runtime.events import CheckpointBarrier
 from runtime.config import ExecutionConfig

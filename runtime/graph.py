@@ -137,10 +137,6 @@ class JobGraph:
     def sources(self) -> list[JobVertex]:
         return [v for v in self.vertices.values() if v.is_source]
 
-    @property
-    def bounded(self) -> bool:
-        return all(v.bounded for v in self.sources)
-
     def task_names(self) -> list[tuple[str, int]]:
         return [(v.id, i) for v in self.vertices.values() for i in range(v.parallelism)]
 

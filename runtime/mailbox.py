@@ -95,10 +95,6 @@ class Mailbox:
                 return DataLetter(channel, pending.pop(seq))
         return None
 
-    def has_control(self) -> bool:
-        with self._cond:
-            return bool(self._control)
-
     def close(self) -> None:
         with self._cond:
             self._closed = True

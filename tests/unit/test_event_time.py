@@ -14,7 +14,6 @@ from runtime import (
     StreamExecutionEnvironment,
     Time,
     TimeDomain,
-    ValueStateDescriptor,
     WatermarkStrategy,
 )
 from runtime.eventtime import BoundedOutOfOrdernessWatermarks

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from connectors.files import FileSink, read_committed
-from runtime import InvalidJobGraphError, JobExecutionError, JobStatus, StreamExecutionEnvironment, WeirError
+from runtime import JobExecutionError, JobStatus, StreamExecutionEnvironment, WeirError
 from runtime.events import MAX_WATERMARK
 from runtime.operators import StreamOperator
 from tests.checker import check_running_sums

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from connectors.files import FileSink, read_committed
-from runtime.events import CheckpointBarrier, EndOfData, EndOfPartition
+from runtime.events import EndOfData, EndOfPartition
 from runtime.sinks import SinkOperator
 from runtime.task import TaskState
 from runtime.testing import TaskHarness

@@ -15,7 +15,6 @@ from runtime import (
     OutputTag,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
-    TimeWindow,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
