@@ -149,7 +149,7 @@ class StreamExecutionEnvironment:
             lambda n, u: SourceOperator(n, u, source, watermark_strategy, config.watermark_interval_ms),
             [],
         )
-        t.is_source, t.bounded = True, source.bounded
+        t.is_source = True
         return DataStream(self, [(t, None)], t)
 
     def from_collection(self, collection: Sequence[Any] | Iterable[Any], watermark_strategy: WatermarkStrategy | None = None) -> "DataStream":

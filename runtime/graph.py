@@ -44,7 +44,6 @@ class Transformation:
     parallelism: int | None = None
     max_parallelism: int | None = None
     is_source: bool = False
-    bounded: bool = True
     resources: dict[str, float] = field(default_factory=dict)  # num_cpus, num_gpus, memory, or custom names
 
     @property
@@ -99,7 +98,6 @@ class JobVertex:
     max_parallelism: int
     operators: list[OperatorSpec]
     is_source: bool
-    bounded: bool
     inputs: list[JobEdge] = field(default_factory=list)
     outputs: list[JobEdge] = field(default_factory=list)
     resources: dict[str, float] = field(default_factory=dict)  # what each of its task actors asks for
@@ -222,7 +220,6 @@ def build_job_graph(
             max_parallelism=maxp[head.id],
             operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator) for t in chain],
             is_source=head.is_source,
-            bounded=head.bounded,
             resources=_chain_resources(chain),
             resource_owners=[t.name for t in chain if t.resources],
         )

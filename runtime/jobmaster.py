@@ -556,7 +556,6 @@ class JobMaster:
         self._final_checkpoint = None
         self._restart_at = None
         restore = {} if self._latest is None else restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)
-        restored_id = None if self._latest is None else int(self._latest["checkpoint_id"])
         deployments = []
         g = self.graph
         for v in g.vertices.values():
@@ -574,7 +573,6 @@ class JobMaster:
                     checkpointing=g.checkpointing,
                     transport=g.execution.transport,
                     restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
-                    restored_checkpoint_id=restored_id,
                 )
                 deployments.append(Deployment((v.id, i), self.attempt, td, []))
         by_key = {d.key: d for d in deployments}

@@ -63,7 +63,6 @@ class TaskDeployment:
     checkpointing: CheckpointConfig
     transport: TransportConfig
     restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
-    restored_checkpoint_id: int | None = None
 
     @property
     def name(self) -> str:

@@ -207,7 +207,7 @@ class TaskHarness:
 
         self.storage = storage
         specs = [OperatorSpec(name, name, make) for name, make in operators]
-        vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False, True)
+        vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False)
         vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
         # One output channel: what the task sends shows up in ``ports.sent``.
         vertex.outputs = [JobEdge(1, "task", "downstream", PartitionSpec("forward"), 0, 1, 128, "downstream")]
