@@ -20,10 +20,24 @@ from runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFa
 from runtime.events import CheckpointBarrier
 from runtime.config import ExecutionConfig
 from runtime.graph import JobGraph, JobVertex
-from runtime.jobmaster import Ack, AskLetter, CancelJob, Decline, Deployment, EndOfInput, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
+from runtime.jobmaster import (
+    Ack,
+    AskLetter,
+    CancelJob,
+    Decline,
+    Deployment,
+    EndOfInput,
+    EventAcknowledged,
+    EventFromOperator,
+    JobMaster,
+    RescaleJob,
+    Request,
+    StopJob,
+    TriggerSavepoint,
+)
 from runtime.state import SnapshotSummary
 from runtime.storage import StateHandle
-from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, TaskResult, TaskState, TriggerCheckpoint
+from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, OperatorEvent, TaskResult, TaskState, TriggerCheckpoint
 
 log = logging.getLogger("weir.coordinator")
 
@@ -72,6 +86,7 @@ class RayGateway:
         self._coordinator = coordinator
         self.actors: dict[TaskKey, Any] = {}
         self._runs: dict[Any, TaskKey] = {}
+        self._events: dict[Any, TaskKey] = {}  # operator events on their way
 
     def deploy(self, deployments: list[Deployment]) -> None:
         # The actor dict is replaced, never changed in place: client calls read it
@@ -121,17 +136,23 @@ class RayGateway:
     def cancel(self, task: TaskKey) -> None:
         self._letter(task, Cancel())
 
+    def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
+        actor = self.actors.get(task)
+        if actor is not None:
+            self._events[actor.letter.remote(OperatorEvent(operator_uid, event_id, event))] = task
+
     def kill_all(self) -> None:
         actors, self.actors = self.actors, {}
         self._runs = {}
+        self._events = {}
         for actor in actors.values():
             ray.kill(actor, no_restart=True)
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
+        out = self._lost_events()
         if not self._runs:
-            return []
+            return out
         ready, _ = ray.wait(list(self._runs), num_returns=len(self._runs), timeout=0)
-        out = []
         for ref in ready:
             key = self._runs.pop(ref)
             try:
@@ -141,6 +162,21 @@ class RayGateway:
                 name = task_actor_name(self._graph.name, *key)
                 result = TaskResult(TaskState.FAILED, TaskFailedError(name, detail), detail)
             out.append((key, result))
+        return out
+
+    def _lost_events(self) -> list[tuple[TaskKey, TaskResult]]:
+        """An operator event that could not be delivered fails its task over."""
+        if not self._events:
+            return []
+        ready, _ = ray.wait(list(self._events), num_returns=len(self._events), timeout=0)
+        out = []
+        for ref in ready:
+            key = self._events.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                name = task_actor_name(self._graph.name, *key)
+                out.append((key, TaskResult(TaskState.FAILED, TaskFailedError(name, f"an operator event to it was lost ({type(exc).__name__})"))))
         return out
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -184,6 +220,12 @@ class JobCoordinator:
 
     def end_of_input(self, attempt: int, task: TaskKey) -> None:
         self.master.mailbox.put_control(EndOfInput(attempt, task))
+
+    def operator_event(self, attempt: int, task: TaskKey, operator_uid: str, event: Any) -> None:
+        self.master.mailbox.put_control(EventFromOperator(attempt, task, operator_uid, event))
+
+    def operator_event_acknowledged(self, attempt: int, task: TaskKey, operator_uid: str, event_id: int) -> None:
+        self.master.mailbox.put_control(EventAcknowledged(attempt, task, operator_uid, event_id))
 
     # Calls from clients.
     def cancel(self) -> None:

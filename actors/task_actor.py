@@ -63,6 +63,12 @@ class _RayPorts:
     def report_end_of_input(self) -> None:
         self._coordinator.end_of_input.remote(self._d.attempt, self._d.key)
 
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        self._coordinator.operator_event.remote(self._d.attempt, self._d.key, operator_uid, event)
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        self._coordinator.operator_event_acknowledged.remote(self._d.attempt, self._d.key, operator_uid, event_id)
+
 
 class TaskActor:
     def __init__(self) -> None:

@@ -147,7 +147,10 @@ def _to_table(rows: list[Any], schema: pa.Schema | None) -> pa.Table:
 def committed_files(path: str) -> list[str]:
     """The visible (committed) part files under ``path``, sorted."""
     fs, base = _resolve(path)
-    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    except FileNotFoundError:  # being created right now
+        return []
     return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("part-"))
 
 

@@ -68,6 +68,7 @@ class PendingCheckpoint:
     kind: CheckpointKind
     location: str
     acks: dict[TaskKey, tuple[StateHandle, dict[str, SnapshotSummary]]] = field(default_factory=dict)
+    coordinator_states: dict[str, bytes] = field(default_factory=dict)  # operator uid -> pickled, taken before the trigger
 
     @property
     def not_yet_acknowledged(self) -> set[TaskKey]:

@@ -29,7 +29,7 @@ from runtime.operators import (
     StreamOperator,
 )
 from runtime.sinks import PrintSink, Sink, SinkOperator
-from runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceOperator
+from runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceCoordinator, SourceOperator
 from runtime.windows import (
     AggregateContents,
     AggregateFunction,
@@ -150,6 +150,7 @@ class StreamExecutionEnvironment:
             [],
         )
         t.is_source = True
+        t.make_coordinator = lambda: SourceCoordinator(source)
         return DataStream(self, [(t, None)], t)
 
     def from_collection(self, collection: Sequence[Any] | Iterable[Any], watermark_strategy: WatermarkStrategy | None = None) -> "DataStream":

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import cloudpickle
 
 from runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM
+from runtime.coordination import OperatorCoordinator
 from runtime.errors import InvalidJobGraphError
 from runtime.network import (
     BroadcastPartitioner,
@@ -45,6 +46,7 @@ class Transformation:
     max_parallelism: int | None = None
     is_source: bool = False
     resources: dict[str, float] = field(default_factory=dict)  # num_cpus, num_gpus, memory, or custom names
+    make_coordinator: Callable[[], OperatorCoordinator] | None = None  # runs on the job master
 
     @property
     def effective_uid(self) -> str:
@@ -56,6 +58,7 @@ class OperatorSpec:
     name: str
     uid: str
     make: Callable[[str, str], StreamOperator]
+    make_coordinator: Callable[[], OperatorCoordinator] | None = None
 
     def create(self) -> StreamOperator:
         return self.make(self.name, self.uid)
@@ -218,7 +221,7 @@ def build_job_graph(
             name=" -> ".join(t.name for t in chain),
             parallelism=par[head.id],
             max_parallelism=maxp[head.id],
-            operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator) for t in chain],
+            operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator, t.make_coordinator) for t in chain],
             is_source=head.is_source,
             resources=_chain_resources(chain),
             resource_owners=[t.name for t in chain if t.resources],

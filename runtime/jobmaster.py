@@ -23,13 +23,26 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
-from runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, JobExecutionError, WeirError
+from runtime.coordination import CoordinatorHolder
+from runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, JobExecutionError, UserFunctionError, WeirError
 from runtime.events import CheckpointBarrier, CheckpointKind
 from runtime.executor import JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 from runtime.mailbox import Mailbox, MailboxClosedError
 from runtime.state import SnapshotSummary
-from runtime.storage import CheckpointStorage, StateHandle, discard, prepare_location, read_metadata, write_metadata
+from runtime.storage import (
+    CheckpointStorage,
+    StateHandle,
+    discard,
+    handle_from_json,
+    handle_to_json,
+    pickle_state,
+    prepare_location,
+    read_metadata,
+    read_state,
+    write_metadata,
+    write_state,
+)
 from runtime.task import TaskDeployment, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
@@ -70,6 +83,11 @@ class TaskGateway(Protocol):
     def metrics(self) -> list[dict[str, Any]]:
         """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
 
+    def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
+        """Deliver a coordinator's event to a task of the current attempt; the task
+        acknowledges it once handled. One that cannot be delivered is reported as
+        that task's failure by ``poll_exits``."""
+
 
 # Letters to the job master.
 @dataclass(frozen=True)
@@ -94,6 +112,22 @@ class Decline:
 class EndOfInput:
     attempt: int
     task: TaskKey
+
+
+@dataclass(frozen=True)
+class EventFromOperator:
+    attempt: int
+    task: TaskKey
+    operator_uid: str
+    event: Any
+
+
+@dataclass(frozen=True)
+class EventAcknowledged:
+    attempt: int
+    task: TaskKey
+    operator_uid: str
+    event_id: int
 
 
 @dataclass(frozen=True)
@@ -171,10 +205,16 @@ class JobMaster:
     TICK_S = 0.05
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
-    def __init__(self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False) -> None:
+    def __init__(
+        self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False,
+        event_valve: bool = True,
+    ) -> None:
         """``recovering``: this job master replaces one that died; it picks the job
-        up from the latest completed checkpoint in storage."""
+        up from the latest completed checkpoint in storage. ``event_valve=False``
+        switches off the FLINK-16986 protection of operator coordinators (tests
+        only: it shows what the valve prevents)."""
         self.recovering = recovering
+        self.event_valve = event_valve
         self.graph = graph
         self.gateway = gateway
         self.clock = clock
@@ -195,14 +235,15 @@ class JobMaster:
         self._latest: dict[str, Any] | None = None
         self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self._stopping: _Stopping | None = None
+        self._coordinators: list[tuple[str, CoordinatorHolder]] = []  # (vertex id, holder), this deployment's
+        self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
         self._done = threading.Event()
         self.final_metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ the loop
     def run(self) -> None:
         try:
-            self._recover_or_restore()
-            self._deploy()
+            self.start()
             while not self.status.is_terminal:
                 letter = self.mailbox.take(self.TICK_S)
                 if letter is not None:
@@ -223,6 +264,18 @@ class JobMaster:
             self.gateway.kill_all()
             self._refuse_leftover_requests()
             self._done.set()
+
+    def start(self) -> None:
+        """Restore (or recover) and deploy the first attempt; ``run`` does this first."""
+        self._recover_or_restore()
+        self._deploy()
+
+    def run_until_idle(self) -> None:
+        """Harness mode (a test drives the job master by hand, after ``start``):
+        handle the letters already in the mailbox, then one tick."""
+        while (letter := self.mailbox.take(0)) is not None:
+            self._handle(letter)
+        self._tick()
 
     def ask(self, letter: AskLetter, timeout_s: float) -> Any:
         """Send a savepoint, stop or rescale request and wait for its answer (any thread)."""
@@ -300,9 +353,19 @@ class JobMaster:
         if isinstance(letter, Ack):
             self._on_ack(letter)
         elif isinstance(letter, Decline):
+            self._on_subtask_checkpointed(letter.task, letter.checkpoint_id)
             self._abort(letter.checkpoint_id, letter.reason, f"{task_name(letter.task)}: {letter.detail}" if letter.detail else task_name(letter.task))
         elif isinstance(letter, EndOfInput):
             self._ended_input.add(letter.task)
+        elif isinstance(letter, EventFromOperator):
+            for vid, holder in self._coordinators:
+                if vid == letter.task[0] and holder.uid == letter.operator_uid:
+                    self._coordinator_call(holder, "handle_event", holder.handle_event, letter.task[1], letter.event)
+        elif isinstance(letter, EventAcknowledged):
+            for vid, holder in self._coordinators:
+                if vid == letter.task[0] and holder.uid == letter.operator_uid:
+                    holder.on_event_acknowledged(letter.task[1], letter.event_id)
+            self._release_triggers()
 
     def _tick(self) -> None:
         now = self.clock()
@@ -339,11 +402,71 @@ class JobMaster:
         if not plan.to_ack:
             return None
         pending = self.coordinator.start(plan, now, lambda cid: location or self.storage.location(cid), kind)
-        barrier = CheckpointBarrier(pending.checkpoint_id, pending.timestamp_ms, kind, pending.location)
-        for key in plan.to_trigger:
-            source = self.graph.vertices[key[0]].is_source
-            self.gateway.trigger_checkpoint(key, barrier, stop_drain if source else None)
-        return pending.checkpoint_id
+        cid = pending.checkpoint_id
+        # Coordinators first: their snapshot must be taken before any task's.
+        for vid, holder in self._coordinators:
+            subtasks = {i for v, i in plan.to_ack if v == vid}
+            state = self._coordinator_call(holder, "snapshot_state", holder.snapshot, cid, subtasks)
+            if self.status is JobStatus.RESTARTING:
+                return None  # it failed, and so did the job
+            pending.coordinator_states[holder.uid] = pickle_state(state, f"coordinator of '{holder.name}'")
+        barrier = CheckpointBarrier(cid, pending.timestamp_ms, kind, pending.location)
+        self._held_triggers[cid] = (barrier, stop_drain, plan.to_trigger)
+        self._release_triggers()
+        return cid
+
+    def _release_triggers(self) -> None:
+        """Trigger the tasks of a checkpoint once every event its coordinators sent
+        before their snapshot was handled (FLINK-16986)."""
+        for cid in sorted(self._held_triggers):
+            if not all(holder.settled(cid) for _, holder in self._coordinators):
+                continue
+            barrier, stop_drain, keys = self._held_triggers.pop(cid)
+            for key in keys:
+                source = self.graph.vertices[key[0]].is_source
+                self.gateway.trigger_checkpoint(key, barrier, stop_drain if source else None)
+
+    def _coordinator_call(self, holder: CoordinatorHolder, what: str, call: Callable[..., Any], *args: Any) -> Any:
+        """A call into a coordinator's code: its failure restarts the job like a
+        failing task's would."""
+        try:
+            return call(*args)
+        except Exception as exc:
+            self._fail(UserFunctionError(holder.name, f"coordinator {what}", exc))
+            return None
+
+    def _on_subtask_checkpointed(self, task: TaskKey, checkpoint_id: int) -> None:
+        for vid, holder in self._coordinators:
+            if vid == task[0]:
+                holder.on_subtask_checkpointed(task[1], checkpoint_id)
+
+    def _start_coordinators(self) -> None:
+        """Fresh coordinators for a new deployment, from the restored checkpoint's state."""
+        self._close_coordinators()
+        saved = {} if self._latest is None else self._latest.get("coordinators", {})
+        for v in self.graph.vertices.values():
+            for spec in v.operators:
+                if spec.make_coordinator is None:
+                    continue
+                state = read_state(handle_from_json(saved[spec.uid])) if spec.uid in saved else None
+                holder = CoordinatorHolder(spec.uid, spec.name, v.parallelism, spec.make_coordinator(), self._event_sender(v.id), self.event_valve)
+                self._coordinators.append((v.id, holder))
+                self._coordinator_call(holder, "start", holder.start, state)
+
+    def _event_sender(self, vertex_id: str) -> Callable[[int, str, int, Any], None]:
+        def send(subtask: int, uid: str, event_id: int, event: Any) -> None:
+            self.gateway.send_operator_event((vertex_id, subtask), uid, event_id, event)
+
+        return send
+
+    def _close_coordinators(self) -> None:
+        coordinators, self._coordinators = self._coordinators, []
+        self._held_triggers.clear()
+        for _, holder in coordinators:
+            try:
+                holder.close()
+            except Exception:
+                log.exception("closing the coordinator of %s failed", holder.name)
 
     def _on_savepoint_request(self, letter: TriggerSavepoint | StopJob) -> None:
         request = letter.request
@@ -359,7 +482,7 @@ class JobMaster:
         drain = letter.drain if isinstance(letter, StopJob) else None
         cid = self._trigger(self.clock(), location, kind, drain)
         if cid is None:
-            request.reply(error=WeirError(f"job '{self.graph.name}' has no running task to snapshot"))
+            request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
         elif isinstance(letter, StopJob):
             self._stopping = _Stopping(cid, letter.drain, self.coordinator.pending[cid].location, request)
             self.status = JobStatus.STOPPING
@@ -378,7 +501,7 @@ class JobMaster:
         now = self.clock()
         cid = self._trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
         if cid is None:
-            letter.request.reply(error=WeirError(f"job '{self.graph.name}' has no running task to snapshot"))
+            letter.request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
             return
         self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, letter.request, new_graph, now)
         self.status = JobStatus.STOPPING
@@ -396,6 +519,7 @@ class JobMaster:
         stopping.request.reply(pause)
 
     def _on_ack(self, ack: Ack) -> None:
+        self._on_subtask_checkpointed(ack.task, ack.checkpoint_id)
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
             self._complete(ack.checkpoint_id)
@@ -406,8 +530,13 @@ class JobMaster:
             self._abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, f"operator '{union}'")
             return
         metadata = self.coordinator.metadata(checkpoint_id, self._exited)
-        location = self.coordinator.pending[checkpoint_id].location
+        pending = self.coordinator.pending[checkpoint_id]
+        location = pending.location
         try:
+            metadata["coordinators"] = {
+                uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload))
+                for uid, payload in pending.coordinator_states.items()
+            }
             write_metadata(location, metadata)
         except Exception as exc:
             self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, str(exc))
@@ -415,6 +544,8 @@ class JobMaster:
         pending = self.coordinator.complete(checkpoint_id, self.clock())
         # Savepoints count for recovery too: sinks committed what they cover.
         self._latest = metadata
+        for _, holder in self._coordinators:
+            self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, True)
         for key in pending.plan.to_ack:
             if key not in self._exited:
                 self.gateway.notify_checkpoint_complete(key, checkpoint_id)
@@ -439,6 +570,9 @@ class JobMaster:
             return
         log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
         discard(pending.location)
+        self._held_triggers.pop(checkpoint_id, None)
+        for _, holder in self._coordinators:
+            holder.on_checkpoint_ended(checkpoint_id, False)
         if checkpoint_id == self._final_checkpoint:
             self._final_checkpoint = None  # try again
         for key in pending.plan.to_ack:
@@ -481,6 +615,10 @@ class JobMaster:
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
         if result.state is TaskState.FINISHED:
             self._exited.add(key)
+            for vid, holder in self._coordinators:
+                if vid == key[0]:
+                    holder.on_subtask_gone(key[1])
+            self._release_triggers()
             for cid in self.coordinator.waiting_on(key):
                 self._abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, task_name(key))
             if len(self._exited) == len(self.graph.task_names()):
@@ -508,6 +646,7 @@ class JobMaster:
         self.status = JobStatus.RESTARTING  # no stop reacts to the aborts below
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
+        self._close_coordinators()
         if self._stopping is not None:
             self._stopping.request.reply(error=WeirError(f"{self._stopping.what} of job '{self.graph.name}' failed: {error}"))
             self._stopping = None
@@ -540,6 +679,7 @@ class JobMaster:
     def _end(self, status: JobStatus) -> None:
         self.status = status
         self.ended = self.clock()
+        self._close_coordinators()
         for request in self._requests.values():
             request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before the savepoint completed"))
         self._requests.clear()
@@ -589,6 +729,8 @@ class JobMaster:
             self.gateway.deploy(deployments)
         except Exception as exc:  # e.g. a task killed while it was being set up
             self._fail(exc)
+            return
+        self._start_coordinators()
 
     # ------------------------------------------------------------ queries (any thread)
     def checkpoint_stats(self) -> list[dict[str, Any]]:

@@ -16,7 +16,20 @@ from runtime.errors import CheckpointFailureReason, JobCancelledError, WeirError
 from runtime.events import CheckpointBarrier
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
-from runtime.jobmaster import Ack, CancelJob, Decline, Deployment, EndOfInput, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
+from runtime.jobmaster import (
+    Ack,
+    CancelJob,
+    Decline,
+    Deployment,
+    EndOfInput,
+    EventAcknowledged,
+    EventFromOperator,
+    JobMaster,
+    RescaleJob,
+    Request,
+    StopJob,
+    TriggerSavepoint,
+)
 from runtime.state import SnapshotSummary
 from runtime.mailbox import MailboxClosedError
 from runtime.storage import StateHandle
@@ -24,6 +37,7 @@ from runtime.task import (
     Cancel,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
+    OperatorEvent,
     StreamTask,
     TaskResult,
     TaskState,
@@ -55,6 +69,12 @@ class _Ports:
 
     def report_end_of_input(self) -> None:
         self._gw.master.mailbox.put_control(EndOfInput(self._d.attempt, self._d.key))
+
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        self._gw.master.mailbox.put_control(EventFromOperator(self._d.attempt, self._d.key, operator_uid, event))
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        self._gw.master.mailbox.put_control(EventAcknowledged(self._d.attempt, self._d.key, operator_uid, event_id))
 
 
 class LocalGateway:
@@ -101,6 +121,16 @@ class LocalGateway:
 
     def cancel(self, task: TaskKey) -> None:
         self._put(task, Cancel())
+
+    def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
+        t = self.tasks.get(task)
+        try:
+            if t is None:
+                raise MailboxClosedError("no such task")
+            t.put_letter(OperatorEvent(operator_uid, event_id, event))
+        except MailboxClosedError:
+            with self._lock:  # lost: the task fails over (if its exit is not reported already)
+                self._exits.append((task, TaskResult(TaskState.FAILED, WeirError(f"task {task_name(task)} is gone: an operator event to it was lost"))))
 
     def kill(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""

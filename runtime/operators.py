@@ -90,6 +90,8 @@ class OperatorContext:
     parallelism: int
     max_parallelism: int
     attempt_id: str
+    # Sends an event from the operator (by uid) to its coordinator on the job master.
+    send_operator_event: Callable[[str, Any], None] = field(default=lambda uid, event: None, repr=False)
 
     @property
     def key_groups(self) -> KeyGroupRange:
@@ -176,6 +178,10 @@ class StreamOperator:
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         pass
+
+    def handle_operator_event(self, event: Any) -> None:
+        """An event from this operator's coordinator."""
+        raise TypeError(f"operator '{self.name}' has no coordinator, yet got the event {event!r}")
 
     def end_input(self, input_index: int) -> None:
         pass

@@ -1,9 +1,15 @@
-"""Sources: splits of input, and readers that read them and remember where they are.
+"""Sources (FLIP-27): a split enumerator hands out splits of the input, and source
+readers read them and remember where they are.
 
-A source's splits are made once when the job starts; each subtask reads its
-splits and checkpoints them with their positions (operator list state), so a
-restore rewinds every split to its checkpointed position, also with another
-parallelism. Readers are polled by the task's loop thread in batches.
+The enumerator is the source operator's coordinator: it runs on the job master
+and its state (the splits nobody has yet) is in every checkpoint. A reader asks
+for a split whenever it has none; the enumerator assigns one, or says there are
+no more, and then a reader with nothing left finishes (``EndOfData``). A reader
+checkpoints its splits with their positions (operator list state), so a restore
+rewinds every split, also with another parallelism; splits assigned after the
+restored checkpoint are back with the restored enumerator. The event valve of
+:mod:`runtime.coordination` keeps the two snapshots consistent. Readers are
+polled by the task's loop thread in batches.
 """
 
 from __future__ import annotations
@@ -11,8 +17,9 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
+from runtime.coordination import CoordinatorContext, OperatorCoordinator
 from runtime.eventtime import WatermarkGenerator, WatermarkStrategy
 from runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
 from runtime.operators import RestoredState, StreamOperator
@@ -23,7 +30,7 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Poll:
     """What a reader has now: records, and if none, how long until it may have some
-    (``wait_s``) or that it is done (``end``)."""
+    (``wait_s``) or that it has no split left (``end``)."""
 
     records: list[Any]
     end: bool = False
@@ -46,14 +53,115 @@ class SourceReader(ABC):
         pass
 
 
-class Source(ABC, Generic[T]):
-    bounded = True
+# Events between a source's readers and its enumerator.
+@dataclass(frozen=True)
+class RequestSplit:
+    pass
+
+
+@dataclass(frozen=True)
+class AddSplits:
+    splits: list[Any]
+
+
+@dataclass(frozen=True)
+class NoMoreSplits:
+    pass
+
+
+class SplitEnumeratorContext(Protocol):
+    @property
+    def parallelism(self) -> int: ...
+
+    def assign_splits(self, subtask: int, splits: list[Any]) -> None: ...
+
+    def signal_no_more_splits(self, subtask: int) -> None: ...
+
+
+class SplitEnumerator(ABC):
+    """Hands out a source's splits; runs on the job master."""
 
     @abstractmethod
-    def create_splits(self, parallelism: int) -> list[Any]: ...
+    def handle_split_request(self, subtask: int, context: SplitEnumeratorContext) -> None: ...
+
+    @abstractmethod
+    def snapshot_state(self) -> Any:
+        """The splits not assigned yet (picklable); ``Source.create_enumerator`` gets it back."""
+
+
+class StaticSplitEnumerator(SplitEnumerator):
+    """Splits made once. Each subtask gets its own (``index % parallelism ==
+    subtask``): all at its first request, so each subtask reads the same data on
+    every run; or, ``dynamic``, one split per request, its own first, then any
+    left, so a fast reader takes work off a slow one. When a subtask's request
+    finds nothing for it: no more splits."""
+
+    def __init__(self, splits: list[tuple[int, Any]], dynamic: bool = False) -> None:
+        self.remaining = list(splits)  # (index, split)
+        self.dynamic = dynamic
+
+    def handle_split_request(self, subtask: int, context: SplitEnumeratorContext) -> None:
+        own = [n for n, (index, _) in enumerate(self.remaining) if index % context.parallelism == subtask]
+        picks = (own[:1] or [0][: len(self.remaining)]) if self.dynamic else own
+        if not picks:
+            context.signal_no_more_splits(subtask)
+            return
+        splits = [self.remaining[n][1] for n in picks]
+        self.remaining = [entry for n, entry in enumerate(self.remaining) if n not in picks]
+        context.assign_splits(subtask, splits)
+
+    def snapshot_state(self) -> Any:
+        return list(self.remaining)
+
+
+class Source(ABC, Generic[T]):
+    bounded = True
+    dynamic_splits = False  # the default enumerator's policy (see StaticSplitEnumerator)
 
     @abstractmethod
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader: ...
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        """All splits, for the default enumerator."""
+        raise NotImplementedError(f"{type(self).__name__} makes no splits: override create_splits or create_enumerator")
+
+    def create_enumerator(self, parallelism: int, restored: Any | None) -> SplitEnumerator:
+        """The enumerator; ``restored`` is its ``snapshot_state()`` from a checkpoint."""
+        splits = restored if restored is not None else list(enumerate(self.create_splits(parallelism)))
+        return StaticSplitEnumerator(splits, self.dynamic_splits)
+
+
+class SourceCoordinator(OperatorCoordinator):
+    """The coordinator of a source operator: its split enumerator."""
+
+    def __init__(self, source: Source[Any]) -> None:
+        self.source = source
+        self._context: CoordinatorContext
+        self._enumerator: SplitEnumerator
+
+    def start(self, context: CoordinatorContext, restored: Any | None) -> None:
+        self._context = context
+        self._enumerator = self.source.create_enumerator(context.parallelism, restored)
+
+    def handle_event(self, subtask: int, event: Any) -> None:
+        if isinstance(event, RequestSplit):
+            self._enumerator.handle_split_request(subtask, self)
+        else:
+            raise TypeError(f"source coordinator got an unknown event {event!r}")
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return self._enumerator.snapshot_state()
+
+    # SplitEnumeratorContext
+    @property
+    def parallelism(self) -> int:
+        return self._context.parallelism
+
+    def assign_splits(self, subtask: int, splits: list[Any]) -> None:
+        self._context.send_event(subtask, AddSplits(list(splits)))
+
+    def signal_no_more_splits(self, subtask: int) -> None:
+        self._context.send_event(subtask, NoMoreSplits())
 
 
 @dataclass(frozen=True)
@@ -89,8 +197,7 @@ class IndexedReader(SourceReader):
         return list(self._splits)
 
     def poll(self, max_records: int) -> Poll:
-        while self._splits and self._splits[0].end is not None and self._splits[0].next >= self._splits[0].end:
-            self._splits.pop(0)
+        self._splits = [s for s in self._splits if s.end is None or s.next < s.end]
         if not self._splits:
             return Poll([], end=True)
         if self._rate is not None:
@@ -101,7 +208,7 @@ class IndexedReader(SourceReader):
             if allowed <= 0:
                 return Poll([], wait_s=(self._emitted + 1) / self._rate - (now - self._started))
             max_records = min(max_records, allowed)
-        s = self._splits[0]
+        s = self._splits.pop(0)
         stop = s.next + max_records * s.stride
         if s.end is not None:
             stop = min(stop, s.end)
@@ -109,7 +216,8 @@ class IndexedReader(SourceReader):
             records = self._batch_values(s.next, stop)
         else:
             records = [self._value_of(i) for i in range(s.next, stop, s.stride)]  # type: ignore[misc]
-        self._splits[0] = IndexSplit(s.split_id, s.next + len(records) * s.stride, s.end, s.stride)
+        # Round robin over the splits: an endless split must not starve the others.
+        self._splits.append(IndexSplit(s.split_id, s.next + len(records) * s.stride, s.end, s.stride))
         self._emitted += len(records)
         return Poll(records, split_id=s.split_id)
 
@@ -169,8 +277,9 @@ class GeneratorSource(Source[T]):
 
 
 class SourceOperator(StreamOperator):
-    """Head of a source task. The task polls it; it checkpoints its splits, each
-    with the state of its watermark generator.
+    """Head of a source task. The task polls it; it asks the enumerator for a split
+    whenever its reader has none, and checkpoints its splits, each with the state
+    of its watermark generator.
 
     With a :class:`WatermarkStrategy` it stamps records with the assigner, feeds a
     watermark generator per split, and every ``watermark_interval_ms`` emits the
@@ -179,6 +288,7 @@ class SourceOperator(StreamOperator):
     back the watermark there."""
 
     SPLITS = "splits"
+    WAIT_FOR_SPLITS_S = 0.05  # an arriving split wakes the task's loop sooner
 
     def __init__(self, name: str, uid: str, source: Source[Any], strategy: WatermarkStrategy | None = None, watermark_interval_ms: int = 200) -> None:
         super().__init__(name, uid)
@@ -191,18 +301,36 @@ class SourceOperator(StreamOperator):
         self._last_check = 0.0
         self._emitted = MIN_WATERMARK
         self._idle = False
+        self._asked = False          # a split request is on its way
+        self._no_more_splits = False
 
     def initialize_state(self, restored: RestoredState) -> None:
         super().initialize_state(restored)
         self.reader = self.source.create_reader(self.ctx.subtask, self.ctx.parallelism)
-        if restored.is_restored:
-            entries = restored.lists.get(self.SPLITS, [])
-        else:
-            entries = [(split, None) for split in self.source.create_splits(self.ctx.parallelism)[self.ctx.subtask :: self.ctx.parallelism]]
+        entries = restored.lists.get(self.SPLITS, [])
         for split, generator_state in entries:
             if generator_state is not None:
                 self._generator(_split_id(split)).restore(generator_state)
         self.reader.add_splits([split for split, _ in entries])
+
+    def open(self) -> None:
+        if not self.reader.snapshot_splits():
+            self._request_split()
+
+    def _request_split(self) -> None:
+        if not self._asked:
+            self._asked = True
+            self.ctx.send_operator_event(self.uid, RequestSplit())
+
+    def handle_operator_event(self, event: Any) -> None:
+        if isinstance(event, AddSplits):
+            self.reader.add_splits(event.splits)
+            self._asked = False
+        elif isinstance(event, NoMoreSplits):
+            self._no_more_splits = True
+            self._asked = False
+        else:
+            super().handle_operator_event(event)
 
     def _generator(self, split_id: Any) -> WatermarkGenerator:
         gen = self._generators.get(split_id)
@@ -216,6 +344,10 @@ class SourceOperator(StreamOperator):
             result = self.reader.poll(max_records)
         except Exception as exc:
             raise self.fail("source reader", exc) from exc
+        if result.end and not self._no_more_splits:
+            # Out of splits: ask for one, unless asked already; the answer is an event.
+            self._request_split()
+            result = Poll([], wait_s=self.WAIT_FOR_SPLITS_S)
         strategy = self._strategy
         if strategy is None or strategy.timestamp_assigner is None:
             if result.records:
@@ -243,8 +375,11 @@ class SourceOperator(StreamOperator):
 
     def _emit_watermark(self, now: float) -> None:
         idleness = self._strategy.idleness_ms if self._strategy is not None else None
+        splits = self.reader.snapshot_splits()
+        if not splits:
+            return  # waiting for a split: no watermark, and not idle (its records may be early)
         watermarks = []
-        for split in self.reader.snapshot_splits():
+        for split in splits:
             sid = _split_id(split)
             last = self._last_active.setdefault(sid, now)
             if idleness is None or (now - last) * 1000 < idleness:

@@ -82,6 +82,12 @@ class TaskPorts(Protocol):
 
     def report_end_of_input(self) -> None: ...
 
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        """To the operator's coordinator on the job master."""
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        """The coordinator's event ``event_id`` was handled."""
+
     @property
     def backpressured_s(self) -> float: ...
 
@@ -101,6 +107,15 @@ class NotifyCheckpointComplete:
 @dataclass(frozen=True)
 class NotifyCheckpointAborted:
     checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class OperatorEvent:
+    """From an operator's coordinator (see :mod:`runtime.coordination`)."""
+
+    operator_uid: str
+    event_id: int
+    event: Any
 
 
 @dataclass(frozen=True)
@@ -182,7 +197,9 @@ class StreamTask:
             )
             for i, edge in enumerate(d.vertex.outputs)
         ]
-        ctx = OperatorContext(d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id)
+        ctx = OperatorContext(
+            d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id, ports.send_operator_event
+        )
         edges = d.vertex.outputs
         main = [w for w, e in zip(self.writers, edges) if e.side_output is None]
         for op, nxt in zip(self.operators, self.operators[1:] + [None]):
@@ -244,6 +261,17 @@ class StreamTask:
         """Harness mode: handle the letters already in the mailbox, without blocking.
         Returns how the task ended if it did, else None."""
         return self._guarded(self._handle_available)
+
+    def poll_source(self) -> TaskResult | None:
+        """Harness mode: one poll of a source's reader, then the letters it led to."""
+        return self._guarded(self._poll_once)
+
+    def _poll_once(self) -> bool:
+        if self._source_active:
+            self._poll_source()
+        for w in self.writers:
+            w.flush()
+        return self._handle_available()
 
     def wait_for_snapshots(self) -> None:
         """Harness mode: wait until every snapshot is written and acknowledged."""
@@ -377,6 +405,10 @@ class StreamTask:
             self._on_trigger(letter.barrier)
         elif isinstance(letter, NotifyCheckpointComplete):
             self._on_complete(letter.checkpoint_id)
+        elif isinstance(letter, OperatorEvent):
+            op = next(op for op in self.operators if op.uid == letter.operator_uid)
+            op.handle_operator_event(letter.event)
+            self.ports.acknowledge_operator_event(letter.operator_uid, letter.event_id)
         elif isinstance(letter, NotifyCheckpointAborted):
             for op in self.operators:
                 op.notify_checkpoint_aborted(letter.checkpoint_id)

@@ -161,6 +161,8 @@ class _HarnessPorts:
         self.acks: list[tuple[int, StateHandle, dict[str, SnapshotSummary]]] = []
         self.declines: list[tuple[int, CheckpointFailureReason, str]] = []
         self.ended_input = False
+        self.operator_events: list[tuple[str, Any]] = []     # to coordinators: (operator uid, event)
+        self.acknowledged_events: list[tuple[str, int]] = []  # from coordinators, handled
         self.backpressured_s = 0.0
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
@@ -177,6 +179,12 @@ class _HarnessPorts:
 
     def report_end_of_input(self) -> None:
         self.ended_input = True
+
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        self.operator_events.append((operator_uid, event))
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        self.acknowledged_events.append((operator_uid, event_id))
 
 
 class TaskHarness:

@@ -1,0 +1,152 @@
+"""The event valve of operator coordinators, step by step, and sources built on it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from connectors.files import FileSink, read_committed
+from runtime import RestartStrategy, StreamExecutionEnvironment
+from runtime.coordination import CoordinatorContext, CoordinatorHolder, OperatorCoordinator
+from runtime.errors import JobExecutionError
+from runtime.sinks import DiscardingSink
+from runtime.storage import handle_from_json, read_metadata, read_state
+from runtime.sources import AddSplits, IndexSplit, NoMoreSplits, SequenceSource, StaticSplitEnumerator
+
+
+class Echo(OperatorCoordinator):
+    def start(self, context: CoordinatorContext, restored: Any | None) -> None:
+        self.context, self.restored = context, restored
+
+    def handle_event(self, subtask: int, event: Any) -> None:
+        self.context.send_event(subtask, event)
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return f"state@{checkpoint_id}"
+
+
+def _holder(valve: bool = True) -> tuple[CoordinatorHolder, list[tuple[int, int, Any]]]:
+    sent: list[tuple[int, int, Any]] = []
+    h = CoordinatorHolder("uid", "op", 2, Echo(), lambda subtask, uid, event_id, event: sent.append((subtask, event_id, event)), valve)
+    h.start(None)
+    return h, sent
+
+
+def test_one_event_at_a_time_per_subtask_in_the_order_sent():
+    h, sent = _holder()
+    h.handle_event(0, "a")
+    h.handle_event(0, "b")
+    h.handle_event(1, "c")
+    assert sent == [(0, 0, "a"), (1, 2, "c")]  # "b" waits for "a"'s acknowledgement
+    h.on_event_acknowledged(0, 0)
+    assert sent[-1] == (0, 1, "b")
+
+
+def test_a_checkpoint_waits_for_earlier_events_and_later_events_wait_for_the_subtask_snapshot():
+    h, sent = _holder()
+    h.handle_event(0, "before")
+    assert h.snapshot(5, {0, 1}) == "state@5"
+    h.handle_event(0, "after")
+    h.handle_event(1, "after-1")
+    assert not h.settled(5)  # "before" is not handled yet: no task may be triggered
+    h.on_event_acknowledged(0, 0)
+    assert h.settled(5)
+    assert [e for _, _, e in sent] == ["before"]  # both "after"s are held by the valve
+    h.on_subtask_checkpointed(1, 5)
+    assert [e for _, _, e in sent] == ["before", "after-1"]
+    h.on_checkpoint_ended(5, completed=False)  # aborted: the valve opens for everyone
+    assert [e for _, _, e in sent] == ["before", "after-1", "after"]
+
+
+def test_without_the_valve_nothing_waits_for_checkpoints():
+    h, sent = _holder(valve=False)
+    h.handle_event(0, "before")
+    h.snapshot(5, {0, 1})
+    h.handle_event(1, "after")
+    assert h.settled(5) and [e for _, _, e in sent] == ["before", "after"]
+
+
+def test_a_gone_subtask_neither_gets_events_nor_holds_back_checkpoints():
+    h, sent = _holder()
+    h.handle_event(0, "x")
+    h.snapshot(1, {0, 1})
+    h.on_subtask_gone(0)
+    h.handle_event(0, "y")
+    assert h.settled(1) and [e for _, _, e in sent] == ["x"]
+
+
+class _Context:
+    parallelism = 2
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, Any]] = []
+
+    def assign_splits(self, subtask: int, splits: list[Any]) -> None:
+        self.events.append((subtask, AddSplits(splits)))
+
+    def signal_no_more_splits(self, subtask: int) -> None:
+        self.events.append((subtask, NoMoreSplits()))
+
+
+def test_static_enumerator_gives_each_subtask_its_own_splits_and_dynamic_shares_them_out():
+    splits = list(enumerate("abcd"))
+    ctx = _Context()
+    e = StaticSplitEnumerator(splits)
+    e.handle_split_request(1, ctx)
+    e.handle_split_request(1, ctx)
+    assert ctx.events == [(1, AddSplits(["b", "d"])), (1, NoMoreSplits())]
+    assert e.snapshot_state() == [(0, "a"), (2, "c")]
+    ctx = _Context()
+    e = StaticSplitEnumerator(splits, dynamic=True)
+    for _ in range(4):
+        e.handle_split_request(1, ctx)
+    assert ctx.events == [(1, AddSplits(["b"])), (1, AddSplits(["d"])), (1, AddSplits(["a"])), (1, AddSplits(["c"]))]
+
+
+def _slowly(x: int) -> int:
+    time.sleep(0.004)
+    return x
+
+
+class _BrokenEnumerator(SequenceSource):
+    def create_enumerator(self, parallelism: int, restored: Any | None) -> Any:
+        raise RuntimeError("no splits for you")
+
+
+def test_a_failing_enumerator_fails_the_job_naming_the_source(checkpoint_dir):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_restart_strategy(RestartStrategy.fixed_delay(1, 0))
+    env.from_source(_BrokenEnumerator(1, 10), source_name="numbers").sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError, match=r"coordinator start of operator 'Source: numbers' raised RuntimeError: no splits for you") as info:
+        env.execute("broken-enumerator", executor="local")
+    assert "User traceback" in str(info.value) and "after 1 restart(s)" in str(info.value)
+
+
+def test_a_rescaled_restore_hands_out_the_splits_nobody_had_yet(checkpoint_dir, tmp_path):
+    """Splits left with the enumerator at a savepoint go to the new subtasks."""
+    class Slow(SequenceSource):
+        dynamic_splits = True
+
+        def create_splits(self, parallelism: int) -> list[Any]:
+            return [IndexSplit(i, i * 25, (i + 1) * 25) for i in range(8)]
+
+    out = str(tmp_path / "out")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(50)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_source(Slow(0, 199), source_name="slow").map(_slowly).sink_to(FileSink(out))
+    client = env.execute_async("rescale-splits", executor="local")
+    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
+        time.sleep(0.01)
+    savepoint = client.stop(str(tmp_path / "sp"))
+    (handle,) = read_metadata(savepoint)["coordinators"].values()
+    assert 0 < len(read_state(handle_from_json(handle))) < 8  # some splits were handed out, some not yet
+    env2 = StreamExecutionEnvironment.get_execution_environment().set_parallelism(3)
+    env2.enable_checkpointing(50)
+    env2.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env2.restore_from_savepoint(savepoint)
+    env2.from_source(Slow(0, 199), source_name="slow").map(lambda x: x).sink_to(FileSink(out))
+    env2.execute("rescale-splits-2", executor="local")
+    assert sorted(read_committed(out)) == list(range(200))
