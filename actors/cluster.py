@@ -29,19 +29,31 @@ def java_env() -> dict[str, str]:
 
 def ensure_ray(address: str | None = None) -> None:
     """Connect to the cluster at ``address`` / ``RAY_ADDRESS``, else to one running
-    on this machine, else start a local one. Idempotent."""
+    on this machine, else start a local one. Idempotent.
+
+    The driver keeps a namespace of its own (weir's actors are named in
+    ``NAMESPACE`` explicitly): raydp names its Spark app master the same in every
+    application, so two drivers sharing a namespace could not both run Spark."""
     if ray.is_initialized():
         return
     os.environ.update(java_env())  # inherited by a cluster this process starts
     runtime_env = {"env_vars": java_env()}  # reaches workers of a cluster we join
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, namespace=NAMESPACE, runtime_env=runtime_env, log_to_driver=True)
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
     try:
-        ray.init(address="auto", namespace=NAMESPACE, runtime_env=runtime_env)
+        ray.init(address="auto", runtime_env=runtime_env)
     except ConnectionError:
-        ray.init(namespace=NAMESPACE, runtime_env=runtime_env)
+        ray.init(runtime_env=runtime_env)
+
+
+def actor_runtime_env() -> dict[str, dict[str, str]]:
+    """The runtime env of weir's actors. Ray starts workers for a runtime env of
+    their own, so weir's actors never land on a worker from the shared pool that
+    raydp's block-fetching tasks have switched to cross-language code loading
+    (such a worker dies loading any Python actor class)."""
+    return {"env_vars": {**java_env(), "WEIR_ACTOR_WORKER": "1"}}
 
 
 def coordinator_name(job_name: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import ray
 
-from actors.cluster import NAMESPACE, task_actor_name
+from actors.cluster import NAMESPACE, actor_runtime_env, task_actor_name
 from actors.task_actor import RemoteTaskActor
 from runtime.checkpointing import TaskKey
 from runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError
@@ -113,7 +113,7 @@ class RayGateway:
         deadline = time.monotonic() + 30
         while True:
             try:
-                return RemoteTaskActor.options(name=name, namespace=NAMESPACE, **options).remote()
+                return RemoteTaskActor.options(name=name, namespace=NAMESPACE, runtime_env=actor_runtime_env(), **options).remote()
             except ValueError:
                 if time.monotonic() > deadline:
                     raise

@@ -8,7 +8,7 @@ from typing import Any
 
 import ray
 
-from actors.cluster import NAMESPACE, coordinator_name, ensure_ray, task_actor_name
+from actors.cluster import NAMESPACE, actor_runtime_env, coordinator_name, ensure_ray, task_actor_name
 from actors.coordinator import RemoteJobCoordinator, check_feasible
 from runtime.errors import JobCancelledError, WeirError
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
@@ -116,7 +116,10 @@ class RayJobClient(JobClient):
 def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
     """Every weir job whose coordinator is alive on the cluster."""
     ensure_ray(address)
-    names = [n for n in ray.util.list_named_actors() if n.startswith(coordinator_name(""))]
+    names = [
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == NAMESPACE and a["name"].startswith(coordinator_name(""))
+    ]
     out = []
     for name in sorted(names):
         try:
@@ -148,7 +151,7 @@ class RayExecutor(Executor):
         while True:
             try:
                 actor = RemoteJobCoordinator.options(
-                    name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0, max_concurrency=64,
+                    name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0, max_concurrency=64, runtime_env=actor_runtime_env(),
                     max_restarts=COORDINATOR_RESTARTS, max_task_retries=COORDINATOR_RESTARTS,
                 ).remote(graph, linger_s)
                 break

@@ -33,7 +33,7 @@ _HIDDEN = re.compile(r"^\.part-([0-9a-f]+)-\d+-\d+\.")
 _PARQUET_ROW_GROUP = 65536
 
 
-def _resolve(path: str) -> tuple[pafs.FileSystem, str]:
+def resolve(path: str) -> tuple[pafs.FileSystem, str]:
     uri = path if "://" in path else "file://" + os.path.abspath(path)
     try:
         return pafs.FileSystem.from_uri(uri)
@@ -45,13 +45,13 @@ class FileSink(Sink):
     def __init__(self, path: str, format: str = "jsonl", schema: pa.Schema | None = None) -> None:
         if format not in _FORMATS:
             raise InvalidConfigurationError("FileSink format", format, f"use one of {', '.join(_FORMATS)}")
-        _resolve(path)
+        resolve(path)
         self.path = path
         self.format = format
         self.schema = schema
 
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:
-        fs, base = _resolve(self.path)
+        fs, base = resolve(self.path)
         fs.create_dir(base, recursive=True)
         return _FileWriter(fs, base, self.format, self.schema, ctx)
 
@@ -146,7 +146,7 @@ def _to_table(rows: list[Any], schema: pa.Schema | None) -> pa.Table:
 
 def committed_files(path: str) -> list[str]:
     """The visible (committed) part files under ``path``, sorted."""
-    fs, base = _resolve(path)
+    fs, base = resolve(path)
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     except FileNotFoundError:  # being created right now
@@ -156,7 +156,7 @@ def committed_files(path: str) -> list[str]:
 
 def read_committed(path: str) -> list[Any]:
     """Every committed record under ``path``: JSON lines parsed, Parquet rows as dicts."""
-    fs, _ = _resolve(path)
+    fs, _ = resolve(path)
     out: list[Any] = []
     for p in committed_files(path):
         if p.endswith(".parquet"):

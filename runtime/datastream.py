@@ -168,6 +168,20 @@ class StreamExecutionEnvironment:
         cancel the job); ``records_per_second`` limits the rate over all subtasks."""
         return self.from_source(GeneratorSource(generator, count, records_per_second), watermark_strategy, "generator")
 
+    def from_spark(self, df: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False) -> "DataStream":
+        """The rows of a Spark DataFrame, as dicts keyed by column name (or, with
+        ``arrow_batches``, as ``pyarrow.RecordBatch`` es). The DataFrame goes to Ray
+        through raydp, so its session must be raydp's: ``connectors.spark.spark_session()``."""
+        from connectors.spark import ArrowBlockSource  # Ray and Spark only when asked for
+
+        return self.from_source(ArrowBlockSource.from_spark(df, arrow_batches), watermark_strategy, "spark")
+
+    def from_ray_dataset(self, dataset: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False) -> "DataStream":
+        """The rows of a Ray Dataset, as :meth:`from_spark` gives them."""
+        from connectors.spark import ArrowBlockSource
+
+        return self.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches), watermark_strategy, "ray dataset")
+
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
         if not isinstance(job_name, str) or not job_name or "/" in job_name:
@@ -305,6 +319,21 @@ class DataStream:
 
     def print(self) -> "DataStream":
         return self.sink_to(PrintSink())
+
+    def execute_and_collect_to_spark(self, job_name: str = "collect", spark: Any = None, path: str | None = None) -> Any:
+        """Run this bounded job to its end and return its records as a Spark
+        DataFrame (raydp's session unless ``spark`` is given). They are written
+        exactly once into a Parquet table at ``path`` (default: under the
+        checkpoint storage), which the DataFrame reads."""
+        from connectors.spark import collect_to_spark
+
+        return collect_to_spark(self, job_name, spark, path)
+
+    def execute_and_collect_to_ray_dataset(self, job_name: str = "collect", path: str | None = None) -> Any:
+        """As :meth:`execute_and_collect_to_spark`, returning a Ray Dataset."""
+        from connectors.spark import collect_to_ray_dataset
+
+        return collect_to_ray_dataset(self, job_name, path)
 
 
 class KeyedStream(DataStream):

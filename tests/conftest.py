@@ -25,13 +25,24 @@ def ray_cluster():
 
     os.environ.pop("RAY_ADDRESS", None)
     if not ray.is_initialized():
-        from actors.cluster import NAMESPACE, java_env
+        from actors.cluster import java_env
 
         os.environ.update(java_env())
-        ray.init(namespace=NAMESPACE, include_dashboard=False, runtime_env={"env_vars": java_env()})
+        ray.init(include_dashboard=False, runtime_env={"env_vars": java_env()})
     ensure_ray()
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark(ray_cluster):
+    """One raydp Spark session for the test session (it takes ~20 s to start);
+    its executor takes half a CPU so stream tasks still fit on a small machine."""
+    from connectors.spark import spark_session, stop_spark
+
+    session = spark_session(executors=1, cores=1, memory="1g", app_name="weir-tests", executor_cpus=0.5)
+    yield session
+    stop_spark()
 
 
 @pytest.fixture

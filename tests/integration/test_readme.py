@@ -19,7 +19,7 @@ def test_readme_has_examples():
 
 
 @pytest.mark.ray
-def test_readme_examples_run(ray_cluster):
+def test_readme_examples_run(ray_cluster, spark):
     namespace: dict = {"__name__": "readme"}
     for i, block in enumerate(readme_python_blocks()):
         exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)

@@ -1,0 +1,129 @@
+"""Spark DataFrames in and out through raydp, exactly once, also when a reader dies."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from connectors.spark import ParquetTableSink
+from runtime import RestartStrategy, StreamExecutionEnvironment
+from runtime.errors import WeirError
+
+pytestmark = pytest.mark.ray
+
+ROWS = 1_000_000
+CUSTOMERS = 1_000
+
+
+def orders(spark, rows: int = ROWS):
+    """Spark ETL: customer c{id % 1000}, amount id % 97 (zero amounts dropped)."""
+    return (
+        spark.range(rows)
+        .selectExpr("concat('c', cast(id % 1000 as string)) AS customer", "cast(id % 97 AS bigint) AS amount")
+        .where("amount > 0")
+    )
+
+
+def totals_job(env, df, out: str):
+    env.from_spark(df).map(
+        lambda r: {"customer": r["customer"], "orders": 1, "total": r["amount"]}
+    ).key_by(lambda r: r["customer"]).reduce(
+        lambda a, b: {"customer": a["customer"], "orders": a["orders"] + b["orders"], "total": a["total"] + b["total"]}
+    ).sink_to(ParquetTableSink(out))
+
+
+def final_totals(spark, path: str) -> dict[str, tuple[int, int]]:
+    """The last update per customer of the streamed running totals, read by Spark."""
+    spark.read.parquet(path).createOrReplaceTempView("updates")
+    rows = spark.sql("SELECT customer, max(orders) AS orders, max_by(total, orders) AS total FROM updates GROUP BY customer").collect()
+    return {r["customer"]: (r["orders"], r["total"]) for r in rows}
+
+
+def spark_totals(df) -> dict[str, tuple[int, int]]:
+    rows = df.groupBy("customer").agg({"amount": "sum", "*": "count"}).collect()
+    return {r["customer"]: (r["count(1)"], r["sum(amount)"]) for r in rows}
+
+
+def _env(checkpoint_dir, parallelism: int = 2):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+    env.enable_checkpointing(1000)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    return env
+
+
+def test_a_million_row_dataframe_aggregated_in_a_stream_equals_spark(spark, checkpoint_dir, tmp_path):
+    df = orders(spark)
+    out = str(tmp_path / "totals")
+    env = _env(checkpoint_dir)
+    totals_job(env, df, out)
+    env.execute("spark-totals")
+    expected = spark_totals(df)
+    assert len(expected) == CUSTOMERS
+    assert final_totals(spark, out) == expected
+
+
+def test_killing_a_reader_midway_loses_and_duplicates_nothing(spark, checkpoint_dir, tmp_path):
+    df = orders(spark)
+    out = str(tmp_path / "totals")
+    env = _env(checkpoint_dir)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(3, 0.5))
+    totals_job(env, df, out)
+    client = env.execute_async("spark-kill")
+    read = 0
+    while read < ROWS // 3:  # a third of the rows read: kill a reader in the middle
+        readers = [m for m in client.metrics() if m["task"].startswith("source-spark")]
+        read = sum(m["records_in"] for m in readers)
+        time.sleep(0.05)
+    assert any(c["status"] == "COMPLETED" for c in client.checkpoints())
+    vertex, subtask = readers[0]["task"].rsplit("/", 1)
+    client.kill_task(vertex, int(subtask))
+    result = client.wait(300)
+    assert result.restarts == 1
+    assert final_totals(spark, out) == spark_totals(df)
+
+
+def test_arrow_batches_and_collect_to_spark(spark, checkpoint_dir):
+    df = spark.range(10_000).selectExpr("id", "id * 2 AS double")
+    env = _env(checkpoint_dir)
+    sizes = env.from_spark(df, arrow_batches=True).map(
+        lambda batch: {"rows": batch.num_rows, "sum": pa.compute.sum(batch.column("double")).as_py()}
+    )
+    result = sizes.execute_and_collect_to_spark("arrow-batches", spark)
+    agg = result.selectExpr("sum(rows) AS rows", "sum(sum) AS total").collect()[0]
+    assert (agg["rows"], agg["total"]) == (10_000, 2 * sum(range(10_000)))
+
+
+def test_ray_dataset_in_and_out(ray_cluster, checkpoint_dir):
+    import ray.data
+
+    ds = ray.data.from_items([{"word": w} for w in "a b a c b a".split()])
+    env = _env(checkpoint_dir, parallelism=1)
+    counts = env.from_ray_dataset(ds).map(lambda r: (r["word"], 1)).key_by(lambda t: t[0]).sum(1)
+    rows = counts.execute_and_collect_to_ray_dataset("ray-words").take_all()
+    final = {}
+    for r in rows:
+        final[r["f0"]] = max(final.get(r["f0"], 0), r["f1"])
+    assert final == {"a": 3, "b": 2, "c": 1}
+
+
+def test_a_dataframe_of_a_plain_spark_session_is_refused_with_how_to_fix(ray_cluster, monkeypatch):
+    import raydp.context
+    from pyspark.sql import DataFrame
+
+    monkeypatch.setattr(raydp.context, "_global_spark_context", None)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    fake = DataFrame.__new__(DataFrame)
+    with pytest.raises(WeirError, match=r"needs a Spark session that raydp started.*spark_session\(\.\.\.\)"):
+        env.from_spark(fake)
+    with pytest.raises(TypeError, match="from_spark\\(\\) takes a pyspark.sql.DataFrame, got list"):
+        env.from_spark([1, 2])
+
+
+def test_missing_java_is_named(monkeypatch):
+    from connectors.spark import spark_session
+
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
+    with pytest.raises(WeirError, match=r"Spark needs a Java runtime.*JAVA_HOME=/nonexistent-jdk has no bin/java"):
+        spark_session()
