@@ -24,7 +24,14 @@ from typing import Any, Callable, Protocol
 
 from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
 from runtime.coordination import CoordinatorHolder
-from runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, JobExecutionError, UserFunctionError, WeirError
+from runtime.errors import (
+    CheckpointDeclinedError,
+    CheckpointFailureReason,
+    CorruptCheckpointError,
+    JobExecutionError,
+    UserFunctionError,
+    WeirError,
+)
 from runtime.events import CheckpointBarrier, CheckpointKind
 from runtime.executor import JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
@@ -232,7 +239,9 @@ class JobMaster:
         self._exited: set[TaskKey] = set()
         self._ended_input: set[TaskKey] = set()
         self._final_checkpoint: int | None = None
-        self._latest: dict[str, Any] | None = None
+        # Complete checkpoints and savepoints to restore from, oldest first, as
+        # (location, metadata): the latest is used; a damaged one falls back.
+        self._restore_points: list[tuple[str, dict[str, Any]]] = []
         self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self._stopping: _Stopping | None = None
         self._coordinators: list[tuple[str, CoordinatorHolder]] = []  # (vertex id, holder), this deployment's
@@ -307,14 +316,45 @@ class JobMaster:
         if self.recovering:
             self.coordinator.next_id = max(self.storage.checkpoint_ids(completed_only=False), default=0) + 1
             done = self.storage.checkpoint_ids()
-            if done:
-                self._latest = read_metadata(self.storage.location(done[-1]))
-                log.warning("job %s: job master restarted; recovering from checkpoint %d", self.graph.name, done[-1])
+            for cid in done:
+                location = self.storage.location(cid)
+                try:
+                    self._restore_points.append((location, read_metadata(location)))
+                except CorruptCheckpointError as exc:
+                    log.warning("job %s: skipping damaged checkpoint %d: %s", self.graph.name, cid, exc)
+            if self._restore_points:
+                log.warning("job %s: job master restarted; recovering from %s", self.graph.name, self._restore_points[-1][0])
                 return
+            if done:
+                raise WeirError(
+                    f"job '{self.graph.name}' cannot recover: every checkpoint in {self.storage.root} is damaged "
+                    "(see the warnings); not starting from scratch, which would silently drop its state"
+                )
         restore = self.graph.execution.restore_from
         if restore is not None:
-            self._latest = read_metadata(restore)
-            restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)  # fail fast
+            self._restore_points.append((restore, read_metadata(restore)))
+            restore_plan(self._restore_points[-1][1], self.graph, self.graph.execution.allow_non_restored_state)  # fail fast
+
+    @property
+    def _latest(self) -> dict[str, Any] | None:
+        return self._restore_points[-1][1] if self._restore_points else None
+
+    def _fall_back(self, error: CorruptCheckpointError) -> None:
+        """The checkpoint being restored is damaged: restart from the one before
+        it, or, with none left, fail (never start from scratch: that would drop
+        the job's state without a word)."""
+        if self.status is JobStatus.RESTARTING or self.status.is_terminal:
+            return
+        damaged, _ = self._restore_points.pop()
+        if self._restore_points:
+            log.warning("job %s: %s; falling back to %s (records after it are processed again: "
+                        "sinks that committed the damaged checkpoint may see them twice)", self.graph.name, error, self._restore_points[-1][0])
+            self._fail(error)
+            return
+        self._fail(WeirError(
+            f"job '{self.graph.name}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
+            "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
+        ), restartable=False)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
@@ -448,7 +488,11 @@ class JobMaster:
             for spec in v.operators:
                 if spec.make_coordinator is None:
                     continue
-                state = read_state(handle_from_json(saved[spec.uid])) if spec.uid in saved else None
+                try:
+                    state = read_state(handle_from_json(saved[spec.uid])) if spec.uid in saved else None
+                except CorruptCheckpointError as exc:
+                    self._fall_back(exc)
+                    return
                 holder = CoordinatorHolder(spec.uid, spec.name, v.parallelism, spec.make_coordinator(), self._event_sender(v.id), self.event_valve)
                 self._coordinators.append((v.id, holder))
                 self._coordinator_call(holder, "start", holder.start, state)
@@ -543,7 +587,7 @@ class JobMaster:
             return
         pending = self.coordinator.complete(checkpoint_id, self.clock())
         # Savepoints count for recovery too: sinks committed what they cover.
-        self._latest = metadata
+        self._restore_points.append((location, metadata))
         for _, holder in self._coordinators:
             self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, True)
         for key in pending.plan.to_ack:
@@ -561,8 +605,10 @@ class JobMaster:
             if s.status == "COMPLETED" and s.kind == CheckpointKind.CHECKPOINT.value and not s.discarded
         )
         for cid in completed[: -self.graph.checkpointing.retained]:
-            discard(self.coordinator.history[cid].location)
+            location = self.coordinator.history[cid].location
+            discard(location)
             self.coordinator.history[cid].discarded = True
+            self._restore_points = [p for p in self._restore_points if p[0] != location]
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
         pending = self.coordinator.abort(checkpoint_id, reason, detail)
@@ -631,6 +677,8 @@ class JobMaster:
             self._exited.add(key)
             if len(self._exited) == len(self.graph.task_names()):
                 self._end(JobStatus.CANCELED)
+        elif isinstance(result.error, CorruptCheckpointError) and self._restore_points:
+            self._fall_back(result.error)
         else:
             error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
             self._fail(error)

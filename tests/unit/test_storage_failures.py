@@ -1,0 +1,140 @@
+"""Broken checkpoint storage (in-process executor): a damaged checkpoint is a typed
+error naming the file and recovery falls back to the previous complete one, never
+to scratch; a full disk declines a checkpoint and the job goes on, until more
+checkpoints failed in a row than tolerated."""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import pathlib
+
+import pytest
+
+import runtime.storage
+from connectors.files import FileSink, read_committed
+from runtime import RestartStrategy, StreamExecutionEnvironment
+from runtime.errors import JobExecutionError
+
+N, KEYS = 20_000, 10
+EXPECTED = {k: sum(range(k, N, KEYS)) for k in range(KEYS)}
+
+
+def _complete_checkpoints(root: str) -> list[pathlib.Path]:
+    done = glob.glob(f"{root}/**/chk-*/_metadata", recursive=True)
+    return [pathlib.Path(p).parent for p in sorted(done, key=lambda p: int(p.split("chk-")[1].split("/")[0]))]
+
+
+def damage(folder: pathlib.Path, how: str) -> str:
+    states = sorted(folder.glob("*.state"))
+    target = states[0]
+    if how == "flipped byte":
+        data = bytearray(target.read_bytes())
+        data[-1] ^= 0xFF
+        target.write_bytes(bytes(data))
+    elif how == "empty file":
+        target.write_bytes(b"")
+    elif how == "missing subtask file":
+        target.unlink()
+    elif how == "deleted checkpoint folder":
+        for f in folder.iterdir():
+            if f.name != "_metadata":  # the job master holds the metadata in memory already
+                f.unlink()
+    return target.name
+
+
+class Sabotage:
+    """Once past record N/2, with enough checkpoints complete: damage the newest
+    complete checkpoint, then fail (so the restart has to restore it)."""
+
+    def __init__(self, root: str, flag: str, how: str, at_least: int) -> None:
+        self.root, self.flag, self.how, self.at_least = root, flag, how, at_least
+
+    def __call__(self, i: int) -> int:
+        if i >= N // 2 and i % 100 == 0 and not os.path.exists(self.flag):
+            done = _complete_checkpoints(self.root)
+            if len(done) >= self.at_least:
+                pathlib.Path(self.flag).write_text(damage(done[-1], self.how))
+                raise RuntimeError("boom")
+        return i
+
+
+def _job(tmp_path, how: str, retained: int):
+    root = str(tmp_path / "checkpoints")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(100)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage("file://" + root)
+    cc.set_num_retained_checkpoints(retained)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0))
+    out = str(tmp_path / "out")
+    (env.from_generator(lambda i: i, count=N, records_per_second=20_000).map(Sabotage(root, str(tmp_path / "flag"), how, retained))
+        .map(lambda i: (i % KEYS, i)).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out)))
+    return env, out
+
+
+@pytest.mark.parametrize("how", ["flipped byte", "empty file", "missing subtask file", "deleted checkpoint folder"])
+def test_a_damaged_checkpoint_falls_back_to_the_previous_complete_one(tmp_path, how, caplog):
+    env, out = _job(tmp_path, how, retained=2)
+    result = env.execute(f"damaged-{how.replace(' ', '-')}", executor="local")
+    assert result.restarts == 2  # the failure, then the damaged checkpoint
+    damaged_file = (tmp_path / "flag").read_text()
+    assert any(damaged_file in r.message and "falling back to" in r.message for r in caplog.records)
+    finals: dict[int, int] = {}
+    for k, total in read_committed(out):
+        finals[k] = max(finals.get(k, 0), total)
+    assert finals == EXPECTED  # state rolled back consistently: every final total exact
+
+
+def test_with_no_earlier_checkpoint_the_job_fails_naming_the_file_instead_of_starting_over(tmp_path):
+    env, _ = _job(tmp_path, "flipped byte", retained=1)
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("damaged-no-fallback", executor="local")
+    message = str(info.value)
+    assert (tmp_path / "flag").read_text() in message and "checksum mismatch" in message
+    assert "no earlier complete checkpoint is left to fall back to" in message
+
+
+def _failing_state_writes(monkeypatch, when):
+    real = runtime.storage._atomic_write
+
+    def write(uri: str, data: bytes) -> None:
+        if uri.endswith(".state") and when(uri):
+            raise OSError(errno.ENOSPC, "No space left on device", uri)
+        real(uri, data)
+
+    monkeypatch.setattr(runtime.storage, "_atomic_write", write)
+
+
+def _summing_job(tmp_path, tolerable: int | None = None):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(50)
+    cc = env.get_checkpoint_config()
+    cc.set_checkpoint_storage("file://" + str(tmp_path / "checkpoints"))
+    if tolerable is not None:
+        cc.set_tolerable_checkpoint_failure_number(tolerable)
+    out = str(tmp_path / "out")
+    env.from_generator(lambda i: i, count=N, records_per_second=40_000).map(lambda i: (i % KEYS, i)).key_by(
+        lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out))
+    return env, out
+
+
+def test_a_full_disk_declines_that_checkpoint_and_the_job_goes_on(tmp_path, monkeypatch):
+    _failing_state_writes(monkeypatch, lambda uri: "/chk-2/" in uri)
+    env, out = _summing_job(tmp_path)
+    client = env.execute_async("disk-full-once", executor="local")
+    result = client.wait(60)
+    stats = {c["checkpoint_id"]: c for c in client.checkpoints()}
+    assert stats[2]["status"] == "ABORTED" and "No space left on device" in stats[2]["reason"]
+    assert result.restarts == 0 and stats[3]["status"] == "COMPLETED"
+    rows = read_committed(out)
+    assert len(rows) == N and {k: max(t for kk, t in rows if kk == k) for k in range(KEYS)} == EXPECTED
+
+
+def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, monkeypatch):
+    _failing_state_writes(monkeypatch, lambda uri: "/chk-1/" not in uri)
+    env, _ = _summing_job(tmp_path, tolerable=2)
+    with pytest.raises(JobExecutionError, match=r"3 checkpoints failed in a row \(tolerable: 2\); last: .*No space left on device"):
+        env.execute("disk-full", executor="local")
