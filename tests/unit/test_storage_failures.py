@@ -138,3 +138,22 @@ def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, 
     env, _ = _summing_job(tmp_path, tolerable=2)
     with pytest.raises(JobExecutionError, match=r"3 checkpoints failed in a row \(tolerable: 2\); last: .*No space left on device"):
         env.execute("disk-full", executor="local")
+
+
+def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_path, caplog):
+    from runtime.jobmaster import JobMaster
+    from runtime.local import LocalExecutor, LocalGateway
+
+    env, _ = _summing_job(tmp_path)
+    env.get_checkpoint_config().set_num_retained_checkpoints(3)
+    graph = env.get_job_graph("truncated-metadata")
+    client = LocalExecutor().submit(graph)
+    client.wait(60)
+    done = _complete_checkpoints(str(tmp_path / "checkpoints"))
+    assert len(done) >= 2
+    metadata = done[-1] / "_metadata"
+    metadata.write_bytes(metadata.read_bytes()[:40])
+    master = JobMaster(graph, LocalGateway(), recovering=True)
+    master._recover_or_restore()
+    assert master._latest is not None and master._latest["checkpoint_id"] == int(done[-2].name.split("-")[1])
+    assert any("skipping damaged checkpoint" in r.message and "_metadata is unusable" in r.message for r in caplog.records)
