@@ -731,9 +731,14 @@ class JobMaster:
         for request in self._requests.values():
             request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before the savepoint completed"))
         self._requests.clear()
-        if self._stopping is not None:
-            self._stopping.request.reply(self._stopping.location)
-            self._stopping = None
+        stopping, self._stopping = self._stopping, None
+        if stopping is not None and status is JobStatus.CANCELED:
+            stopping.request.reply(error=WeirError(
+                f"{stopping.what} of job '{self.graph.name}' was overtaken by a cancel: the job ended CANCELED, "
+                f"after its savepoint had completed at {stopping.location} (it can be restored)"
+            ))
+        elif stopping is not None:
+            stopping.request.reply(stopping.location)
 
     # ------------------------------------------------------------ deploying
     def _deploy(self) -> None:

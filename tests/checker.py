@@ -46,3 +46,43 @@ def check_running_sums(outputs: Iterable[Any], inputs: Iterable[tuple[Any, int]]
         dup += sum((applied - exp).values())
         wrong += (max(totals) if totals else 0) != sum(v * c for v, c in exp.items())
     return Verdict(lost, dup, wrong, n)
+
+
+@dataclass
+class SequenceVerdict:
+    """Jepsen total-queue style counts over records that each carry a unique
+    (partition, sequence); ``out_of_order`` counts, within one committed file,
+    a partition's sequence not above the one before it."""
+
+    lost: int
+    duplicated: int
+    unexpected: int
+    out_of_order: int
+    per_partition: dict[Any, tuple[int, int]]  # partition -> (lost, duplicated)
+
+    @property
+    def exact(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected or self.out_of_order)
+
+
+def check_sequences(files: Iterable[Iterable[tuple[Any, int]]], expected: dict[Any, int]) -> SequenceVerdict:
+    """``files``: the committed (partition, sequence) records, file by file, in file
+    order; ``expected``: per partition, how many sequences (0..n-1) went in."""
+    seen: dict[Any, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    unexpected = out_of_order = 0
+    for records in files:
+        last: dict[Any, int] = {}
+        for partition, seq in records:
+            if partition not in expected or not 0 <= seq < expected[partition]:
+                unexpected += 1
+                continue
+            if seq <= last.get(partition, -1):
+                out_of_order += 1
+            last[partition] = seq
+            seen[partition][seq] += 1
+    per: dict[Any, tuple[int, int]] = {}
+    for partition, n in expected.items():
+        counts = seen.get(partition, collections.Counter())
+        per[partition] = (n - len(counts), sum(c - 1 for c in counts.values()))
+    return SequenceVerdict(
+        sum(lost for lost, _ in per.values()), sum(d for _, d in per.values()), unexpected, out_of_order, per)

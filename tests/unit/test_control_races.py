@@ -1,0 +1,191 @@
+"""Control calls racing each other and the periodic checkpoints (in-process
+executor): 100 seeded trials, each firing stop (with and without drain),
+savepoint and cancel from several threads at random moments into a running job.
+
+Each trial must end in exactly one terminal state; no call may hang (each has a
+timeout) and each failure must be a clear weir error; a cancel wins over a
+savepoint in flight. Every location a call returned must restore: resumed to the
+end, the job's final state per partition matches the oracle. The committed output
+is checked record by record (unique partition and sequence per record): nothing
+duplicated or out of order ever, and nothing lost where the job was run to its
+end (a cancelled or drained job ends early by design).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from typing import Any
+
+from connectors.files import FileSink, committed_files
+from runtime import KeyedProcessFunction, StreamExecutionEnvironment, ValueStateDescriptor
+from runtime.errors import JobCancelledError, WeirError
+from runtime.executor import JobStatus
+from runtime.sinks import Sink, SinkWriter
+from tests.checker import check_sequences
+
+PARTITIONS, N = 2, 1_500  # a partition per source split: its order holds end to end
+EXPECTED = {p: N // PARTITIONS for p in range(PARTITIONS)}
+TRIALS = 100
+
+
+class Count(KeyedProcessFunction):
+    """(partition, seq) -> (partition, seq, records of the partition so far)."""
+
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        self.count.update(self.count.value() + 1)
+        yield (value[0], value[1], self.count.value())
+
+
+def _env(tmp_path, name: str, restore: str | None = None) -> tuple[StreamExecutionEnvironment, str]:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(30)
+    env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
+    if restore is not None:
+        env.restore_from_savepoint(restore)
+    out = str(tmp_path / name)
+    (env.from_generator(lambda i: (i * PARTITIONS // N, i % (N // PARTITIONS)), count=N, records_per_second=4_000).uid("src")
+        .key_by(lambda r: r[0]).process(Count()).uid("count")
+        .sink_to(FileSink(out)).uid("sink"))
+    return env, out
+
+
+def _files(*outs: str) -> list[list[tuple[int, int]]]:
+    files = []
+    for out in outs:
+        for path in committed_files(out):
+            with open(path) as f:
+                files.append([(r[0], r[1]) for r in map(json.loads, f)])
+    return files
+
+
+def _final_counts(*outs: str) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for out in outs:
+        for path in committed_files(out):
+            with open(path) as f:
+                for p, _, c in map(json.loads, f):
+                    counts[p] = max(counts.get(p, 0), c)
+    return counts
+
+
+def _call(client: Any, op: str, where: str) -> tuple[str, Any]:
+    try:
+        if op == "cancel":
+            client.cancel(timeout_s=20)
+            return op, None
+        if op == "savepoint":
+            return op, client.savepoint(where, timeout_s=20)
+        return op, client.stop(where, drain=(op == "stop-drain"), timeout_s=20)
+    except TimeoutError as exc:  # a hung call: the one outcome that is never fine
+        return op, exc
+    except WeirError as exc:
+        return op, exc
+
+
+def run_trial(seed: int, tmp_path) -> dict[str, Any]:
+    rng = random.Random(seed)
+    env, out = _env(tmp_path, "out")
+    client = env.execute_async(f"race-{seed}", executor="local")
+    time.sleep(rng.uniform(0, 0.25))
+    ops = [rng.choice(["stop", "stop-drain", "savepoint", "savepoint", "cancel"]) for _ in range(rng.randint(2, 4))]
+    results: list[tuple[str, Any]] = []
+    lock = threading.Lock()
+
+    def fire(n: int, op: str) -> None:
+        time.sleep(rng.uniform(0, 0.05))
+        r = _call(client, op, str(tmp_path / f"sp-{n}"))
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=fire, args=(n, op)) for n, op in enumerate(ops)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), f"seed {seed}: a control call hung"
+    try:
+        status = client.wait(30).status
+    except JobCancelledError:
+        status = JobStatus.CANCELED
+    assert status.is_terminal and client.status() is status, f"seed {seed}: {status}"
+    hung = [(op, r) for op, r in results if isinstance(r, TimeoutError)]
+    assert not hung, f"seed {seed}: calls timed out: {hung}"
+
+    stops = [(op, r) for op, r in results if op.startswith("stop") and isinstance(r, str)]
+    assert len(stops) <= 1, f"seed {seed}: two stops succeeded: {stops}"
+    if "cancel" in ops and status is JobStatus.CANCELED:
+        assert not stops, f"seed {seed}: cancelled, yet a stop succeeded"
+    if stops:
+        assert status is (JobStatus.FINISHED if stops[0][0] == "stop-drain" else JobStatus.SUSPENDED), f"seed {seed}: {stops} but {status}"
+
+    # Whatever happened, nothing is ever duplicated or out of order.
+    verdict = check_sequences(_files(out), EXPECTED)
+    assert (verdict.duplicated, verdict.unexpected, verdict.out_of_order) == (0, 0, 0), f"seed {seed}: {verdict}"
+    if status is JobStatus.FINISHED and not stops:
+        assert verdict.exact, f"seed {seed}: ran to its end yet {verdict}"
+    if stops and stops[0][0] == "stop":  # suspended: resuming finishes the job exactly once
+        resumed, resumed_out = _env(tmp_path, "resumed", restore=stops[0][1])
+        resumed.execute(f"race-{seed}-resumed", executor="local")
+        verdict = check_sequences(_files(out, resumed_out), EXPECTED)
+        assert verdict.exact, f"seed {seed}: stop + resume gave {verdict}"
+        assert _final_counts(out, resumed_out) == EXPECTED
+    for n, (op, r) in enumerate(results):  # every savepoint taken restores to the exact final state
+        if op == "savepoint" and isinstance(r, str):
+            again, again_out = _env(tmp_path, f"from-savepoint-{n}", restore=r)
+            again.execute(f"race-{seed}-sp-{n}", executor="local")
+            assert _final_counts(again_out) == {p: c for p, c in EXPECTED.items() if p in _final_counts(again_out)}
+            assert check_sequences(_files(again_out), EXPECTED).duplicated == 0
+    return {"status": status, "ops": ops, "results": results}
+
+
+def test_100_seeded_control_races_end_in_one_state_and_every_savepoint_restores(tmp_path_factory):
+    outcomes: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    for seed in range(TRIALS):
+        trial = run_trial(seed, tmp_path_factory.mktemp(f"race-{seed}"))
+        outcomes[trial["status"].value] = outcomes.get(trial["status"].value, 0) + 1
+        for op, r in trial["results"]:
+            key = f"{op} {'ok' if isinstance(r, str) or r is None else 'refused'}"
+            calls[key] = calls.get(key, 0) + 1
+    print(f"\n{TRIALS} control races: endings {outcomes}; calls {dict(sorted(calls.items()))}")
+    # The harness must reach every ending, or it is not racing.
+    assert set(outcomes) == {"CANCELED", "FINISHED", "SUSPENDED"}, outcomes
+
+
+class _SlowPrepare(SinkWriter):
+    def write(self, records: list[Any]) -> None:
+        pass
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        time.sleep(1.0)  # the savepoint stays in flight
+        return []
+
+
+class SlowPrepareSink(Sink):
+    def create_writer(self, ctx: Any) -> SinkWriter:
+        return _SlowPrepare()
+
+
+def test_a_cancel_wins_over_a_savepoint_in_flight(tmp_path):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
+    env.from_generator(lambda i: i, records_per_second=1_000).sink_to(SlowPrepareSink())
+    client = env.execute_async("cancel-wins", executor="local")
+    time.sleep(0.2)
+    outcome: list[Any] = []
+    t = threading.Thread(target=lambda: outcome.append(_call(client, "savepoint", str(tmp_path / "sp"))))
+    t.start()
+    time.sleep(0.3)  # the savepoint is being taken
+    started = time.monotonic()
+    client.cancel(timeout_s=20)
+    t.join(30)
+    assert not t.is_alive() and client.status() is JobStatus.CANCELED
+    assert time.monotonic() - started < 10
+    (_, result), = outcome
+    assert isinstance(result, WeirError) and "cancel" in str(result), result
