@@ -419,7 +419,10 @@ class JobMaster:
         if self.status not in (JobStatus.RUNNING, JobStatus.STOPPING):
             return
         for cid in self.coordinator.expired(now):
-            self._abort(cid, CheckpointFailureReason.TIMEOUT)
+            # Name who held it up: a task stuck in a user function never acknowledges.
+            late = sorted(self.coordinator.pending[cid].not_yet_acknowledged)
+            names = ", ".join(f"{task_name(k)} ({self.graph.vertices[k[0]].name})" for k in late[:5])
+            self._abort(cid, CheckpointFailureReason.TIMEOUT, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}")
         if self.status is JobStatus.STOPPING:
             return  # the stop's savepoint is the last one
         if self._all_sources_ended():

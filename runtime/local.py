@@ -7,6 +7,7 @@ tests, debugging and small jobs (``execute(executor="local")`` or
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import cloudpickle
@@ -144,8 +145,11 @@ class LocalGateway:
             self._exits.clear()
         for t in self.tasks.values():
             t.mailbox.close()
+        # A thread stuck in a user function cannot be stopped; it is left behind
+        # (its attempt no longer reports) after a short wait for the others.
+        deadline = time.monotonic() + 2
         for th in self._threads:
-            th.join(timeout=10)
+            th.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads = []
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
