@@ -53,7 +53,8 @@ def actor_runtime_env() -> dict[str, dict[str, str]]:
     their own, so weir's actors never land on a worker from the shared pool that
     raydp's block-fetching tasks have switched to cross-language code loading
     (such a worker dies loading any Python actor class)."""
-    return {"env_vars": {**java_env(), "WEIR_ACTOR_WORKER": "1"}}
+    faults = {k: v for k, v in os.environ.items() if k.startswith("WEIR_FAULT")}  # tests' failure injection
+    return {"env_vars": {**java_env(), **faults, "WEIR_ACTOR_WORKER": "1"}}
 
 
 def coordinator_name(job_name: str) -> str:

@@ -23,7 +23,6 @@ from runtime.graph import JobGraph, JobVertex
 from runtime.jobmaster import (
     Ack,
     AskLetter,
-    CancelJob,
     Decline,
     Deployment,
     EndOfInput,
@@ -229,7 +228,7 @@ class JobCoordinator:
 
     # Calls from clients.
     def cancel(self) -> None:
-        self.master.mailbox.put_control(CancelJob())
+        self.master.cancel()
 
     def savepoint(self, path: str | None, timeout_s: float) -> tuple[str, Any]:
         return self._ask(TriggerSavepoint(path, Request()), timeout_s)

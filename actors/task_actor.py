@@ -11,6 +11,7 @@ sender's credit: that is backpressure.
 from __future__ import annotations
 
 import collections
+import os
 import time
 from typing import Any
 
@@ -104,6 +105,10 @@ class TaskActor:
 
     def ping(self) -> bool:
         return True
+
+    def pid(self) -> int:
+        """The worker process (failure-injection tests SIGKILL it)."""
+        return os.getpid()
 
     def assigned_resources(self) -> dict[str, float]:
         """What Ray gave this actor (CPU, GPU, custom)."""

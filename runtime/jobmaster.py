@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from runtime import faults
 from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
 from runtime.coordination import CoordinatorHolder
 from runtime.errors import (
@@ -285,6 +286,13 @@ class JobMaster:
         while (letter := self.mailbox.take(0)) is not None:
             self._handle(letter)
         self._tick()
+
+    def cancel(self) -> None:
+        """Ask the job to cancel (any thread); nothing to do once it has ended."""
+        try:
+            self.mailbox.put_control(CancelJob())
+        except MailboxClosedError:
+            pass
 
     def ask(self, letter: AskLetter, timeout_s: float) -> Any:
         """Send a savepoint, stop or rescale request and wait for its answer (any thread)."""
@@ -570,6 +578,8 @@ class JobMaster:
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
             self._complete(ack.checkpoint_id)
+        elif result is AckResult.SUCCESS:
+            faults.point("checkpoint-half-acknowledged")
 
     def _complete(self, checkpoint_id: int) -> None:
         union = self.coordinator.union_state_partially_finished(checkpoint_id, self._exited)
@@ -584,6 +594,7 @@ class JobMaster:
                 uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload))
                 for uid, payload in pending.coordinator_states.items()
             }
+            faults.point("checkpoint-before-metadata")
             write_metadata(location, metadata)
         except Exception as exc:
             self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, str(exc))

@@ -19,7 +19,6 @@ from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 from runtime.jobmaster import (
     Ack,
-    CancelJob,
     Decline,
     Deployment,
     EndOfInput,
@@ -179,7 +178,7 @@ class LocalJobClient(JobClient):
         return result
 
     def cancel(self, timeout_s: float = 30) -> None:
-        self._master.mailbox.put_control(CancelJob())
+        self._master.cancel()
         if not self._master.wait(timeout_s):
             raise TimeoutError(f"job '{self.job_name}' did not end within {timeout_s}s of cancel")
 

@@ -47,3 +47,28 @@ def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_outpu
     assert min(c["checkpoint_id"] for c in client.checkpoints()) > last, "checkpoint ids go on after a recovery"
     v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(N)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
+
+
+@pytest.mark.parametrize("moment", ["checkpoint-half-acknowledged", "checkpoint-before-metadata"])
+def test_the_coordinator_dying_mid_checkpoint_never_uses_that_checkpoint(ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, moment):
+    """Killed (os._exit) with a checkpoint half acknowledged, or with every ack in
+    but its metadata not written: the restarted coordinator recovers from the
+    checkpoint before, and no sink transaction is committed twice."""
+    mark = tmp_path / "fault-mark"
+    monkeypatch.setenv("WEIR_FAULT", moment)
+    monkeypatch.setenv("WEIR_FAULT_MARK", str(mark))
+    n = 60_000
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000).uid("gen")
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
+        .sink_to(FileSink(out_dir)).uid("out"))
+    result = env.execute(f"dies-{moment}")
+    assert mark.read_text() == moment  # it did die there
+    assert result.status is JobStatus.FINISHED
+    half_written = [p for p in (tmp_path / "checkpoints").rglob("chk-*") if not (p / "_metadata").exists()]
+    if moment == "checkpoint-before-metadata":
+        assert half_written, "the checkpoint it died in should be left without metadata"
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(n)))
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v

@@ -20,7 +20,7 @@ from runtime import (
     StreamExecutionEnvironment,
     UserFunctionError,
 )
-from tests.chaos import keyed_sum_with_kills
+from tests.chaos import RECORDS, keyed_sum_with_kills
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
@@ -43,7 +43,7 @@ def test_keyed_sum_is_exact_when_task_actors_are_killed(ray_cluster, checkpoint_
     run = keyed_sum_with_kills(seed, out_dir, checkpoint_dir, kills=3)
     assert run.verdict.lost == 0, f"seed={seed}"
     assert run.verdict.duplicated == 0, f"seed={seed}"
-    assert run.verdict.keys_wrong == 0 and run.verdict.outputs == 2_000_000
+    assert run.verdict.keys_wrong == 0 and run.verdict.outputs == RECORDS
     assert run.restarts == len(run.killed)
     assert len(run.killed) >= 2, f"seed={seed}: the job ended before the kills landed"
 

@@ -82,9 +82,7 @@ def _call(client: Any, op: str, where: str) -> tuple[str, Any]:
         if op == "savepoint":
             return op, client.savepoint(where, timeout_s=20)
         return op, client.stop(where, drain=(op == "stop-drain"), timeout_s=20)
-    except TimeoutError as exc:  # a hung call: the one outcome that is never fine
-        return op, exc
-    except WeirError as exc:
+    except Exception as exc:  # judged by the trial: only a clear weir error is fine
         return op, exc
 
 
@@ -114,8 +112,8 @@ def run_trial(seed: int, tmp_path) -> dict[str, Any]:
     except JobCancelledError:
         status = JobStatus.CANCELED
     assert status.is_terminal and client.status() is status, f"seed {seed}: {status}"
-    hung = [(op, r) for op, r in results if isinstance(r, TimeoutError)]
-    assert not hung, f"seed {seed}: calls timed out: {hung}"
+    unclear = [(op, r) for op, r in results if isinstance(r, Exception) and not isinstance(r, WeirError)]
+    assert not unclear, f"seed {seed}: calls that timed out or failed without a weir error: {unclear}"
 
     stops = [(op, r) for op, r in results if op.startswith("stop") and isinstance(r, str)]
     assert len(stops) <= 1, f"seed {seed}: two stops succeeded: {stops}"
