@@ -23,7 +23,7 @@ def _key_bytes(key: object) -> bytes:
     if kind is bytes:
         return b"b" + key  # type: ignore[operator]
     if kind is bool:
-        return b"t" if key else b"f"
+        return _key_bytes(int(key))  # type: ignore[call-overload]  # True == 1: equal keys share their state, so route alike
     if kind is float:
         if key.is_integer():  # type: ignore[attr-defined]
             return _key_bytes(int(key))  # type: ignore[call-overload]  # 1.0 == 1 routes like 1

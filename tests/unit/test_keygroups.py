@@ -20,8 +20,11 @@ def test_hash_is_the_same_in_another_process_with_another_hash_seed():
     assert out.strip() == str([stable_hash(k) for k in KEYS])
 
 
-def test_equal_numbers_route_alike():
+def test_keys_equal_in_python_route_alike():
+    # A key selector may return 1, 1.0 or True for one key: state keeps them as one key.
     assert stable_hash(2.0) == stable_hash(2)
+    assert stable_hash(True) == stable_hash(1) == stable_hash(1.0) and stable_hash(False) == stable_hash(0)
+    assert stable_hash(("a", True)) == stable_hash(("a", 1))
 
 
 @pytest.mark.parametrize("key", [[1, 2], {"a": 1}, {1, 2}])
