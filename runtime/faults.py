@@ -4,6 +4,11 @@
 SIGKILL: no cleanup, no flushing) the first time it passes ``<point>``; the
 file named by ``WEIR_FAULT_MARK`` records that it did, so the restarted process
 goes on. Unset (always, outside tests), a check is one dictionary lookup.
+
+Points: ``checkpoint-half-acknowledged`` and ``checkpoint-before-metadata`` (the
+job master), ``task-aligning`` (a task holding back channels for a barrier),
+``task-writing-snapshot`` (before a task writes its state), ``task-finishing``
+(a task at the end of its input).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from runtime import faults
 from runtime.barriers import Abort, BarrierHandler, Snapshot
 from runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
 from runtime.errors import CheckpointFailureReason, WeirError
@@ -430,6 +431,8 @@ class StreamTask:
                 self._saw_records()
             elif isinstance(m, CheckpointBarrier):
                 self._apply(self.barriers.on_barrier(channel, m))
+                if self.barriers.blocked:
+                    faults.point("task-aligning")
             elif isinstance(m, Watermark):
                 self._on_watermark(channel, m.timestamp)
             elif isinstance(m, WatermarkStatus):
@@ -513,6 +516,7 @@ class StreamTask:
         Without drain (a suspend) nothing is finished or flushed."""
         if self.state is TaskState.FINISHING:
             return
+        faults.point("task-finishing")
         if drain and call_operators:
             for op in self.operators:
                 op.finish()
@@ -557,6 +561,7 @@ class StreamTask:
         self._writes.append(self._writer_pool.submit(self._write_and_ack, barrier, payload, summaries))
 
     def _write_and_ack(self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary]) -> None:
+        faults.point("task-writing-snapshot")
         try:
             handle = write_state(barrier.location, self.deployment.name.replace("/", "-"), payload)
         except Exception as exc:
