@@ -16,26 +16,11 @@ import ray
 from actors.cluster import NAMESPACE, actor_runtime_env, task_actor_name
 from actors.task_actor import RemoteTaskActor
 from runtime.checkpointing import TaskKey
-from runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError
+from runtime.errors import InvalidJobGraphError, TaskFailedError
 from runtime.events import CheckpointBarrier
 from runtime.config import ExecutionConfig
 from runtime.graph import JobGraph, JobVertex
-from runtime.jobmaster import (
-    Ack,
-    AskLetter,
-    Decline,
-    Deployment,
-    EndOfInput,
-    EventAcknowledged,
-    EventFromOperator,
-    JobMaster,
-    RescaleJob,
-    Request,
-    StopJob,
-    TriggerSavepoint,
-)
-from runtime.state import SnapshotSummary
-from runtime.storage import StateHandle
+from runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, OperatorEvent, TaskResult, TaskState, TriggerCheckpoint
 
 log = logging.getLogger("weir.coordinator")
@@ -210,21 +195,9 @@ class JobCoordinator:
         time.sleep(self._linger_s)
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
-    # Letters from tasks.
-    def acknowledge(self, attempt: int, task: TaskKey, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
-        self.master.mailbox.put_control(Ack(attempt, task, checkpoint_id, handle, operators))
-
-    def decline(self, attempt: int, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
-        self.master.mailbox.put_control(Decline(attempt, task, checkpoint_id, reason, detail))
-
-    def end_of_input(self, attempt: int, task: TaskKey) -> None:
-        self.master.mailbox.put_control(EndOfInput(attempt, task))
-
-    def operator_event(self, attempt: int, task: TaskKey, operator_uid: str, event: Any) -> None:
-        self.master.mailbox.put_control(EventFromOperator(attempt, task, operator_uid, event))
-
-    def operator_event_acknowledged(self, attempt: int, task: TaskKey, operator_uid: str, event_id: int) -> None:
-        self.master.mailbox.put_control(EventAcknowledged(attempt, task, operator_uid, event_id))
+    # Letters from tasks (acks, declines, end of input, operator events).
+    def post(self, letter: Any) -> None:
+        self.master.mailbox.put_control(letter)
 
     # Calls from clients.
     def cancel(self) -> None:

@@ -18,15 +18,14 @@ from typing import Any
 import ray
 
 from runtime.checkpointing import TaskKey
-from runtime.errors import CheckpointFailureReason, TaskFailedError, WeirError
-from runtime.jobmaster import Deployment
-from runtime.state import SnapshotSummary
-from runtime.storage import StateHandle
+from runtime.errors import TaskFailedError, WeirError
+from runtime.jobmaster import Deployment, MasterPorts
 from runtime.task import StreamTask, TaskResult
 
 
-class _RayPorts:
+class _RayPorts(MasterPorts):
     def __init__(self, d: Deployment, routes: list[list[tuple[Any, int]]], coordinator: Any, credits: int) -> None:
+        super().__init__(d)
         self._d = d
         self._routes = routes
         self._coordinator = coordinator
@@ -55,20 +54,8 @@ class _RayPorts:
             vertex = self._d.task.vertex.outputs[output].target
             raise TaskFailedError(f"{vertex} (channel {channel} of {self._d.task.name})", f"a delivery to it failed: {exc}") from None
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
-        self._coordinator.acknowledge.remote(self._d.attempt, self._d.key, checkpoint_id, handle, operators)
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
-        self._coordinator.decline.remote(self._d.attempt, self._d.key, checkpoint_id, reason, detail)
-
-    def report_end_of_input(self) -> None:
-        self._coordinator.end_of_input.remote(self._d.attempt, self._d.key)
-
-    def send_operator_event(self, operator_uid: str, event: Any) -> None:
-        self._coordinator.operator_event.remote(self._d.attempt, self._d.key, operator_uid, event)
-
-    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
-        self._coordinator.operator_event_acknowledged.remote(self._d.attempt, self._d.key, operator_uid, event_id)
+    def post(self, letter: Any) -> None:
+        self._coordinator.post.remote(letter)
 
 
 class TaskActor:

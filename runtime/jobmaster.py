@@ -143,6 +143,32 @@ class CancelJob:
     pass
 
 
+class MasterPorts:
+    """The half of a task's ports that reports to the job master: each report is
+    a letter, and an executor only says how a letter gets there (``post``)."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self._attempt, self._key = deployment.attempt, deployment.key
+
+    def post(self, letter: Any) -> None:
+        raise NotImplementedError
+
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))
+
+    def report_end_of_input(self) -> None:
+        self.post(EndOfInput(self._attempt, self._key))
+
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        self.post(EventFromOperator(self._attempt, self._key, operator_uid, event))
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        self.post(EventAcknowledged(self._attempt, self._key, operator_uid, event_id))
+
+
 class Request:
     """A client's call that waits for its answer (from any thread)."""
 
@@ -245,7 +271,7 @@ class JobMaster:
         self._restore_points: list[tuple[str, dict[str, Any]]] = []
         self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self._stopping: _Stopping | None = None
-        self._coordinators: list[tuple[str, CoordinatorHolder]] = []  # (vertex id, holder), this deployment's
+        self._coordinators: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder), this deployment's
         self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
         self._done = threading.Event()
         self.final_metrics: list[dict[str, Any]] = []
@@ -406,13 +432,12 @@ class JobMaster:
         elif isinstance(letter, EndOfInput):
             self._ended_input.add(letter.task)
         elif isinstance(letter, EventFromOperator):
-            for vid, holder in self._coordinators:
-                if vid == letter.task[0] and holder.uid == letter.operator_uid:
-                    self._coordinator_call(holder, "handle_event", holder.handle_event, letter.task[1], letter.event)
+            if letter.operator_uid in self._coordinators:
+                _, holder = self._coordinators[letter.operator_uid]
+                self._coordinator_call(holder, "handle_event", holder.handle_event, letter.task[1], letter.event)
         elif isinstance(letter, EventAcknowledged):
-            for vid, holder in self._coordinators:
-                if vid == letter.task[0] and holder.uid == letter.operator_uid:
-                    holder.on_event_acknowledged(letter.task[1], letter.event_id)
+            if letter.operator_uid in self._coordinators:
+                self._coordinators[letter.operator_uid][1].on_event_acknowledged(letter.task[1], letter.event_id)
             self._release_triggers()
 
     def _tick(self) -> None:
@@ -455,7 +480,7 @@ class JobMaster:
         pending = self.coordinator.start(plan, now, lambda cid: location or self.storage.location(cid), kind)
         cid = pending.checkpoint_id
         # Coordinators first: their snapshot must be taken before any task's.
-        for vid, holder in self._coordinators:
+        for vid, holder in self._coordinators.values():
             subtasks = {i for v, i in plan.to_ack if v == vid}
             state = self._coordinator_call(holder, "snapshot_state", holder.snapshot, cid, subtasks)
             if self.status is JobStatus.RESTARTING:
@@ -470,7 +495,7 @@ class JobMaster:
         """Trigger the tasks of a checkpoint once every event its coordinators sent
         before their snapshot was handled (FLINK-16986)."""
         for cid in sorted(self._held_triggers):
-            if not all(holder.settled(cid) for _, holder in self._coordinators):
+            if not all(holder.settled(cid) for _, holder in self._coordinators.values()):
                 continue
             barrier, stop_drain, keys = self._held_triggers.pop(cid)
             for key in keys:
@@ -487,7 +512,7 @@ class JobMaster:
             return None
 
     def _on_subtask_checkpointed(self, task: TaskKey, checkpoint_id: int) -> None:
-        for vid, holder in self._coordinators:
+        for vid, holder in self._coordinators.values():
             if vid == task[0]:
                 holder.on_subtask_checkpointed(task[1], checkpoint_id)
 
@@ -505,7 +530,7 @@ class JobMaster:
                     self._fall_back(exc)
                     return
                 holder = CoordinatorHolder(spec.uid, spec.name, v.parallelism, spec.make_coordinator(), self._event_sender(v.id), self.event_valve)
-                self._coordinators.append((v.id, holder))
+                self._coordinators[spec.uid] = (v.id, holder)
                 self._coordinator_call(holder, "start", holder.start, state)
 
     def _event_sender(self, vertex_id: str) -> Callable[[int, str, int, Any], None]:
@@ -515,9 +540,9 @@ class JobMaster:
         return send
 
     def _close_coordinators(self) -> None:
-        coordinators, self._coordinators = self._coordinators, []
+        coordinators, self._coordinators = self._coordinators, {}
         self._held_triggers.clear()
-        for _, holder in coordinators:
+        for _, holder in coordinators.values():
             try:
                 holder.close()
             except Exception:
@@ -602,7 +627,7 @@ class JobMaster:
         pending = self.coordinator.complete(checkpoint_id, self.clock())
         # Savepoints count for recovery too: sinks committed what they cover.
         self._restore_points.append((location, metadata))
-        for _, holder in self._coordinators:
+        for _, holder in self._coordinators.values():
             self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, True)
         for key in pending.plan.to_ack:
             if key not in self._exited:
@@ -631,7 +656,7 @@ class JobMaster:
         log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
         discard(pending.location)
         self._held_triggers.pop(checkpoint_id, None)
-        for _, holder in self._coordinators:
+        for _, holder in self._coordinators.values():
             holder.on_checkpoint_ended(checkpoint_id, False)
         if checkpoint_id == self._final_checkpoint:
             self._final_checkpoint = None  # try again
@@ -675,7 +700,7 @@ class JobMaster:
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
         if result.state is TaskState.FINISHED:
             self._exited.add(key)
-            for vid, holder in self._coordinators:
+            for vid, holder in self._coordinators.values():
                 if vid == key[0]:
                     holder.on_subtask_gone(key[1])
             self._release_triggers()

@@ -13,26 +13,12 @@ from typing import Any
 import cloudpickle
 
 from runtime.checkpointing import TaskKey, task_name
-from runtime.errors import CheckpointFailureReason, JobCancelledError, WeirError
+from runtime.errors import JobCancelledError, WeirError
 from runtime.events import CheckpointBarrier
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
-from runtime.jobmaster import (
-    Ack,
-    Decline,
-    Deployment,
-    EndOfInput,
-    EventAcknowledged,
-    EventFromOperator,
-    JobMaster,
-    RescaleJob,
-    Request,
-    StopJob,
-    TriggerSavepoint,
-)
-from runtime.state import SnapshotSummary
+from runtime.jobmaster import Deployment, JobMaster, MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.mailbox import MailboxClosedError
-from runtime.storage import StateHandle
 from runtime.task import (
     Cancel,
     NotifyCheckpointAborted,
@@ -45,11 +31,15 @@ from runtime.task import (
 )
 
 
-class _Ports:
+class _Ports(MasterPorts):
     def __init__(self, gateway: "LocalGateway", d: Deployment) -> None:
+        super().__init__(d)
         self._gw = gateway
         self._d = d
         self.backpressured_s = 0.0
+
+    def post(self, letter: Any) -> None:
+        self._gw.master.mailbox.put_control(letter)
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
         target, target_channel = self._d.routes[output][channel]
@@ -60,21 +50,6 @@ class _Ports:
 
     def drain_outputs(self) -> None:
         pass  # a put is in the receiver's mailbox when it returns
-
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
-        self._gw.master.mailbox.put_control(Ack(self._d.attempt, self._d.key, checkpoint_id, handle, operators))
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
-        self._gw.master.mailbox.put_control(Decline(self._d.attempt, self._d.key, checkpoint_id, reason, detail))
-
-    def report_end_of_input(self) -> None:
-        self._gw.master.mailbox.put_control(EndOfInput(self._d.attempt, self._d.key))
-
-    def send_operator_event(self, operator_uid: str, event: Any) -> None:
-        self._gw.master.mailbox.put_control(EventFromOperator(self._d.attempt, self._d.key, operator_uid, event))
-
-    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
-        self._gw.master.mailbox.put_control(EventAcknowledged(self._d.attempt, self._d.key, operator_uid, event_id))
 
 
 class LocalGateway:

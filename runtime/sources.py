@@ -102,7 +102,7 @@ class StaticSplitEnumerator(SplitEnumerator):
 
     def handle_split_request(self, subtask: int, context: SplitEnumeratorContext) -> None:
         own = [n for n, (index, _) in enumerate(self.remaining) if index % context.parallelism == subtask]
-        picks = (own[:1] or [0][: len(self.remaining)]) if self.dynamic else own
+        picks = (own[:1] or ([0] if self.remaining else [])) if self.dynamic else own
         if not picks:
             context.signal_no_more_splits(subtask)
             return

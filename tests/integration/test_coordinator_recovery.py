@@ -18,6 +18,17 @@ pytestmark = pytest.mark.ray
 N = 120_000
 
 
+def _keyed_sum(checkpoint_dir: str, out_dir: str, n: int) -> StreamExecutionEnvironment:
+    """A keyed running sum of n records at 12,000/s, parallelism 2, checkpoints every 200 ms."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000).uid("gen")
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
+        .sink_to(FileSink(out_dir)).uid("out"))
+    return env
+
+
 def _completed_after(client, after: int) -> bool:
     try:
         return any(c["status"] == "COMPLETED" and c["checkpoint_id"] > after for c in client.checkpoints())
@@ -26,12 +37,7 @@ def _completed_after(client, after: int) -> bool:
 
 
 def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_output(ray_cluster, checkpoint_dir, out_dir):
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=12_000).uid("gen")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
-        .sink_to(FileSink(out_dir)).uid("out"))
+    env = _keyed_sum(checkpoint_dir, out_dir, N)
     client = env.execute_async("coordinator-kills")
     last = 0
     for kill in range(3):
@@ -58,12 +64,7 @@ def test_the_coordinator_dying_mid_checkpoint_never_uses_that_checkpoint(ray_clu
     monkeypatch.setenv("WEIR_FAULT", moment)
     monkeypatch.setenv("WEIR_FAULT_MARK", str(mark))
     n = 60_000
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.enable_checkpointing(200)
-    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000).uid("gen")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
-        .sink_to(FileSink(out_dir)).uid("out"))
+    env = _keyed_sum(checkpoint_dir, out_dir, n)
     result = env.execute(f"dies-{moment}")
     assert mark.read_text() == moment  # it did die there
     assert result.status is JobStatus.FINISHED

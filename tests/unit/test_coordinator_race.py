@@ -23,15 +23,7 @@ from runtime.config import RestartStrategy
 from runtime.errors import WeirError
 from runtime.events import CheckpointBarrier
 from runtime.executor import JobStatus
-from runtime.jobmaster import (
-    Ack,
-    Decline,
-    Deployment,
-    EndOfInput,
-    EventAcknowledged,
-    EventFromOperator,
-    JobMaster,
-)
+from runtime.jobmaster import Deployment, JobMaster, MasterPorts
 from runtime.mailbox import MailboxClosedError
 from runtime.operators import OperatorContext
 from runtime.sinks import Sink, SinkWriter
@@ -104,12 +96,15 @@ class Network:
         deliver()
 
 
-class SimPorts:
+class SimPorts(MasterPorts):
+    """Every report to the job master travels through the simulated network."""
+
     def __init__(self, sim: "Sim", d: Deployment) -> None:
-        self._sim, self._d = sim, d
+        super().__init__(d)
+        self._sim = sim
         self.backpressured_s = 0.0
 
-    def _to_master(self, letter: Any) -> None:
+    def post(self, letter: Any) -> None:
         self._sim.net.post("to-master", None, lambda: self._sim.master.mailbox.put_control(letter))
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
@@ -117,21 +112,6 @@ class SimPorts:
 
     def drain_outputs(self) -> None:
         pass
-
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: Any, operators: Any) -> None:
-        self._to_master(Ack(self._d.attempt, self._d.key, checkpoint_id, handle, operators))
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: Any, detail: str) -> None:
-        self._to_master(Decline(self._d.attempt, self._d.key, checkpoint_id, reason, detail))
-
-    def report_end_of_input(self) -> None:
-        self._to_master(EndOfInput(self._d.attempt, self._d.key))
-
-    def send_operator_event(self, operator_uid: str, event: Any) -> None:
-        self._to_master(EventFromOperator(self._d.attempt, self._d.key, operator_uid, event))
-
-    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
-        self._to_master(EventAcknowledged(self._d.attempt, self._d.key, operator_uid, event_id))
 
 
 class Sim:
