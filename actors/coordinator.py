@@ -74,7 +74,7 @@ class RayGateway:
 
     def deploy(self, deployments: list[Deployment]) -> None:
         # The actor dict is replaced, never changed in place: client calls read it
-        # from other threads.
+        # from other threads. Routes stay within the deployed tasks (a region).
         g = self._graph
         actors = {}
         for d in deployments:
@@ -84,12 +84,12 @@ class RayGateway:
                 max_concurrency=_BASE_CONCURRENCY + channels * d.task.transport.credits,
                 **actor_resources(d.task.vertex, g.execution),
             )
-        self.actors = actors
+        self.actors = {**self.actors, **actors}
         ray.get([
             actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], self._coordinator)
             for d in deployments
         ])
-        self._runs = {actors[d.key].run.remote(): d.key for d in deployments}
+        self._runs.update({actors[d.key].run.remote(): d.key for d in deployments})
 
     @staticmethod
     def _create(name: str, **options: Any) -> Any:
@@ -125,12 +125,16 @@ class RayGateway:
         if actor is not None:
             self._events[actor.letter.remote(OperatorEvent(operator_uid, event_id, event))] = task
 
-    def kill_all(self) -> None:
-        actors, self.actors = self.actors, {}
-        self._runs = {}
-        self._events = {}
-        for actor in actors.values():
+    def kill(self, tasks: frozenset[TaskKey]) -> None:
+        victims = [a for k, a in self.actors.items() if k in tasks]
+        self.actors = {k: a for k, a in self.actors.items() if k not in tasks}
+        self._runs = {ref: k for ref, k in self._runs.items() if k not in tasks}
+        self._events = {ref: k for ref, k in self._events.items() if k not in tasks}
+        for actor in victims:
             ray.kill(actor, no_restart=True)
+
+    def kill_all(self) -> None:
+        self.kill(frozenset(self.actors))
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         out = self._lost_events()

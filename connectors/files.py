@@ -29,7 +29,7 @@ from runtime.operators import OperatorContext
 from runtime.sinks import Sink, SinkWriter
 
 _FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
-_HIDDEN = re.compile(r"^\.part-([0-9a-f]+)-\d+-\d+\.")
+_HIDDEN = re.compile(r"^\.part-([0-9a-f]+)-(\d+)-\d+\.")
 _PARQUET_ROW_GROUP = 65536
 
 
@@ -115,12 +115,16 @@ class _FileWriter(SinkWriter):
                 raise FileNotFoundError(f"pending file {pending} vanished before it was committed as {final}")
 
     def checkpoint_completed(self, checkpoint_id: int) -> None:
-        if self._cleaned or self._ctx.subtask != 0:
+        """Delete the unpublished files earlier attempts of this subtask left (and,
+        subtask 0, of subtasks a rescale removed). Never another live subtask's:
+        with region failover, subtasks run different attempts."""
+        if self._cleaned:
             return
         self._cleaned = True
+        ctx = self._ctx
         for info in self._fs.get_file_info(pafs.FileSelector(self._base)):
             m = _HIDDEN.match(info.base_name)
-            if m and m.group(1) != self._ctx.attempt_id:
+            if m and m.group(1) != ctx.attempt_id and (int(m.group(2)) == ctx.subtask or (ctx.subtask == 0 and int(m.group(2)) >= ctx.parallelism)):
                 self._fs.delete_file(info.path)
 
     def close(self) -> None:

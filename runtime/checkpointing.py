@@ -49,12 +49,7 @@ def plan_checkpoint(graph: JobGraph, exited: set[TaskKey]) -> CheckpointPlan:
     for key in graph.task_names():
         if key in exited:
             continue
-        vertex = graph.vertices[key[0]]
-        producers: list[TaskKey] = []
-        for e in vertex.inputs:
-            src = graph.vertices[e.source]
-            producers += [(src.id, key[1])] if e.pointwise else [(src.id, j) for j in range(src.parallelism)]
-        if all(p in exited for p in producers):
+        if all(p in exited for p in graph.producers(key)):
             to_trigger.append(key)
     return CheckpointPlan(to_trigger, running, set(exited))
 
@@ -212,6 +207,7 @@ class CheckpointCoordinator:
             CheckpointFailureReason.DECLINED_SUBSUMED,
             CheckpointFailureReason.JOB_STOPPING,
             CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,  # not a failure: the next plan skips the task
+            CheckpointFailureReason.TASK_FAILURE,  # the restart strategy counts that one
         ):
             self.consecutive_failures += 1
         return p

@@ -165,6 +165,7 @@ class ExecutionConfig:
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     task_cpus: float = 0.1  # Ray CPUs per task actor: 20 tasks fit on 2 cores
     placement: str = "spread"  # spread task actors over nodes, or pack them
+    failover_strategy: str = "region"  # restart a failed task's pipelined region, or "full": every task
     restart_strategy: RestartStrategy = field(default_factory=lambda: RestartStrategy.fixed_delay(3, 0.5))
     transport: TransportConfig = field(default_factory=TransportConfig)
     watermark_interval_ms: int = 200         # how often sources emit watermarks

@@ -56,6 +56,13 @@ class OperatorCoordinator(ABC):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         pass
 
+    def subtask_reset(self, subtask: int) -> bool:
+        """Region failover: ``subtask`` alone restarts from the latest completed
+        checkpoint while the other subtasks go on, so take back what was sent to
+        it after that checkpoint's snapshot. Return False if this coordinator
+        cannot (the default): then the whole job restarts."""
+        return False
+
     def close(self) -> None:
         pass
 
@@ -75,6 +82,7 @@ class _Valve:
     closed_for: set[int] = field(default_factory=set)  # checkpoints the subtask has not snapshotted yet
     boundary: int | None = None       # while closed, events after this id wait
     gone: bool = False                # the subtask exited: nothing more goes to it
+    down: bool = False                # the subtask is being redeployed: events wait
 
 
 class CoordinatorHolder:
@@ -159,6 +167,18 @@ class CoordinatorHolder:
         v.queue.clear()
         v.in_flight = None
 
+    def reset_subtask(self, subtask: int) -> bool:
+        """``subtask`` failed and restarts alone from the latest completed
+        checkpoint: events to its dead attempt are dropped (the coordinator takes
+        back what they carried) and new ones wait for :meth:`subtask_running`.
+        False: the coordinator cannot."""
+        self._valves[subtask] = _Valve(down=True)
+        return self.coordinator.subtask_reset(subtask)
+
+    def subtask_running(self, subtask: int) -> None:
+        self._valves[subtask].down = False
+        self._pump(subtask)
+
     def close(self) -> None:
         self.coordinator.close()
 
@@ -172,7 +192,7 @@ class CoordinatorHolder:
 
     def _pump(self, subtask: int) -> None:
         v = self._valves[subtask]
-        if v.gone or v.in_flight is not None or not v.queue:
+        if v.gone or v.down or v.in_flight is not None or not v.queue:
             return
         event_id, event = v.queue[0]
         if v.boundary is not None and event_id > v.boundary:

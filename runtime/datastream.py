@@ -131,6 +131,16 @@ class StreamExecutionEnvironment:
         self.config.placement = strategy
         return self
 
+    def set_failover_strategy(self, strategy: str) -> "StreamExecutionEnvironment":
+        """What restarts when a task fails: ``"region"`` (the default) only the
+        tasks joined to it by channels (its pipelined region), while the other
+        regions go on; ``"full"`` every task. Either way a restart uses up one
+        attempt of the job's restart strategy."""
+        if strategy not in ("region", "full"):
+            raise InvalidConfigurationError("failover strategy", strategy, 'use "region" or "full"')
+        self.config.failover_strategy = strategy
+        return self
+
     # ---------------------------------------------------------------- sources
     def from_source(self, source: Source[Any], watermark_strategy: WatermarkStrategy | None = None, source_name: str = "source") -> "DataStream":
         """Records of ``source``; with a :class:`WatermarkStrategy` they carry event

@@ -141,6 +141,37 @@ class JobGraph:
     def task_names(self) -> list[tuple[str, int]]:
         return [(v.id, i) for v in self.vertices.values() for i in range(v.parallelism)]
 
+    def producers(self, key: tuple[str, int]) -> list[tuple[str, int]]:
+        """The tasks whose output ``key`` reads: a pointwise edge its own subtask of
+        the producer, an all-to-all edge every subtask."""
+        out: list[tuple[str, int]] = []
+        for e in self.vertices[key[0]].inputs:
+            src = self.vertices[e.source]
+            out += [(src.id, key[1])] if e.pointwise else [(src.id, j) for j in range(src.parallelism)]
+        return out
+
+    def regions(self) -> list[frozenset[tuple[str, int]]]:
+        """Pipelined regions: the sets of tasks joined by channels, directly or
+        through others. Every channel is pipelined, so a failed task's region is
+        what must rewind with it; tasks of other regions exchange nothing with it
+        and may go on. A job of forward edges only has one region per subtask
+        index; one shuffle joins every task it reaches."""
+        parent = {k: k for k in self.task_names()}
+
+        def root(k: tuple[str, int]) -> tuple[str, int]:
+            while parent[k] != k:
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            return k
+
+        for key in parent:
+            for p in self.producers(key):
+                parent[root(p)] = root(key)
+        groups: dict[tuple[str, int], set[tuple[str, int]]] = {}
+        for key in parent:
+            groups.setdefault(root(key), set()).add(key)
+        return [frozenset(g) for g in groups.values()]
+
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "op"

@@ -70,7 +70,8 @@ class Deployment:
 
 class TaskGateway(Protocol):
     def deploy(self, deployments: list[Deployment]) -> None:
-        """Start every task of a new attempt (the previous attempt is gone)."""
+        """Start these tasks: every task of the job, or a failed-over region's
+        (their previous attempt is gone; the other tasks keep running)."""
 
     def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
         """``stop_drain`` is set for the sources of a stop-with-savepoint."""
@@ -82,8 +83,11 @@ class TaskGateway(Protocol):
     def cancel(self, task: TaskKey) -> None:
         """Ask a task to stop now (close() only)."""
 
+    def kill(self, tasks: frozenset[TaskKey]) -> None:
+        """Stop these tasks at once, whatever state they are in; they report nothing more."""
+
     def kill_all(self) -> None:
-        """Stop every task of the current attempt at once, whatever state it is in."""
+        """Stop every task at once, whatever state it is in; none reports anything more."""
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         """Tasks of the current attempt that ended since the last poll, and how."""
@@ -273,6 +277,9 @@ class JobMaster:
         self._stopping: _Stopping | None = None
         self._coordinators: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder), this deployment's
         self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
+        self._task_attempts: dict[TaskKey, int] = {}  # the attempt each task's letters must carry
+        self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
+        self._restarting: dict[frozenset[TaskKey], float] = {}  # regions failed over -> when to redeploy
         self._done = threading.Event()
         self.final_metrics: list[dict[str, Any]] = []
 
@@ -422,8 +429,8 @@ class JobMaster:
         if isinstance(letter, RescaleJob):
             self._on_rescale(letter)
             return
-        if getattr(letter, "attempt", self.attempt) != self.attempt:
-            return  # from a previous attempt's task
+        if letter.attempt != self._task_attempts.get(letter.task):
+            return  # from a previous attempt of its task
         if isinstance(letter, Ack):
             self._on_ack(letter)
         elif isinstance(letter, Decline):
@@ -446,6 +453,9 @@ class JobMaster:
             self._on_exit(key, result)
         if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
             self._deploy()
+        for region, at in list(self._restarting.items()):
+            if now >= at and self.status is JobStatus.RUNNING:
+                self._deploy(region)
         if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
             log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
             self._end(JobStatus.CANCELED)
@@ -456,8 +466,8 @@ class JobMaster:
             late = sorted(self.coordinator.pending[cid].not_yet_acknowledged)
             names = ", ".join(f"{task_name(k)} ({self.graph.vertices[k[0]].name})" for k in late[:5])
             self._abort(cid, CheckpointFailureReason.TIMEOUT, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}")
-        if self.status is JobStatus.STOPPING:
-            return  # the stop's savepoint is the last one
+        if self.status is JobStatus.STOPPING or self._restarting:
+            return  # the stop's savepoint is the last one; a region on its way back would decline
         if self._all_sources_ended():
             # The final checkpoint: at once, not at the next interval; after it
             # completed the tasks are exiting and need no other.
@@ -516,11 +526,15 @@ class JobMaster:
             if vid == task[0]:
                 holder.on_subtask_checkpointed(task[1], checkpoint_id)
 
-    def _start_coordinators(self) -> None:
-        """Fresh coordinators for a new deployment, from the restored checkpoint's state."""
-        self._close_coordinators()
+    def _start_coordinators(self, region: frozenset[TaskKey] | None = None) -> None:
+        """Fresh coordinators, from the restored checkpoint's state: all of them for
+        a new deployment, or those whose every subtask is in a redeployed ``region``."""
+        if region is None:
+            self._close_coordinators()
         saved = {} if self._latest is None else self._latest.get("coordinators", {})
         for v in self.graph.vertices.values():
+            if region is not None and any((v.id, i) not in region for i in range(v.parallelism)):
+                continue
             for spec in v.operators:
                 if spec.make_coordinator is None:
                     continue
@@ -543,15 +557,29 @@ class JobMaster:
         coordinators, self._coordinators = self._coordinators, {}
         self._held_triggers.clear()
         for _, holder in coordinators.values():
-            try:
-                holder.close()
-            except Exception:
-                log.exception("closing the coordinator of %s failed", holder.name)
+            self._close_coordinator(holder)
+
+    @staticmethod
+    def _close_coordinator(holder: CoordinatorHolder) -> None:
+        try:
+            holder.close()
+        except Exception:
+            log.exception("closing the coordinator of %s failed", holder.name)
+
+    def _refuse_while_restarting_a_region(self, request: Request) -> bool:
+        if self._restarting:
+            tasks = ", ".join(sorted(task_name(k) for r in self._restarting for k in r))
+            request.reply(error=WeirError(
+                f"job '{self.graph.name}' is restarting failed task(s) {tasks}; a snapshot needs every task running: try again in a moment"
+            ))
+        return bool(self._restarting)
 
     def _on_savepoint_request(self, letter: TriggerSavepoint | StopJob) -> None:
         request = letter.request
         if self.status is not JobStatus.RUNNING:
             self._refuse(request)
+            return
+        if self._refuse_while_restarting_a_region(request):
             return
         try:
             location = prepare_location(letter.location) if letter.location is not None else None
@@ -572,6 +600,8 @@ class JobMaster:
     def _on_rescale(self, letter: RescaleJob) -> None:
         if self.status is not JobStatus.RUNNING:
             self._refuse(letter.request)
+            return
+        if self._refuse_while_restarting_a_region(letter.request):
             return
         try:
             new_graph = self.graph.rescaled(letter.parallelism)
@@ -720,15 +750,21 @@ class JobMaster:
             self._fall_back(result.error)
         else:
             error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
-            self._fail(error)
+            self._fail(error, task=key)
 
-    def _fail(self, error: BaseException, restartable: bool = True, count: bool = True) -> None:
+    def _fail(self, error: BaseException, restartable: bool = True, count: bool = True, task: TaskKey | None = None) -> None:
         """Restart from the latest checkpoint under the restart strategy (``count``:
-        the restart uses up an attempt), or fail the job for good."""
+        the restart uses up an attempt), or fail the job for good. A ``task``'s
+        failure restarts only its pipelined region where that is possible."""
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
         self.failure = error
         headline = str(error).splitlines()[0] if str(error) else repr(error)
+        strategy = self.graph.execution.restart_strategy
+        exhausted = count and self.restarts >= strategy.max_attempts
+        region = None if exhausted or not restartable else self._region_of(task)
+        if region is not None and self._restart_region(region, headline, count):
+            return
         log.warning("job %s: %s", self.graph.name, headline)
         self.status = JobStatus.RESTARTING  # no stop reacts to the aborts below
         for cid in list(self.coordinator.pending):
@@ -738,14 +774,50 @@ class JobMaster:
             self._stopping.request.reply(error=WeirError(f"{self._stopping.what} of job '{self.graph.name}' failed: {error}"))
             self._stopping = None
         self.gateway.kill_all()
-        strategy = self.graph.execution.restart_strategy
+        self._restarting.clear()
         if self._cancel_requested is not None:
             self._end(JobStatus.CANCELED)
-        elif not restartable or (count and self.restarts >= strategy.max_attempts):
+        elif not restartable or exhausted:
             self._end(JobStatus.FAILED)
         else:
             self.restarts += count
             self._restart_at = self.clock() + strategy.delay_before(max(self.restarts, 1))
+
+    def _region_of(self, task: TaskKey | None) -> frozenset[TaskKey] | None:
+        """The pipelined region to restart for ``task``'s failure, or None for all
+        tasks: with full failover, while stopping or cancelling, or when its region
+        is the whole job."""
+        if task is None or self.graph.execution.failover_strategy != "region" or self.status is not JobStatus.RUNNING:
+            return None
+        region = next((r for r in self._regions if task in r), None)
+        return region if region is not None and len(region) < len(self.graph.task_names()) else None
+
+    def _restart_region(self, region: frozenset[TaskKey], headline: str, count: bool) -> bool:
+        """Region failover: kill the region's tasks and redeploy them from the
+        latest checkpoint after the restart delay, while the other regions go on.
+        Checkpoints in flight are aborted (they wait for the failed task) and none
+        starts until the region is back. An operator coordinator whose subtasks all
+        restart is started afresh with them; one that keeps others takes back what
+        it sent to the restarting ones. False: a coordinator cannot, so every task
+        must restart."""
+        log.warning("job %s: %s; restarting its region of %d task(s)", self.graph.name, headline, len(region))
+        for cid in list(self.coordinator.pending):
+            self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
+        self.gateway.kill(region)
+        self._exited -= region
+        self._ended_input -= region
+        self._final_checkpoint = None
+        for uid, (vid, holder) in list(self._coordinators.items()):
+            subtasks = [i for v, i in region if v == vid]
+            if len(subtasks) == holder.parallelism:
+                del self._coordinators[uid]
+                self._close_coordinator(holder)
+            for i in subtasks if len(subtasks) < holder.parallelism else []:
+                if not self._coordinator_call(holder, "subtask_reset", holder.reset_subtask, i):
+                    return self.status is not JobStatus.RUNNING  # it failed the job, or it cannot: restart all
+        self.restarts += count
+        self._restarting[region] = self.clock() + self.graph.execution.restart_strategy.delay_before(max(self.restarts, 1))
+        return True
 
     def _cancel(self) -> None:
         if self.status.is_terminal:
@@ -759,6 +831,12 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
             return
         self.status = JobStatus.CANCELLING
+        for region in self._restarting:  # not deployed: nothing to cancel
+            self._exited |= region
+        self._restarting.clear()
+        if len(self._exited) == len(self.graph.task_names()):
+            self._end(JobStatus.CANCELED)
+            return
         for key in self.graph.task_names():
             if key not in self._exited:
                 self.gateway.cancel(key)
@@ -780,18 +858,27 @@ class JobMaster:
             stopping.request.reply(stopping.location)
 
     # ------------------------------------------------------------ deploying
-    def _deploy(self) -> None:
+    def _deploy(self, region: frozenset[TaskKey] | None = None) -> None:
+        """Deploy every task from the latest checkpoint (a new attempt of the job),
+        or only a failed-over ``region``'s while the others keep running."""
         self.attempt += 1
         attempt_id = uuid.uuid4().hex[:12]
-        self._exited = set()
-        self._ended_input = set()
+        g = self.graph
+        if region is None:
+            self._exited = set()
+            self._ended_input = set()
+            self._restarting.clear()
+            self._regions = g.regions()
+            self._restart_at = None
+        else:
+            del self._restarting[region]
         self._final_checkpoint = None
-        self._restart_at = None
         restore = {} if self._latest is None else restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)
         deployments = []
-        g = self.graph
         for v in g.vertices.values():
             for i in range(v.parallelism):
+                if region is not None and (v.id, i) not in region:
+                    continue
                 channels = []
                 for e in v.inputs:
                     src = g.vertices[e.source]
@@ -816,13 +903,20 @@ class JobMaster:
                 d.routes.append(
                     [((target.id, j), by_key[(target.id, j)].task.input_channels.index((e.edge_id, d.key[1]))) for j in subtasks]
                 )
+        for d in deployments:
+            self._task_attempts[d.key] = self.attempt
         self.status = JobStatus.RUNNING
         try:
             self.gateway.deploy(deployments)
         except Exception as exc:  # e.g. a task killed while it was being set up
             self._fail(exc)
             return
-        self._start_coordinators()
+        self._start_coordinators(region)
+        if region is not None:
+            for vid, holder in self._coordinators.values():
+                for i in range(holder.parallelism):
+                    if (vid, i) in region:
+                        holder.subtask_running(i)
 
     # ------------------------------------------------------------ queries (any thread)
     def checkpoint_stats(self) -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ class _Ports(MasterPorts):
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
         target, target_channel = self._d.routes[output][channel]
         task = self._gw.tasks.get(target)
-        if task is None or self._gw.attempt != self._d.attempt:
+        if task is None or self._gw.attempts.get(target) != self._d.attempt:
             raise MailboxClosedError(f"task {task_name(target)} is gone")
         task.mailbox.put_data(target_channel, seq, payload)
 
@@ -56,25 +56,27 @@ class LocalGateway:
     def __init__(self) -> None:
         self.master: JobMaster
         self.tasks: dict[TaskKey, StreamTask] = {}
-        self.attempt = 0
-        self._threads: list[threading.Thread] = []
+        self.attempts: dict[TaskKey, int] = {}  # each task's current attempt: only it reports
+        self._threads: dict[TaskKey, threading.Thread] = {}
         self._exits: list[tuple[TaskKey, TaskResult]] = []
         self._lock = threading.Lock()
 
     def deploy(self, deployments: list[Deployment]) -> None:
-        self.attempt = deployments[0].attempt
         # Each task gets its own copy of the deployment, user functions included, as
         # a task actor does: subtasks must never share a function object's fields.
-        self.tasks = {d.key: StreamTask(cloudpickle.loads(cloudpickle.dumps(d.task)), _Ports(self, d)) for d in deployments}
+        tasks = {d.key: StreamTask(cloudpickle.loads(cloudpickle.dumps(d.task)), _Ports(self, d)) for d in deployments}
+        with self._lock:
+            self.tasks = {**self.tasks, **tasks}
+            self.attempts.update({d.key: d.attempt for d in deployments})
         for d in deployments:
-            t = threading.Thread(target=self._run, args=(d.key, d.attempt, self.tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
-            self._threads.append(t)
+            t = threading.Thread(target=self._run, args=(d.key, d.attempt, tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
+            self._threads[d.key] = t
             t.start()
 
     def _run(self, key: TaskKey, attempt: int, task: StreamTask) -> None:
         result = task.run()
         with self._lock:
-            if attempt == self.attempt:
+            if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
 
     def _put(self, key: TaskKey, letter: Any) -> None:
@@ -105,26 +107,32 @@ class LocalGateway:
             t.put_letter(OperatorEvent(operator_uid, event_id, event))
         except MailboxClosedError:
             with self._lock:  # lost: the task fails over (if its exit is not reported already)
-                self._exits.append((task, TaskResult(TaskState.FAILED, WeirError(f"task {task_name(task)} is gone: an operator event to it was lost"))))
+                if task in self.attempts:
+                    self._exits.append((task, TaskResult(TaskState.FAILED, WeirError(f"task {task_name(task)} is gone: an operator event to it was lost"))))
 
-    def kill(self, task: TaskKey) -> None:
+    def crash(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""
         t = self.tasks.get(task)
         if t is not None:
             t.mailbox.close()
 
-    def kill_all(self) -> None:
+    def kill(self, tasks: frozenset[TaskKey]) -> None:
         with self._lock:
-            self.attempt = -self.attempt - 1  # nothing of this attempt reports any more
-            self._exits.clear()
-        for t in self.tasks.values():
+            for key in tasks:
+                self.attempts.pop(key, None)  # nothing of their attempt reports any more
+            self._exits = [e for e in self._exits if e[0] not in tasks]
+            victims = [(self.tasks[key], self._threads.pop(key)) for key in tasks if key in self.tasks]
+            self.tasks = {k: t for k, t in self.tasks.items() if k not in tasks}  # replaced: clients read it
+        for t, _ in victims:
             t.mailbox.close()
         # A thread stuck in a user function cannot be stopped; it is left behind
         # (its attempt no longer reports) after a short wait for the others.
         deadline = time.monotonic() + 2
-        for th in self._threads:
+        for _, th in victims:
             th.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._threads = []
+
+    def kill_all(self) -> None:
+        self.kill(frozenset(self.tasks))
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         with self._lock:
@@ -173,12 +181,14 @@ class LocalJobClient(JobClient):
         return [task_name(k) for k in self._gateway.tasks]
 
     def metrics(self) -> list[dict[str, Any]]:
+        if self._master.status.is_terminal:
+            return self._master.final_metrics
         return self._gateway.metrics()
 
     def kill_task(self, vertex: str, subtask: int) -> str:
         if (vertex, subtask) not in self._gateway.tasks:
             raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
-        self._gateway.kill((vertex, subtask))
+        self._gateway.crash((vertex, subtask))
         return task_name((vertex, subtask))
 
 

@@ -88,6 +88,11 @@ class SplitEnumerator(ABC):
     def snapshot_state(self) -> Any:
         """The splits not assigned yet (picklable); ``Source.create_enumerator`` gets it back."""
 
+    @abstractmethod
+    def add_splits_back(self, splits: list[Any], subtask: int) -> None:
+        """Splits assigned to ``subtask`` after the checkpoint it restarts from
+        (region failover): they are unassigned again."""
+
 
 class StaticSplitEnumerator(SplitEnumerator):
     """Splits made once. Each subtask gets its own (``index % parallelism ==
@@ -112,6 +117,10 @@ class StaticSplitEnumerator(SplitEnumerator):
 
     def snapshot_state(self) -> Any:
         return list(self.remaining)
+
+    def add_splits_back(self, splits: list[Any], subtask: int) -> None:
+        # In front, in their order, and owned by the subtask that had them.
+        self.remaining = [(subtask, split) for split in splits] + self.remaining
 
 
 class Source(ABC, Generic[T]):
@@ -138,6 +147,10 @@ class SourceCoordinator(OperatorCoordinator):
         self.source = source
         self._context: CoordinatorContext
         self._enumerator: SplitEnumerator
+        self._last_snapshot: int | None = None  # this coordinator's latest snapshot
+        # (last snapshot before, subtask, splits) for every assignment no completed
+        # checkpoint covers yet: what a subtask restarted alone must give back.
+        self._assigned: list[tuple[int | None, int, list[Any]]] = []
 
     def start(self, context: CoordinatorContext, restored: Any | None) -> None:
         self._context = context
@@ -150,7 +163,20 @@ class SourceCoordinator(OperatorCoordinator):
             raise TypeError(f"source coordinator got an unknown event {event!r}")
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
+        self._last_snapshot = checkpoint_id
         return self._enumerator.snapshot_state()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        # Splits assigned before its snapshot are in its readers' state.
+        self._assigned = [a for a in self._assigned if a[0] is not None and a[0] >= checkpoint_id]
+
+    def subtask_reset(self, subtask: int) -> bool:
+        # What no completed checkpoint covers: assigned after the restored one's snapshot.
+        back = [split for _, i, splits in self._assigned if i == subtask for split in splits]
+        self._assigned = [a for a in self._assigned if a[1] != subtask]
+        if back:
+            self._enumerator.add_splits_back(back, subtask)
+        return True
 
     # SplitEnumeratorContext
     @property
@@ -158,6 +184,7 @@ class SourceCoordinator(OperatorCoordinator):
         return self._context.parallelism
 
     def assign_splits(self, subtask: int, splits: list[Any]) -> None:
+        self._assigned.append((self._last_snapshot, subtask, list(splits)))
         self._context.send_event(subtask, AddSplits(list(splits)))
 
     def signal_no_more_splits(self, subtask: int) -> None:

@@ -48,6 +48,29 @@ def test_restore_commits_what_was_pending_and_cleans_up_leftovers(tmp_path):
     assert hidden == [], "leftovers of attempt a1 must be removed after the first completed checkpoint"
 
 
+def test_a_subtask_cleans_only_its_own_leftovers_and_those_of_removed_subtasks(tmp_path):
+    """After region failover subtasks run different attempts: a restarted subtask
+    must not delete a live one's unpublished files."""
+    path = str(tmp_path / "out")
+    live = OperatorHarness.sink(FileSink(path), attempt_id="a1", subtask=1, parallelism=2)
+    live.process([1, 1])
+    live.snapshot(1)                                    # pending, committed at checkpoint 1
+    live.process([2, 2])                                # in progress
+    gone = OperatorHarness.sink(FileSink(path), attempt_id="a0", subtask=3, parallelism=4)
+    gone.process([9, 9])                                # a subtask a rescale to 2 removed
+    old = OperatorHarness.sink(FileSink(path), attempt_id="a0", subtask=0, parallelism=2)
+    old.process([0, 0])                                 # subtask 0's attempt that died
+    restarted = OperatorHarness.sink(FileSink(path), attempt_id="b2", subtask=0, parallelism=2)
+    restarted.snapshot(1)
+    restarted.notify_complete(1)
+    hidden = sorted(n for n in os.listdir(path) if n.startswith("."))
+    assert [n.split("-")[1:3] for n in hidden] == [["a1", "1"], ["a1", "1"]]
+    live.notify_complete(1)
+    live.snapshot(2)
+    live.notify_complete(2)
+    assert sorted(read_committed(path)) == [[1, 1], [2, 2]]
+
+
 def test_commit_is_idempotent(tmp_path):
     path = str(tmp_path / "out")
     op = _sink_op(path, "jsonl", "a1")
