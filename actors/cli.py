@@ -72,7 +72,7 @@ def status(ctx: click.Context, job: str) -> None:
         _emit(ctx, {**info, "tasks": client.metrics()})
         return
     _emit(ctx, info, ["job", "status", "restarts", "attempt", "completed_checkpoints", "duration_s"])
-    _emit(ctx, client.metrics(), ["task", "state", "records_in", "records_out", "backpressured_s"], "tasks")
+    _emit(ctx, client.metrics(), ["task", "state", "records_in", "records_out", "backpressured_s", "node_ip"], "tasks")
 
 
 @cli.command()

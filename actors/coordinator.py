@@ -241,6 +241,7 @@ class JobCoordinator:
             "status": m.status.value,
             "restarts": m.restarts,
             "attempt": m.attempt,
+            "coordinator_recovered": m.recovering,  # Ray restarted this coordinator; it recovered the job from storage
             "duration_s": round((m.ended or m.clock()) - m.started, 3),
             "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},
             "completed_checkpoints": sum(1 for s in m.coordinator.history.values() if s.status == "COMPLETED"),

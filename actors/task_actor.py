@@ -88,7 +88,10 @@ class TaskActor:
                 pass  # the task ended; the job master hears of it through run()
 
     def metrics(self) -> dict[str, Any]:
-        return self._task.metrics() if self._task is not None else {}
+        if self._task is None:
+            return {}
+        node = ray.get_runtime_context().get_node_id()
+        return {**self._task.metrics(), "node_ip": ray.util.get_node_ip_address(), "node_id": node}
 
     def ping(self) -> bool:
         return True

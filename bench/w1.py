@@ -1,10 +1,12 @@
 """Workload W1: N records; key = i % 1000; map value*2; keyed running sum; discarding sink.
 
-Prints records/s at parallelism 1 and 2, with checkpoints off and every 1 s, the
-ratio to the same computation as a plain Python loop in one process, and p50/p99
-source-to-sink latency with the source limited to 100,000 records/s.
+Prints records/s at each parallelism (1 and 2 by default), with checkpoints off
+and every 1 s, the ratio to the same computation as a plain Python loop in one
+process, the scaling curve (records/s against the lowest parallelism), and
+p50/p99 source-to-sink latency with the source limited to 100,000 records/s.
 
     python3 -m bench.w1 [--records 4000000] [--latency-records 1000000] [--parallelism 1 2] [--repeat 3]
+    python3 -m bench.w1 --parallelism 1 2 4 8     # the scaling curve, on a machine with cores to spare
 
 Throughput counts from the first record any task saw to the last one (task
 actor start-up is excluded and printed apart as "job wall time").
@@ -111,12 +113,20 @@ def main() -> None:
     for col in ("parallelism", "checkpoints", "records/s (median)", "vs plain Python loop", "job wall time (s)"):
         table.add_column(col, justify="right")
     table.add_row("-", "-", f"{baseline:,.0f}", "1.00", "-")
+    checkpointed: dict[int, float] = {}
     for p in args.parallelism:
         for cp in (None, 1000):
             runs = sorted(w1(args.records, p, cp) for _ in range(args.repeat))
             rate, wall = runs[len(runs) // 2]
             table.add_row(str(p), "every 1 s" if cp else "off", f"{rate:,.0f}", f"{rate / baseline:.2f}", f"{wall:.1f}")
+            if cp:
+                checkpointed[p] = rate
     console.print(table)
+    low = min(checkpointed)
+    console.print(f"scaling, checkpoints every 1 s (records/s against parallelism {low}, {os.cpu_count()} cores):")
+    for p, rate in checkpointed.items():
+        speedup = rate / checkpointed[low]
+        console.print(f"  parallelism {p:>3}  {speedup:5.2f}x  {'#' * max(1, round(speedup * 10))}")
     p50, p99 = latency(args.latency_records, args.rate, max(args.parallelism))
     console.print(
         f"latency at {args.rate:,.0f} records/s, parallelism {max(args.parallelism)}, checkpoints every 1 s: "

@@ -867,6 +867,7 @@ class JobMaster:
         if region is None:
             self._exited = set()
             self._ended_input = set()
+            self._task_attempts = {}  # after a rescale, removed subtasks' late letters must not count
             self._restarting.clear()
             self._regions = g.regions()
             self._restart_at = None

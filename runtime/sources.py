@@ -7,7 +7,9 @@ for a split whenever it has none; the enumerator assigns one, or says there are
 no more, and then a reader with nothing left finishes (``EndOfData``). A reader
 checkpoints its splits with their positions (operator list state), so a restore
 rewinds every split, also with another parallelism; splits assigned after the
-restored checkpoint are back with the restored enumerator. The event valve of
+restored checkpoint are back with the restored enumerator, or, when one subtask
+restarts alone (region failover), given back to the running enumerator
+(``add_splits_back``). The event valve of
 :mod:`runtime.coordination` keeps the two snapshots consistent. Readers are
 polled by the task's loop thread in batches.
 """

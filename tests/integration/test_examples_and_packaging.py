@@ -34,3 +34,17 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert config["provider"]["type"] == "local"
     assert any("pip install" in c and "-e ." in c for c in config["setup_commands"])
     assert all("RAY_AUTH_MODE=token" in c for c in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:])
+
+
+@pytest.mark.ray
+def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster):
+    """A tiny run, so the benchmark README quotes keeps working (the figures come from full runs)."""
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.w1", "--records", "20000", "--latency-records", "2000", "--parallelism", "1", "2", "--repeat", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "W1 keyed running sum, 20,000 records" in out.stdout
+    assert "parallelism   1   1.00x" in out.stdout and "parallelism   2" in out.stdout
+    assert "latency at 100,000 records/s, parallelism 2" in out.stdout

@@ -135,9 +135,11 @@ class Sim:
         self.attempts: dict[Any, int] = {}
         self.exits: list[tuple[Any, TaskResult]] = []
         self.failures = 0
+        self.region_restarts = 0
 
     # ------------------------------------------------------------ TaskGateway
     def deploy(self, deployments: list[Deployment]) -> None:
+        self.region_restarts += len(deployments) < PARALLELISM
         for d in deployments:
             self.tasks[d.key] = StreamTask(cloudpickle.loads(cloudpickle.dumps(d.task)), SimPorts(self, d))
             self.attempts[d.key] = d.attempt
@@ -221,8 +223,8 @@ class Sim:
                 self._fail(self.rng.choice(sorted(self.tasks)), "killed")
 
 
-def run_race(seed: int, storage: str, valve: bool = True, max_failures: int = 3, failover: str = "region") -> tuple[int, int, int]:
-    """One seeded run to the job's end: (lost, duplicated, failures)."""
+def run_race(seed: int, storage: str, valve: bool = True, max_failures: int = 3, failover: str = "region") -> tuple[int, int, int, int]:
+    """One seeded run to the job's end: (lost, duplicated, failures, region restarts)."""
     sim = Sim(seed, storage, valve, failover)
     sim.master.start()
     for _ in range(200_000):
@@ -233,25 +235,27 @@ def run_race(seed: int, storage: str, valve: bool = True, max_failures: int = 3,
     counts = collections.Counter(r for records in COMMITTED.pop(sim.run, {}).values() for r in records)
     lost = sum(1 for r in range(RECORDS) if counts[r] == 0)
     duplicated = sum(c - 1 for c in counts.values() if c > 1)
-    return lost, duplicated, sim.failures
+    return lost, duplicated, sim.failures, sim.region_restarts
 
 
 @pytest.mark.parametrize("failover", ["region", "full"])
 def test_split_assignment_races_lose_and_duplicate_nothing_over_200_seeds(tmp_path, failover):
     """Region failover resets one subtask's reader while the enumerator and the
     other readers go on; full failover restores them all."""
-    failures = 0
+    failures = regions = 0
     for seed in range(200):
-        lost, duplicated, f = run_race(seed, f"file://{tmp_path}/valve", failover=failover)
+        lost, duplicated, f, r = run_race(seed, f"file://{tmp_path}/valve", failover=failover)
         assert (lost, duplicated) == (0, 0), f"seed {seed}: lost {lost}, duplicated {duplicated} of {RECORDS} records"
-        failures += f
+        failures, regions = failures + f, regions + r
+    print(f"{failover} failover: 200 runs, {failures} task failures, {regions} region restarts, nothing lost or read twice")
     assert failures >= 200, f"only {failures} failures injected over 200 runs: the harness is not racing"
+    assert (regions >= failures * 0.9) if failover == "region" else regions == 0
 
 
 def test_without_the_valve_the_same_harness_finds_splits_lost_or_read_twice(tmp_path):
     bad = []
     for seed in range(200):
-        lost, duplicated, _ = run_race(seed, f"file://{tmp_path}/novalve", valve=False)
+        lost, duplicated, _, _ = run_race(seed, f"file://{tmp_path}/novalve", valve=False)
         if lost or duplicated:
             bad.append((seed, lost, duplicated))
     assert any(lost for _, lost, _ in bad), f"no run lost a split without the valve (runs with duplicates: {bad})"

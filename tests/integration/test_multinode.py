@@ -1,0 +1,82 @@
+"""weir on Ray clusters of more than one node, simulated on this machine: a node
+lost while a job runs, and a job submitted with ``ray job submit`` to a cluster
+started with ``ray start --head``. Each cluster is separate from the test
+session's (own processes, own temp dir) and is torn down at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from actors.cluster import java_env
+
+pytestmark = pytest.mark.ray
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # never the test session's cluster
+    # Ray's job CLI sends the cluster's token (~/.ray/auth_token) only in token mode.
+    return {**env, **java_env(), "RAY_AUTH_MODE": "token"}
+
+
+def test_a_node_lost_while_the_job_runs_is_recovered_on_the_other_nodes_with_exact_output(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.multinode", "lose-node", str(tmp_path)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(report)
+    assert report["nodes_before"] >= 2, "spread placement should put the tasks on more than one node"
+    assert report["tasks_on_lost_node"], report
+    assert report["tasks_after_on_alive_nodes"], report
+    assert (report["lost"], report["duplicated"], report["keys_wrong"]) == (0, 0, 0), report
+    assert report["status"] == "FINISHED", report
+    # Task failures restart the job; a coordinator that was on the node is restarted by Ray and recovers it.
+    assert report["restarts"] >= 1 or report["coordinator_recovered"], report
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ray_job_submit_to_a_cluster_started_with_ray_start(tmp_path):
+    subprocess.run(["ray", "get-auth-token", "--generate"], env=_env(), capture_output=True, check=True)  # a fresh machine has none
+    temp = tempfile.mkdtemp(prefix="wr", dir="/tmp")  # short: Ray's socket paths live there
+    port, dashboard = _free_port(), _free_port()
+    head = subprocess.Popen(
+        ["ray", "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}", "--include-dashboard=true",
+         "--num-cpus=2", f"--temp-dir={temp}", "--disable-usage-stats"],
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        deadline = time.monotonic() + 120
+        while subprocess.run(["ray", "job", "list", "--address", address], env=_env(), capture_output=True).returncode != 0:
+            assert head.poll() is None, "ray start --head exited"
+            assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
+            time.sleep(1)
+        out = str(tmp_path / "out")
+        proc = subprocess.run(
+            ["ray", "job", "submit", "--address", address, "--working-dir", ROOT, "--",
+             "python", "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
+            env=_env(), capture_output=True, text=True, timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        assert "final sums of 1000 keys match plain Python: True" in proc.stdout, proc.stdout[-4000:]
+        assert "succeeded" in proc.stdout
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(60)
