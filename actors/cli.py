@@ -34,8 +34,14 @@ def _emit(ctx: click.Context, data: Any, columns: list[str] | None = None, title
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*["" if r.get(c) is None else str(r.get(c)) for c in columns])
+        table.add_row(*[_cell(r.get(c)) for c in columns])
     Console().print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def _client(ctx: click.Context, job: str) -> Any:
@@ -71,7 +77,7 @@ def status(ctx: click.Context, job: str) -> None:
     if ctx.obj["json"]:
         _emit(ctx, {**info, "tasks": client.metrics()})
         return
-    _emit(ctx, info, ["job", "status", "restarts", "attempt", "completed_checkpoints", "duration_s"])
+    _emit(ctx, info, ["job", "status", "restarts", "restarting_tasks", "attempt", "completed_checkpoints", "duration_s"])
     _emit(ctx, client.metrics(), ["task", "state", "records_in", "records_out", "backpressured_s", "node_ip"], "tasks")
 
 

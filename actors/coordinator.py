@@ -242,6 +242,7 @@ class JobCoordinator:
             "restarts": m.restarts,
             "attempt": m.attempt,
             "coordinator_recovered": m.recovering,  # Ray restarted this coordinator; it recovered the job from storage
+            "restarting_tasks": m.restarting_tasks(),  # failed-over regions on their way back
             "duration_s": round((m.ended or m.clock()) - m.started, 3),
             "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},
             "completed_checkpoints": sum(1 for s in m.coordinator.history.values() if s.status == "COMPLETED"),

@@ -920,5 +920,9 @@ class JobMaster:
                         holder.subtask_running(i)
 
     # ------------------------------------------------------------ queries (any thread)
+    def restarting_tasks(self) -> list[str]:
+        """Tasks of failed-over regions waiting to be redeployed (the others run)."""
+        return sorted(task_name(k) for region in list(self._restarting) for k in region)
+
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         return [vars(s).copy() for s in sorted(self.coordinator.history.values(), key=lambda s: s.checkpoint_id)]

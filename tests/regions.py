@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from connectors.files import FileSink, read_committed
 from runtime import JobClient, RestartStrategy, StreamExecutionEnvironment
@@ -35,16 +36,17 @@ class Window:
     other_before: int
     other_after: int
     away_s: float
+    probed: Any = None  # what ``probe`` returned while the task was away
 
 
 def _records_in(client: JobClient, vertex: str) -> int:
     return sum(m["records_in"] for m in client.metrics() if m["task"].startswith(f"{vertex}/"))
 
 
-def kill_and_watch(client: JobClient, kill: tuple[str, int], other: str) -> Window:
+def kill_and_watch(client: JobClient, kill: tuple[str, int], other: str, probe: Callable[[], Any] | None = None) -> Window:
     """Kill task ``kill`` once both pipelines read and a checkpoint completed;
     measure ``other``'s records from when the killed task is gone until its
-    replacement is deployed."""
+    replacement is deployed (calling ``probe`` in between)."""
     while not (_records_in(client, kill[0]) and _records_in(client, other)
                and any(c["status"] == "COMPLETED" for c in client.checkpoints())):
         assert not client.status().is_terminal, "the job ended before the kill"
@@ -54,10 +56,11 @@ def kill_and_watch(client: JobClient, kill: tuple[str, int], other: str) -> Wind
     while any(t.endswith(task) for t in client.tasks()):  # until the job master took it down
         time.sleep(0.01)
     gone, before = time.monotonic(), _records_in(client, other)
+    probed = probe() if probe is not None else None
     while not any(t.endswith(task) for t in client.tasks()):
         assert not client.status().is_terminal, "the job ended during the recovery"
         time.sleep(0.01)
-    return Window(name, before, _records_in(client, other), time.monotonic() - gone)
+    return Window(name, before, _records_in(client, other), time.monotonic() - gone, probed)
 
 
 def outputs(out_dir: str, prefix: str) -> tuple[int, int, list[str]]:
