@@ -56,9 +56,12 @@ def test_ray_job_submit_to_a_cluster_started_with_ray_start(tmp_path):
     subprocess.run(["ray", "get-auth-token", "--generate"], env=_env(), capture_output=True, check=True)  # a fresh machine has none
     temp = tempfile.mkdtemp(prefix="wr", dir="/tmp")  # short: Ray's socket paths live there
     port, dashboard = _free_port(), _free_port()
+    # Ports of their own: the defaults (e.g. the job agent's 52365) are the test session's cluster's.
+    own = [f"--{name}={_free_port()}" for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")]
     head = subprocess.Popen(
         ["ray", "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-         "--num-cpus=2", f"--temp-dir={temp}", "--disable-usage-stats"],
+         "--num-cpus=2", f"--temp-dir={temp}", "--disable-usage-stats", *own],
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     address = f"http://127.0.0.1:{dashboard}"
@@ -69,11 +72,16 @@ def test_ray_job_submit_to_a_cluster_started_with_ray_start(tmp_path):
             assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
             time.sleep(1)
         out = str(tmp_path / "out")
-        proc = subprocess.run(
-            ["ray", "job", "submit", "--address", address, "--working-dir", ROOT, "--",
-             "python", "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
-            env=_env(), capture_output=True, text=True, timeout=600,
-        )
+        while True:
+            proc = subprocess.run(
+                ["ray", "job", "submit", "--address", address, "--working-dir", ROOT, "--",
+                 "python", "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
+                env=_env(), capture_output=True, text=True, timeout=600,
+            )
+            # The job server answers before the node's agent that runs jobs has registered.
+            if "No available agent to submit job" not in proc.stdout + proc.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(2)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
         assert "final sums of 1000 keys match plain Python: True" in proc.stdout, proc.stdout[-4000:]
         assert "succeeded" in proc.stdout
