@@ -7,10 +7,14 @@
 from __future__ import annotations
 
 import os
+import random
+import time
 
 import pytest
 
-from tests.chaos import ChaosRun, keyed_sum_with_kills
+from runtime import RestartStrategy
+from tests.chaos import ChaosRun, keyed_sum_with_kills, kill_random_task
+from tests.regions import outputs, two_pipelines
 
 pytestmark = [pytest.mark.ray, pytest.mark.stress]
 
@@ -36,6 +40,30 @@ def test_bursts_of_kills_lose_and_duplicate_nothing(ray_cluster, tmp_path, seed)
         if run.conclusive:
             break
     assert run.conclusive, f"seed={seed}: three inconclusive runs in a row"
+
+
+@pytest.mark.parametrize("seed", range(2000, 2000 + RUNS))
+def test_kills_across_regions_lose_and_duplicate_nothing(ray_cluster, tmp_path, seed):
+    """Region failover under fire: two independent pipelines (four regions) while
+    four kills hit random tasks, so regions restart alone, at once, or again
+    while on their way back."""
+    rng = random.Random(seed)
+    env = two_pipelines(f"file://{tmp_path}/chk", str(tmp_path / "a"), str(tmp_path / "b"), rate=3_000, delay_s=0.2)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(20, 0.2))
+    client = env.execute_async(f"region-chaos-{seed}")
+    while not any(m.get("records_in") for m in client.metrics()):
+        assert not client.status().is_terminal, "the job ended before it read a record"
+        time.sleep(0.05)
+    killed = []
+    for _ in range(4):
+        time.sleep(rng.uniform(0.2, 0.8))
+        if name := kill_random_task(client, rng):
+            killed.append(name)
+    result = client.wait(300)
+    print(f"seed={seed} killed={killed} restarts={result.restarts}")
+    assert outputs(str(tmp_path / "a"), "a") == (0, 0, []), f"seed={seed}"
+    assert outputs(str(tmp_path / "b"), "b") == (0, 0, []), f"seed={seed}"
+    assert killed and 1 <= result.restarts <= len(killed)
 
 
 def rng_burst(seed: int) -> int:
