@@ -141,14 +141,17 @@ class JobGraph:
     def task_names(self) -> list[tuple[str, int]]:
         return [(v.id, i) for v in self.vertices.values() for i in range(v.parallelism)]
 
-    def producers(self, key: tuple[str, int]) -> list[tuple[str, int]]:
-        """The tasks whose output ``key`` reads: a pointwise edge its own subtask of
-        the producer, an all-to-all edge every subtask."""
-        out: list[tuple[str, int]] = []
+    def input_channels(self, key: tuple[str, int]) -> list[tuple[JobEdge, int]]:
+        """Task ``key``'s input channels as (edge, producer subtask): a pointwise
+        edge its own subtask of the producer, an all-to-all edge every subtask."""
+        out: list[tuple[JobEdge, int]] = []
         for e in self.vertices[key[0]].inputs:
-            src = self.vertices[e.source]
-            out += [(src.id, key[1])] if e.pointwise else [(src.id, j) for j in range(src.parallelism)]
+            out += [(e, key[1])] if e.pointwise else [(e, j) for j in range(self.vertices[e.source].parallelism)]
         return out
+
+    def producers(self, key: tuple[str, int]) -> list[tuple[str, int]]:
+        """The tasks whose output ``key`` reads."""
+        return [(e.source, j) for e, j in self.input_channels(key)]
 
     def regions(self) -> list[frozenset[tuple[str, int]]]:
         """Pipelined regions: the sets of tasks joined by channels, directly or

@@ -880,16 +880,12 @@ class JobMaster:
             for i in range(v.parallelism):
                 if region is not None and (v.id, i) not in region:
                     continue
-                channels = []
-                for e in v.inputs:
-                    src = g.vertices[e.source]
-                    channels += [(e.edge_id, i)] if e.pointwise else [(e.edge_id, j) for j in range(src.parallelism)]
                 td = TaskDeployment(
                     job_name=g.name,
                     attempt_id=attempt_id,
                     vertex=v,
                     subtask=i,
-                    input_channels=channels,
+                    input_channels=[(e.edge_id, j) for e, j in g.input_channels((v.id, i))],
                     checkpointing=g.checkpointing,
                     transport=g.execution.transport,
                     restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},

@@ -7,7 +7,9 @@ import threading
 import pytest
 
 from connectors.files import FileSink, read_committed
-from runtime import InvalidJobGraphError, JobStatus, StreamExecutionEnvironment
+from runtime import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecutionEnvironment
+from runtime.jobmaster import EventFromOperator
+from runtime.sources import RequestSplit
 from tests.checker import check_running_sums
 
 N = 40_000
@@ -57,3 +59,20 @@ def test_rescale_errors_name_the_operator_and_the_limit(checkpoint_dir, out_dir)
         assert client.status() is JobStatus.RUNNING
     finally:
         client.cancel()
+
+
+def test_a_late_letter_from_a_subtask_the_rescale_removed_is_ignored(checkpoint_dir):
+    """A split request still in the mailbox from source subtask 1 of the attempt
+    before a rescale to 1 must not reach the new enumerator (it has no subtask 1)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(100).get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_generator(lambda i: i, records_per_second=1_000).uid("numbers").sink_to(DiscardingSink())
+    client = env.execute_async("late-letter", executor="local")
+    _wait_for_checkpoint(client)
+    master = client._master
+    source, old_attempt = master.graph.sources[0], master.attempt
+    client.rescale({"numbers": 1})
+    master.mailbox.put_control(EventFromOperator(old_attempt, (source.id, 1), "numbers", RequestSplit()))
+    _wait_for_checkpoint(client, max(c["checkpoint_id"] for c in client.checkpoints()))
+    assert (master.status, master.restarts, master.failure) == (JobStatus.RUNNING, 0, None)
+    client.cancel()
