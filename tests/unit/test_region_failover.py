@@ -50,6 +50,7 @@ def test_killing_a_task_restarts_its_region_while_the_other_pipeline_goes_on(tmp
     assert outputs(str(tmp_path / "a"), "a") == (0, 0, [])
     assert outputs(str(tmp_path / "b"), "b") == (0, 0, [])
     assert result.restarts == 1
+    assert sorted(m["task"] for m in client.metrics()) == ["a/0", "a/1", "b/0", "b/1"], "an ended job still reports its tasks' counters"
 
 
 def test_with_full_failover_the_other_pipeline_restarts_too(tmp_path):
