@@ -149,6 +149,36 @@ def kill(ctx: click.Context, job: str, vertex: str, subtask: int) -> None:
     _emit(ctx, {"killed": _client(ctx, job).kill_task(vertex, subtask)})
 
 
+@cli.command()
+@click.argument("action", type=click.Choice(["show", "start", "stop"]), default="show")
+@click.pass_context
+def pool(ctx: click.Context, action: str) -> None:
+    """The cluster's pool of started task actors and job coordinators: show it,
+    start it ahead of the first job, or stop it (after upgrading weir; it refuses
+    while jobs run)."""
+    import ray
+
+    from actors.pool import get_pool
+
+    handle = get_pool(ctx.obj["address"], create=action == "start")
+    if handle is None:
+        _emit(ctx, {"pool": "not started"})
+        return
+    stats = ray.get(handle.stats.remote())
+    if action == "stop":
+        running = ray.get(handle.running_jobs.remote())
+        if running:
+            raise click.ClickException(f"jobs are running on the pool: {', '.join(running)}; stop or cancel them first")
+        ray.kill(handle, no_restart=True)
+        _emit(ctx, {"pool": "stopped"})
+        return
+    if ctx.obj["json"]:
+        _emit(ctx, stats)
+        return
+    _emit(ctx, stats["shapes"], ["shape", "idle", "starting", "leased"], "task actors")
+    _emit(ctx, {k: stats[k] for k in ("idle_coordinators", "jobs", "created", "settings")})
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--parallelism", type=int, default=None, help="Default parallelism for the job's environment.")
 @click.option("--from-savepoint", "savepoint", default=None, help="Start from this savepoint or retained checkpoint.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import ray
 
@@ -48,17 +49,15 @@ def ensure_ray(address: str | None = None) -> None:
         ray.init(runtime_env=runtime_env)
 
 
-def actor_runtime_env() -> dict[str, dict[str, str]]:
-    """The runtime env of weir's actors. Ray starts workers for a runtime env of
-    their own, so weir's actors never land on a worker from the shared pool that
-    raydp's block-fetching tasks have switched to cross-language code loading
-    (such a worker dies loading any Python actor class)."""
-    faults = {k: v for k, v in os.environ.items() if k.startswith("WEIR_FAULT")}  # tests' failure injection
-    return {"env_vars": {**java_env(), **faults, "WEIR_ACTOR_WORKER": "1"}}
-
-
-def coordinator_name(job_name: str) -> str:
-    return f"weir-job/{job_name}"
+def actor_runtime_env() -> dict[str, Any]:
+    """The runtime env of weir's actors: the current Ray job's (its working_dir,
+    pip packages) plus the Java flags Spark needs. Ray starts workers for a
+    runtime env of their own, so weir's actors never land on a worker from the
+    shared pool that raydp's block-fetching tasks have switched to cross-language
+    code loading (such a worker dies loading any Python actor class)."""
+    env = dict(ray.get_runtime_context().runtime_env)
+    env["env_vars"] = {**env.get("env_vars", {}), **java_env(), "WEIR_ACTOR_WORKER": "1"}
+    return env
 
 
 def task_actor_name(job_name: str, vertex: str, subtask: int) -> str:

@@ -1,25 +1,26 @@
-"""The job coordinator actor: one per job, a named singleton in the ``weir``
-namespace. It hosts the :class:`runtime.jobmaster.JobMaster` on a loop thread and
-reaches the task actors through :class:`RayGateway`. Remote methods only put
-letters into the job master's mailbox or read its state.
+"""The job coordinator actor: taken from the pool (:mod:`actors.pool`), it hosts a
+job's :class:`runtime.jobmaster.JobMaster` on a loop thread and reaches the task
+actors through :class:`RayGateway`. Remote methods only put letters into the job
+master's mailbox or read its state.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from actors.cluster import NAMESPACE, actor_runtime_env, task_actor_name
-from actors.task_actor import RemoteTaskActor
+from actors.cluster import task_actor_name
+from actors.pool import JobAssignment, JobScope, Shape, get_pool
 from runtime.checkpointing import TaskKey
-from runtime.errors import InvalidJobGraphError, TaskFailedError
+from runtime.errors import InvalidJobGraphError, TaskFailedError, WeirError
 from runtime.events import CheckpointBarrier
 from runtime.config import ExecutionConfig
 from runtime.graph import JobGraph, JobVertex
+from runtime.executor import JobStatus
 from runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, OperatorEvent, TaskResult, TaskState, TriggerCheckpoint
 
@@ -64,49 +65,75 @@ def check_feasible(graph: JobGraph) -> None:
             )
 
 
+def slot_concurrency(channels: int, credits: int) -> int:
+    """Calls a task actor may have running at once: the loop (run), letters and
+    metrics, plus every delivery that may wait on a full mailbox (credits per
+    channel); rounded up to a power of two so that most jobs share one pool shape."""
+    need = _BASE_CONCURRENCY + channels * credits
+    return max(64, 1 << (need - 1).bit_length())
+
+
 class RayGateway:
-    def __init__(self, graph: JobGraph, coordinator: Any) -> None:
+    """Runs a job's tasks on slots leased from the pool. A slot whose task ended
+    cleanly stays with the job (``_spare``) for its next deployment (a rescale);
+    a failed or killed task's slot is killed, and the pool replaces it."""
+
+    def __init__(self, graph: JobGraph, coordinator: Any, pool: Any, runtime_env: dict[str, Any], env: dict[str, str]) -> None:
         self._graph = graph
         self._coordinator = coordinator
+        self._pool = pool
+        self._runtime_env = runtime_env
+        self._env = env  # variables the job sets in its task processes
         self.actors: dict[TaskKey, Any] = {}
+        self._attempts: dict[TaskKey, int] = {}
         self._runs: dict[Any, TaskKey] = {}
+        self._ended: set[TaskKey] = set()  # run() returned: the slot is free for this job
+        self._spare: dict[str, list[Any]] = {}  # shape key -> free slots of this job
+        self._shapes: dict[TaskKey, Shape] = {}
         self._events: dict[Any, TaskKey] = {}  # operator events on their way
+
+    def _shape(self, d: Deployment) -> Shape:
+        options = actor_resources(d.task.vertex, self._graph.execution)
+        options["max_concurrency"] = slot_concurrency(len(d.task.input_channels), d.task.transport.credits)
+        return Shape(options, self._runtime_env)
 
     def deploy(self, deployments: list[Deployment]) -> None:
         # The actor dict is replaced, never changed in place: client calls read it
         # from other threads. Routes stay within the deployed tasks (a region).
-        g = self._graph
-        actors = {}
+        wanted: dict[str, list[Deployment]] = {}
+        shapes: dict[str, Shape] = {}
         for d in deployments:
-            channels = len(d.task.input_channels)
-            actors[d.key] = self._create(
-                task_actor_name(g.name, *d.key),
-                max_concurrency=_BASE_CONCURRENCY + channels * d.task.transport.credits,
-                **actor_resources(d.task.vertex, g.execution),
-            )
+            shape = self._shape(d)
+            shapes[shape.key] = shape
+            self._shapes[d.key] = shape
+            wanted.setdefault(shape.key, []).append(d)
+        g = self._graph
+        actors: dict[TaskKey, Any] = {}
+        leases = {}
+        for key, ds in wanted.items():
+            spare = self._spare.get(key, [])
+            take, self._spare[key] = spare[: len(ds)], spare[len(ds):]
+            if len(take) < len(ds):
+                leases[key] = self._pool.lease.remote(self._graph.name, shapes[key], len(ds) - len(take))
+            wanted[key] = ds
+            for d, actor in zip(ds, take):
+                actors[d.key] = actor
+        for key, ref in leases.items():
+            fresh = ray.get(ref)
+            for d, actor in zip([d for d in wanted[key] if d.key not in actors], fresh):
+                actors[d.key] = actor
         self.actors = {**self.actors, **actors}
+        self._attempts.update({d.key: d.attempt for d in deployments})
+        self._ended -= set(actors)
         ray.get([
-            actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], self._coordinator)
+            actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], (self._coordinator, g.run_id), self._env)
             for d in deployments
         ])
         self._runs.update({actors[d.key].run.remote(): d.key for d in deployments})
 
-    @staticmethod
-    def _create(name: str, **options: Any) -> Any:
-        # The name of an actor just killed is freed asynchronously: retry briefly.
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                return RemoteTaskActor.options(name=name, namespace=NAMESPACE, runtime_env=actor_runtime_env(), **options).remote()
-            except ValueError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-
-    def _letter(self, key: TaskKey, letter: Any) -> None:
+    def _letter(self, key: TaskKey, letter: Any) -> Any:
         actor = self.actors.get(key)
-        if actor is not None:
-            actor.letter.remote(letter)
+        return None if actor is None else actor.letter.remote(self._attempts[key], letter)
 
     def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
         self._letter(task, TriggerCheckpoint(barrier, stop_drain))
@@ -121,20 +148,35 @@ class RayGateway:
         self._letter(task, Cancel())
 
     def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
-        actor = self.actors.get(task)
-        if actor is not None:
-            self._events[actor.letter.remote(OperatorEvent(operator_uid, event_id, event))] = task
+        ref = self._letter(task, OperatorEvent(operator_uid, event_id, event))
+        if ref is not None:
+            self._events[ref] = task
 
     def kill(self, tasks: frozenset[TaskKey]) -> None:
-        victims = [a for k, a in self.actors.items() if k in tasks]
+        """Stop these tasks now. A slot whose task had ended stays with the job;
+        the others are killed (whatever their task was doing) and forgotten."""
+        victims = [a for k, a in self.actors.items() if k in tasks and k not in self._ended]
+        for k in tasks & self._ended:
+            if k in self.actors:
+                self._spare.setdefault(self._shapes[k].key, []).append(self.actors[k])
         self.actors = {k: a for k, a in self.actors.items() if k not in tasks}
         self._runs = {ref: k for ref, k in self._runs.items() if k not in tasks}
         self._events = {ref: k for ref, k in self._events.items() if k not in tasks}
+        self._ended -= tasks
         for actor in victims:
             ray.kill(actor, no_restart=True)
+        if victims:
+            self._pool.forget.remote(victims)
 
     def kill_all(self) -> None:
         self.kill(frozenset(self.actors))
+
+    def give_back(self) -> None:
+        """The job has ended: its free slots go back to the pool."""
+        spare = [a for slots in self._spare.values() for a in slots]
+        self._spare = {}
+        if spare:
+            self._pool.give_back.remote(self._graph.name, spare)
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         out = self._lost_events()
@@ -145,6 +187,7 @@ class RayGateway:
             key = self._runs.pop(ref)
             try:
                 result = ray.get(ref)
+                self._ended.add(key)
             except ray.exceptions.RayError as exc:
                 detail = "the actor was killed or crashed" if isinstance(exc, ray.exceptions.RayActorError) else str(exc)
                 name = task_actor_name(self._graph.name, *key)
@@ -181,63 +224,124 @@ class RayGateway:
         return out
 
 
-class JobCoordinator:
-    def __init__(self, graph: JobGraph, linger_s: float) -> None:
-        self.graph = graph
-        context = ray.get_runtime_context()
-        self.gateway = RayGateway(graph, context.current_actor)
-        # Restarted by Ray after a crash: the task actors died with us; recover
-        # the job from the latest completed checkpoint in storage.
-        self.master = JobMaster(graph, self.gateway, recovering=context.was_current_actor_reconstructed)
-        self._linger_s = linger_s
-        threading.Thread(target=self._run, name="jobmaster", daemon=True).start()
+@dataclass
+class _HostedJob:
+    graph: JobGraph
+    master: JobMaster
+    gateway: RayGateway
 
-    def _run(self) -> None:
-        self.master.run()
-        # Stay a while so that `weir status` and clients can read the outcome, then
-        # leave for good (no_restart: Ray must not bring back an ended job).
-        time.sleep(self._linger_s)
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+class JobCoordinator:
+    """Hosts job masters, one running at a time, on a process the pool started
+    ahead of time. :meth:`start` gives it a job; when that job has ended, its
+    record stays here for ``linger_s`` (``weir status``, clients) while the
+    coordinator, reset like a slot, serves the next job. When Ray restarts a
+    coordinator that died, its constructor finds its running job in the pool,
+    has the pool kill the slots of the old attempt, and recovers the job from the
+    latest checkpoint in storage. Client calls name the job they are about."""
+
+    # Letters of a restarted coordinator's tasks carry attempts from here on, so
+    # none from before its death can pass for one of the new attempt.
+    ATTEMPTS_PER_INCARNATION = 1_000_000
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _HostedJob] = {}
+        self._running: _HostedJob | None = None
+        self._scope = JobScope()
+        self._pool = get_pool(create=False)
+        context = ray.get_runtime_context()
+        if context.was_current_actor_reconstructed and self._pool is not None:
+            assignment = ray.get(self._pool.assignment.remote(context.get_actor_id()))
+            if assignment is not None:
+                ray.get(self._pool.reclaim.remote(assignment.graph.name))
+                self._start(assignment, recovering=True)
+
+    def ready(self) -> bool:
+        return True
+
+    def start(self, assignment: JobAssignment) -> None:
+        self._start(assignment, recovering=False)
+
+    def _start(self, assignment: JobAssignment, recovering: bool) -> None:
+        context = ray.get_runtime_context()
+        self._scope.enter(assignment.faults)
+        graph = assignment.graph
+        gateway = RayGateway(graph, context.current_actor, self._pool, context.runtime_env, assignment.faults)
+        master = JobMaster(graph, gateway, recovering=recovering, first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
+                           on_end=self._ended)
+        hosted = _HostedJob(graph, master, gateway)
+        self._jobs[graph.name] = self._running = hosted
+        threading.Thread(target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True).start()
+
+    def _ended(self, status: JobStatus) -> None:
+        """Before anyone hears the job ended: the pool no longer counts it as
+        running, so a restart of this coordinator does not bring it back."""
+        hosted, self._running = self._running, None
+        if hosted is not None:
+            hosted.gateway.give_back()
+        self._scope.leave()
+        ray.get(self._pool.job_finished.remote(ray.get_runtime_context().get_actor_id()))
+
+    def _run(self, hosted: _HostedJob, linger_s: float) -> None:
+        hosted.master.run()
+        name = hosted.graph.name
+        # Its record stays a while so that `weir status` and clients can read the outcome.
+        timer = threading.Timer(linger_s, self._forget, args=(name, hosted))
+        timer.daemon = True
+        timer.start()
+
+    def _forget(self, name: str, hosted: _HostedJob) -> None:
+        if self._jobs.get(name) is hosted:
+            del self._jobs[name]
+            self._pool.forget_job.remote(name, ray.get_runtime_context().get_actor_id())
+
+    def _job(self, name: str) -> _HostedJob:
+        hosted = self._jobs.get(name)
+        if hosted is None:
+            raise WeirError(f"job '{name}' ended long ago (its record is gone)")
+        return hosted
 
     # Letters from tasks (acks, declines, end of input, operator events).
-    def post(self, letter: Any) -> None:
-        self.master.mailbox.put_control(letter)
+    def post(self, run_id: str, letter: Any) -> None:
+        hosted = self._running
+        if hosted is not None and hosted.graph.run_id == run_id:  # never one for a job that has ended
+            hosted.master.mailbox.put_control(letter)
 
     # Calls from clients.
-    def cancel(self) -> None:
-        self.master.cancel()
+    def cancel(self, job: str) -> None:
+        self._job(job).master.cancel()
 
-    def savepoint(self, path: str | None, timeout_s: float) -> tuple[str, Any]:
-        return self._ask(TriggerSavepoint(path, Request()), timeout_s)
+    def savepoint(self, job: str, path: str | None, timeout_s: float) -> tuple[str, Any]:
+        return self._ask(job, TriggerSavepoint(path, Request()), timeout_s)
 
-    def stop(self, path: str | None, drain: bool, timeout_s: float) -> tuple[str, Any]:
-        return self._ask(StopJob(path, drain, Request()), timeout_s)
+    def stop(self, job: str, path: str | None, drain: bool, timeout_s: float) -> tuple[str, Any]:
+        return self._ask(job, StopJob(path, drain, Request()), timeout_s)
 
-    def rescale(self, parallelism: dict[str, int], timeout_s: float) -> tuple[str, Any]:
-        return self._ask(RescaleJob(parallelism, Request()), timeout_s)
+    def rescale(self, job: str, parallelism: dict[str, int], timeout_s: float) -> tuple[str, Any]:
+        return self._ask(job, RescaleJob(parallelism, Request()), timeout_s)
 
-    def _ask(self, letter: AskLetter, timeout_s: float) -> tuple[str, Any]:
+    def _ask(self, job: str, letter: AskLetter, timeout_s: float) -> tuple[str, Any]:
         try:
-            return "ok", self.master.ask(letter, timeout_s)
+            return "ok", self._job(job).master.ask(letter, timeout_s)
         except Exception as exc:
             return "error", exc
 
-    def status(self) -> str:
-        return self.master.status.value
+    def status(self, job: str) -> str:
+        return self._job(job).master.status.value
 
-    def wait(self, timeout_s: float) -> bool:
-        return self.master.wait(timeout_s)
+    def wait(self, job: str, timeout_s: float) -> bool:
+        return self._job(job).master.wait(timeout_s)
 
-    def result(self) -> tuple[str, Any]:
+    def result(self, job: str) -> tuple[str, Any]:
         try:
-            return "ok", self.master.result()
+            return "ok", self._job(job).master.result()
         except Exception as exc:
             return "error", exc
 
-    def info(self) -> dict[str, Any]:
-        m = self.master
+    def info(self, job: str) -> dict[str, Any]:
+        m = self._job(job).master
         return {
-            "job": self.graph.name,
+            "job": job,
             "status": m.status.value,
             "restarts": m.restarts,
             "attempt": m.attempt,
@@ -248,16 +352,21 @@ class JobCoordinator:
             "completed_checkpoints": sum(1 for s in m.coordinator.history.values() if s.status == "COMPLETED"),
         }
 
-    def checkpoints(self) -> list[dict[str, Any]]:
-        return self.master.checkpoint_stats()
+    def checkpoints(self, job: str) -> list[dict[str, Any]]:
+        return self._job(job).master.checkpoint_stats()
 
-    def tasks(self) -> list[str]:
-        return [task_actor_name(self.graph.name, *k) for k in list(self.gateway.actors)]
+    def tasks(self, job: str) -> list[str]:
+        return [task_actor_name(job, *k) for k in list(self._job(job).gateway.actors)]
 
-    def metrics(self) -> list[dict[str, Any]]:
-        if self.master.status.is_terminal:
-            return self.master.final_metrics
-        return self.gateway.metrics()
+    def task_actor(self, job: str, vertex: str, subtask: int) -> Any:
+        """The Ray actor running a task now (None when it is not deployed)."""
+        return self._job(job).gateway.actors.get((vertex, subtask))
+
+    def metrics(self, job: str) -> list[dict[str, Any]]:
+        hosted = self._job(job)
+        if hosted.master.status.is_terminal:
+            return hosted.master.final_metrics
+        return hosted.gateway.metrics()
 
 
 RemoteJobCoordinator = ray.remote(JobCoordinator)

@@ -8,14 +8,14 @@ from typing import Any
 
 import ray
 
-from actors.cluster import NAMESPACE, actor_runtime_env, coordinator_name, ensure_ray, task_actor_name
-from actors.coordinator import RemoteJobCoordinator, check_feasible
+from actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
+from actors.coordinator import check_feasible
+from actors.pool import JobAssignment, get_pool
 from runtime.errors import JobCancelledError, WeirError
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 
 DEFAULT_LINGER_S = 300.0
-COORDINATOR_RESTARTS = 5  # Ray restarts a dead job coordinator this often; it recovers from storage
 
 
 class JobNotFoundError(WeirError):
@@ -29,6 +29,10 @@ class JobAlreadyRunningError(WeirError):
 def _call(job_name: str, ref: Any, timeout_s: float | None = 60) -> Any:
     try:
         return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, WeirError):
+            raise exc.cause from None
+        raise
     except ray.exceptions.RayActorError:
         raise WeirError(f"the job coordinator of '{job_name}' is gone (it died, or the job ended long ago)") from None
     except ray.exceptions.GetTimeoutError:
@@ -43,31 +47,35 @@ class RayJobClient(JobClient):
     @staticmethod
     def attach(job_name: str, address: str | None = None) -> "RayJobClient":
         """A client for a job submitted by any process of the cluster."""
-        ensure_ray(address)
-        try:
-            actor = ray.get_actor(coordinator_name(job_name), namespace=NAMESPACE)
-        except ValueError:
-            raise JobNotFoundError(f"no job named '{job_name}' on this Ray cluster (see `weir list`)") from None
+        pool = get_pool(address, create=False)
+        actor = None if pool is None else ray.get(pool.coordinator_of.remote(job_name))
+        if actor is None:
+            raise JobNotFoundError(f"no job named '{job_name}' on this Ray cluster (see `weir list`)")
         return RayJobClient(job_name, actor)
 
+    @property
+    def coordinator(self) -> Any:
+        """The job coordinator's Ray actor (failure tests kill it)."""
+        return self._coordinator
+
     def status(self) -> JobStatus:
-        return JobStatus(_call(self.job_name, self._coordinator.status.remote()))
+        return JobStatus(_call(self.job_name, self._coordinator.status.remote(self.job_name)))
 
     def info(self) -> dict[str, Any]:
-        return _call(self.job_name, self._coordinator.info.remote())
+        return _call(self.job_name, self._coordinator.info.remote(self.job_name))
 
     def _wait_ended(self, timeout_s: float | None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             step = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
-            if _call(self.job_name, self._coordinator.wait.remote(step), None):
+            if _call(self.job_name, self._coordinator.wait.remote(self.job_name, step), None):
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job '{self.job_name}' still {self.status().value} after {timeout_s}s")
 
     def wait(self, timeout_s: float | None = None) -> JobExecutionResult:
         self._wait_ended(timeout_s)
-        kind, value = _call(self.job_name, self._coordinator.result.remote())
+        kind, value = _call(self.job_name, self._coordinator.result.remote(self.job_name))
         if kind == "error":
             raise value
         if value.status is JobStatus.CANCELED:
@@ -75,27 +83,29 @@ class RayJobClient(JobClient):
         return value
 
     def cancel(self, timeout_s: float = 30) -> None:
-        _call(self.job_name, self._coordinator.cancel.remote())
+        _call(self.job_name, self._coordinator.cancel.remote(self.job_name))
         self._wait_ended(timeout_s)
 
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
-        return self._answer(self._coordinator.rescale.remote(dict(parallelism), timeout_s), timeout_s)
+        return self._answer(self._coordinator.rescale.remote(self.job_name, dict(parallelism), timeout_s), timeout_s)
+
+    def task_actor(self, vertex: str, subtask: int) -> Any:
+        """The Ray actor that runs task ``vertex/subtask`` now. Task actors come
+        from a pool and carry no Ray name: this is the way from a task to its actor."""
+        actor = _call(self.job_name, self._coordinator.task_actor.remote(self.job_name, vertex, subtask))
+        if actor is None:
+            raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}")
+        return actor
 
     def kill_task(self, vertex: str, subtask: int) -> str:
-        name = task_actor_name(self.job_name, vertex, subtask)
-        if name not in self.tasks():
-            raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
-        try:
-            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
-        except ValueError:
-            raise WeirError(f"task {name} is gone already (the job is restarting or ended)") from None
-        return name
+        ray.kill(self.task_actor(vertex, subtask))
+        return task_actor_name(self.job_name, vertex, subtask)
 
     def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
-        return self._answer(self._coordinator.savepoint.remote(path, timeout_s), timeout_s)
+        return self._answer(self._coordinator.savepoint.remote(self.job_name, path, timeout_s), timeout_s)
 
     def stop(self, savepoint_path: str | None = None, drain: bool = False, timeout_s: float = 120) -> str:
-        return self._answer(self._coordinator.stop.remote(savepoint_path, drain, timeout_s), timeout_s)
+        return self._answer(self._coordinator.stop.remote(self.job_name, savepoint_path, drain, timeout_s), timeout_s)
 
     def _answer(self, ref: Any, timeout_s: float) -> Any:
         kind, value = _call(self.job_name, ref, timeout_s + 30)
@@ -104,26 +114,22 @@ class RayJobClient(JobClient):
         return value
 
     def checkpoints(self) -> list[dict[str, Any]]:
-        return _call(self.job_name, self._coordinator.checkpoints.remote())
+        return _call(self.job_name, self._coordinator.checkpoints.remote(self.job_name))
 
     def tasks(self) -> list[str]:
-        return _call(self.job_name, self._coordinator.tasks.remote())
+        return _call(self.job_name, self._coordinator.tasks.remote(self.job_name))
 
     def metrics(self) -> list[dict[str, Any]]:
-        return _call(self.job_name, self._coordinator.metrics.remote())
+        return _call(self.job_name, self._coordinator.metrics.remote(self.job_name))
 
 
 def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
     """Every weir job whose coordinator is alive on the cluster."""
-    ensure_ray(address)
-    names = [
-        a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == NAMESPACE and a["name"].startswith(coordinator_name(""))
-    ]
+    pool = get_pool(address, create=False)
     out = []
-    for name in sorted(names):
+    for name in [] if pool is None else ray.get(pool.jobs.remote()):
         try:
-            out.append(RayJobClient.attach(name[len(coordinator_name("")):]).info())
+            out.append(RayJobClient.attach(name, address).info())
         except WeirError:
             continue  # ended between the listing and the call
     return out
@@ -133,30 +139,10 @@ class RayExecutor(Executor):
     def submit(self, graph: JobGraph) -> RayJobClient:
         ensure_ray()
         check_feasible(graph)
-        name = coordinator_name(graph.name)
-        try:
-            old = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            old = None
-        if old is not None:
-            try:
-                status = JobStatus(ray.get(old.status.remote(), timeout=10))
-            except Exception:
-                status = JobStatus.FAILED
-            if not status.is_terminal:
-                raise JobAlreadyRunningError(f"a job named '{graph.name}' is {status.value} on this cluster; pick another name or cancel it")
-            ray.kill(old, no_restart=True)
         linger_s = float(os.environ.get("WEIR_JOB_LINGER_S", DEFAULT_LINGER_S))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                actor = RemoteJobCoordinator.options(
-                    name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0, max_concurrency=64, runtime_env=actor_runtime_env(),
-                    max_restarts=COORDINATOR_RESTARTS, max_task_retries=COORDINATOR_RESTARTS,
-                ).remote(graph, linger_s)
-                break
-            except ValueError:  # the old coordinator's name is still being released
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        faults = {k: v for k, v in os.environ.items() if k.startswith("WEIR_FAULT")}  # weir's own failure tests
+        assignment = JobAssignment(graph, linger_s, faults)
+        actor, running = ray.get(get_pool().submit.remote(assignment, actor_runtime_env()))
+        if actor is None:
+            raise JobAlreadyRunningError(f"a job named '{graph.name}' is {running} on this Ray cluster; pick another name or cancel it")
         return RayJobClient(graph.name, actor)

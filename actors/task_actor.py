@@ -1,4 +1,9 @@
-"""The task actor: a thin Ray shell around one :class:`runtime.task.StreamTask`.
+"""The task actor (a *slot*): a thin Ray shell that runs one
+:class:`runtime.task.StreamTask` at a time.
+
+Slots come from the cluster's pool (:mod:`actors.pool`) already started; a job
+runs its tasks on them across attempts and rescales, and gives them back when it
+ends, after which :meth:`TaskActor.reset` makes the slot fit for another job.
 
 ``run`` is the task's loop thread (it returns when the task ends); every other
 method only puts a letter into the mailbox or reads a counter. The actor is
@@ -17,6 +22,7 @@ from typing import Any
 
 import ray
 
+from actors.pool import JobScope
 from runtime.checkpointing import TaskKey
 from runtime.errors import TaskFailedError, WeirError
 from runtime.jobmaster import Deployment, MasterPorts
@@ -24,11 +30,11 @@ from runtime.task import StreamTask, TaskResult
 
 
 class _RayPorts(MasterPorts):
-    def __init__(self, d: Deployment, routes: list[list[tuple[Any, int]]], coordinator: Any, credits: int) -> None:
+    def __init__(self, d: Deployment, routes: list[list[tuple[Any, int]]], master: tuple[Any, str], credits: int) -> None:
         super().__init__(d)
         self._d = d
         self._routes = routes
-        self._coordinator = coordinator
+        self._coordinator, self._run_id = master
         self._credits = credits
         self._inflight: dict[tuple[int, int], collections.deque[Any]] = collections.defaultdict(collections.deque)
         self.backpressured_s = 0.0
@@ -55,22 +61,45 @@ class _RayPorts(MasterPorts):
             raise TaskFailedError(f"{vertex} (channel {channel} of {self._d.task.name})", f"a delivery to it failed: {exc}") from None
 
     def post(self, letter: Any) -> None:
-        self._coordinator.post.remote(letter)
+        self._coordinator.post.remote(self._run_id, letter)
 
 
 class TaskActor:
     def __init__(self) -> None:
         self._task: StreamTask | None = None
         self.key: TaskKey | None = None
+        self._scope = JobScope()
+        self._running = False
+        self._attempt = -1
 
-    def setup(self, deployment: Deployment, routes: list[list[tuple[Any, int]]], coordinator: Any) -> None:
-        ports = _RayPorts(deployment, routes, coordinator, deployment.task.transport.credits)
-        self.key = deployment.key
+    def ready(self) -> str:
+        """The node this slot runs on; answering means its process is up."""
+        return ray.get_runtime_context().get_node_id()
+
+    def setup(self, deployment: Deployment, routes: list[list[tuple[Any, int]]], master: tuple[Any, str], env: dict[str, str]) -> None:
+        """Take on a task (its previous one, if any, has ended). ``master``: the
+        job coordinator and the job's run id, where its letters go; ``env``:
+        variables the job sets in its tasks' processes (weir's failure injection)."""
+        if self._running:
+            raise WeirError(f"slot busy: task {self._task.deployment.name if self._task else '?'} is still running")
+        self._scope.enter(env)
+        ports = _RayPorts(deployment, routes, master, deployment.task.transport.credits)
+        self.key, self._attempt = deployment.key, deployment.attempt
         self._task = StreamTask(deployment.task, ports)
+
+    def reset(self) -> int:
+        """Forget the job (see :class:`actors.pool.JobScope`); returns how many
+        modules were dropped."""
+        self._task, self.key = None, None
+        return self._scope.leave()
 
     def run(self) -> TaskResult:
         assert self._task is not None, "setup() first"
-        result = self._task.run()
+        self._running = True
+        try:
+            result = self._task.run()
+        finally:
+            self._running = False
         if result.error is not None and not isinstance(result.error, WeirError):
             # Only weir's errors are sure to pickle back; keep the text of the rest.
             result = TaskResult(result.state, WeirError(f"task {self._task.deployment.name} failed:\n{result.error_text}"), result.error_text)
@@ -80,8 +109,10 @@ class TaskActor:
         assert self._task is not None
         self._task.mailbox.put_data(channel, seq, payload)
 
-    def letter(self, letter: Any) -> None:
-        if self._task is not None:
+    def letter(self, attempt: int, letter: Any) -> None:
+        """A control letter for the task of ``attempt`` (a late one for the slot's
+        previous task is dropped)."""
+        if self._task is not None and self._attempt == attempt:
             try:
                 self._task.put_letter(letter)
             except Exception:

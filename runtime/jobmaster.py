@@ -240,17 +240,20 @@ class _Stopping:
 
 
 class JobMaster:
-    TICK_S = 0.05
+    TICK_S = 0.01  # how soon a task's exit (polled from the gateway) is seen
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
     def __init__(
         self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False,
-        event_valve: bool = True,
+        event_valve: bool = True, first_attempt: int = 0, on_end: Callable[[JobStatus], None] | None = None,
     ) -> None:
         """``recovering``: this job master replaces one that died; it picks the job
         up from the latest completed checkpoint in storage. ``event_valve=False``
         switches off the FLINK-16986 protection of operator coordinators (tests
-        only: it shows what the valve prevents)."""
+        only: it shows what the valve prevents). ``first_attempt``: attempts are
+        numbered after it (a restarted coordinator starts above its predecessor's).
+        ``on_end``: records the job's end where a restarted job master would look,
+        before the end is reported to anyone (an ended job never runs again)."""
         self.recovering = recovering
         self.event_valve = event_valve
         self.graph = graph
@@ -260,7 +263,7 @@ class JobMaster:
         self.status = JobStatus.CREATED
         self.coordinator = CheckpointCoordinator(graph)
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
-        self.attempt = 0
+        self.attempt = first_attempt
         self.restarts = 0
         self.failure: BaseException | None = None
         self.started = clock()
@@ -281,6 +284,7 @@ class JobMaster:
         self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
         self._restarting: dict[frozenset[TaskKey], float] = {}  # regions failed over -> when to redeploy
         self._done = threading.Event()
+        self._on_end = on_end
         self.final_metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ the loop
@@ -305,6 +309,8 @@ class JobMaster:
             except Exception:
                 log.warning("could not collect the final metrics of %s", self.graph.name)
             self.gateway.kill_all()
+            if self._on_end is not None:
+                self._on_end(self.status)
             self._refuse_leftover_requests()
             self._done.set()
 
@@ -902,6 +908,10 @@ class JobMaster:
                 )
         for d in deployments:
             self._task_attempts[d.key] = self.attempt
+        if self.coordinator.last_trigger is None:
+            # The first checkpoint comes one interval after the job starts (as in
+            # Flink), not at once: there is nothing to snapshot yet.
+            self.coordinator.last_trigger = self.clock()
         self.status = JobStatus.RUNNING
         try:
             self.gateway.deploy(deployments)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import ray
 
-from actors.cluster import NAMESPACE
 from connectors.files import FileSink, committed_files, read_committed
 from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment
+from runtime.errors import WeirError
 from tests.checker import Verdict, check_running_sums
 
 _ATTEMPT = re.compile(r"part-([0-9a-f]+)-")
@@ -40,13 +40,14 @@ def kill_random_task(client, rng: random.Random) -> str | None:
         return None
     name = rng.choice(names)
     try:
-        actor = ray.get_actor(name, namespace=NAMESPACE)
+        _, vertex, subtask = name.rsplit("/", 2)
+        actor = client.task_actor(vertex, int(subtask))
         if rng.random() < 0.5:
             ray.kill(actor)
             return f"{name} (ray.kill)"
         os.kill(ray.get(actor.pid.remote(), timeout=5), signal.SIGKILL)
         return f"{name} (SIGKILL)"
-    except (ValueError, ray.exceptions.RayError, ProcessLookupError):
+    except (WeirError, ray.exceptions.RayError, ProcessLookupError):
         return None  # replaced or gone meanwhile
 
 

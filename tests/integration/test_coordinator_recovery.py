@@ -8,7 +8,6 @@ import time
 import pytest
 import ray
 
-from actors.cluster import NAMESPACE, coordinator_name
 from connectors.files import FileSink, read_committed
 from runtime import JobStatus, StreamExecutionEnvironment
 from tests.checker import check_running_sums
@@ -46,7 +45,7 @@ def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_outpu
             assert time.monotonic() < deadline, f"no checkpoint after {last} before kill {kill + 1}"
             time.sleep(0.1)
         last = max(c["checkpoint_id"] for c in client.checkpoints() if c["status"] == "COMPLETED")
-        ray.kill(ray.get_actor(coordinator_name("coordinator-kills"), namespace=NAMESPACE), no_restart=False)
+        ray.kill(client.coordinator, no_restart=False)
         print(f"killed the coordinator after checkpoint {last}")
     result = client.wait(180)
     assert result.status is JobStatus.FINISHED

@@ -9,7 +9,6 @@ import time
 import pytest
 import ray
 
-from actors.cluster import NAMESPACE
 from connectors.files import FileSink, read_committed
 from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment
 from runtime.events import MAX_WATERMARK
@@ -68,7 +67,7 @@ def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(ray_cl
     _wait(lambda: _short_source_exited(client), client)
     first = max(c["checkpoint_id"] for c in client.checkpoints())
     _wait(lambda: any(c["status"] == "COMPLETED" and c["checkpoint_id"] > first for c in client.checkpoints()), client)
-    ray.kill(ray.get_actor("finished-then-kill/sum/0", namespace=NAMESPACE))
+    ray.kill(client.task_actor("sum", 0))
     result = client.wait(120)
     assert result.restarts == 1
     short = {m["task"]: m for m in result.metrics if m["task"].startswith("source-collection")}

@@ -9,7 +9,6 @@ import time
 import pytest
 import ray
 
-from actors.cluster import NAMESPACE
 from connectors.files import FileSink, read_committed
 from runtime import (
     DiscardingSink,
@@ -99,8 +98,9 @@ def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, che
     assert client.status() is JobStatus.RUNNING
     assert sorted(client.tasks()) == [
         "client-api/count/0", "client-api/count/1", "client-api/source-generator/0", "client-api/source-generator/1"]
-    for name in client.tasks():
-        assert ray.get(ray.get_actor(name, namespace=NAMESPACE).ping.remote())
+    for name in client.tasks():  # task actors are pooled and unnamed: the client leads from a task to its actor
+        _, vertex, subtask = name.split("/")
+        assert ray.get(client.task_actor(vertex, int(subtask)).ping.remote())
     done = next(c for c in client.checkpoints() if c["status"] == "COMPLETED")
     assert done["duration_ms"] >= 0 and done["size_bytes"] > 0 and done["location"].endswith(f"chk-{done['checkpoint_id']}")
     metrics = {m["task"]: m for m in client.metrics()}

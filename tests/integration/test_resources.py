@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import ray
 
-from actors.cluster import NAMESPACE
 from runtime import DiscardingSink, InvalidConfigurationError, InvalidJobGraphError, StreamExecutionEnvironment
 
 pytestmark = pytest.mark.ray
@@ -21,8 +20,8 @@ def test_operators_get_the_resources_they_ask_for(ray_cluster, checkpoint_dir):
     client = env.execute_async("resources")
     try:
         client.savepoint()  # returns once the tasks run
-        score = ray.get_actor("resources/score/0", namespace=NAMESPACE)
-        source = ray.get_actor("resources/src/0", namespace=NAMESPACE)
+        score = client.task_actor("score", 0)
+        source = client.task_actor("src", 0)
         assert ray.get(score.assigned_resources.remote())["CPU"] == 0.5
         assert ray.get(source.assigned_resources.remote())["CPU"] == 0.1  # the default share
     finally:

@@ -1,0 +1,62 @@
+"""Start-up: a tiny job as a user waits for it, on a warm cluster.
+
+A 1,000-record keyed running sum into a FileSink with 1 s checkpoints, at each
+parallelism; prints the whole ``execute()`` wall time (median of ``--repeat``
+runs after one warm-up run per parallelism, which fills the slot pool) next to
+the job's own duration (deploy to end, as the job master counts it).
+
+    python3 -m bench.startup [--parallelism 1 2 4 8 16] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from connectors.files import FileSink, read_committed
+from runtime import StreamExecutionEnvironment
+
+
+def tiny_job(parallelism: int, name: str, records: int = 1000) -> tuple[float, float]:
+    """(whole execute() seconds, the job's own duration)."""
+    out = tempfile.mkdtemp(prefix="weir-startup-")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(1000)
+    (env.from_sequence(0, records - 1)
+        .map(lambda i: (i % 10, 2 * i))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out, format="jsonl")))
+    started = time.perf_counter()
+    result = env.execute(name)
+    wall = time.perf_counter() - started
+    assert sum(1 for _ in read_committed(out)) == records, "every update committed once"
+    return wall, result.duration_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    table = Table(title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
+    for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
+        table.add_column(col, justify="right")
+    for p in args.parallelism:
+        tiny_job(p, f"bench-startup-p{p}-warmup")
+        runs = [tiny_job(p, f"bench-startup-p{p}-{i}") for i in range(args.repeat)]
+        walls = [w for w, _ in runs]
+        table.add_row(str(p), str(2 * p), f"{statistics.median(walls):.3f}", f"{min(walls):.3f}", f"{max(walls):.3f}",
+                      f"{statistics.median(d for _, d in runs):.3f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

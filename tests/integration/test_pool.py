@@ -1,0 +1,103 @@
+"""The slot pool: jobs run on task actors started ahead of time, reuse them
+across jobs without leaking a user's modules, replace killed ones, and an ended
+job never runs again when its coordinator is restarted."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import ray
+
+from actors.pool import get_pool
+from connectors.files import FileSink, read_committed
+from runtime import JobStatus, StreamExecutionEnvironment
+
+pytestmark = pytest.mark.ray
+
+
+def _probe(folder: str):
+    def probe(i: int) -> tuple[int, int, int]:
+        import sys
+
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        import weir_pool_probe  # a user's module: the test edits it between jobs
+
+        return i, os.getpid(), weir_pool_probe.VALUE
+
+    return probe
+
+
+def _run_probe(folder: str, out: str, name: str) -> list[tuple[int, int, int]]:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.from_collection(list(range(20))).map(_probe(folder)).sink_to(FileSink(out, format="jsonl"))
+    assert env.execute(name).status is JobStatus.FINISHED
+    return sorted(map(tuple, read_committed(out)))
+
+
+def test_slots_serve_later_jobs_and_a_users_edited_module_is_imported_afresh(ray_cluster, tmp_path):
+    module = tmp_path / "weir_pool_probe.py"
+    module.write_text("VALUE = 1\n")
+    first = _run_probe(str(tmp_path), str(tmp_path / "out-0"), "pool-probe-0")
+    assert [v for _, _, v in first] == [1] * 20
+    first_pids = {pid for _, pid, _ in first}
+    module.write_text("VALUE = 2\n")
+    os.utime(module, (time.time() + 5, time.time() + 5))  # a new mtime, whatever the clock's granularity
+    seen: set[int] = set()
+    for run in range(1, 10):  # the pool hands out its idle slots in turn: run until one comes back
+        out = _run_probe(str(tmp_path), str(tmp_path / f"out-{run}"), f"pool-probe-{run}")
+        assert {v for _, _, v in out} == {2}, f"run {run} saw the old module: {out[:3]}"
+        seen |= {pid for _, pid, _ in out}
+        if seen & first_pids:
+            break
+    assert seen & first_pids, "no later job ran on the first job's slot: slots are not reused"
+
+
+def test_a_killed_task_actor_is_replaced_from_the_pool_and_never_served_again(ray_cluster, checkpoint_dir, out_dir):
+    n = 200_000
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_generator(lambda i: (i % 10, 1), count=n, records_per_second=50_000)
+        .key_by(lambda kv: kv[0]).sum(1).name("count").sink_to(FileSink(out_dir, format="jsonl")))
+    client = env.execute_async("pool-kill")
+    deadline = time.monotonic() + 60
+    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
+        assert time.monotonic() < deadline, client.checkpoints()
+        time.sleep(0.1)
+    victim = client.task_actor("count", 1)
+    victim_id = victim._actor_id.hex()
+    ray.kill(victim)
+    result = client.wait(120)
+    assert result.status is JobStatus.FINISHED and result.restarts == 1
+    totals: dict[int, int] = {}
+    for key, total in read_committed(out_dir):
+        totals[key] = max(totals.get(key, 0), total)
+    assert totals == {k: n // 10 for k in range(10)}
+    pool = get_pool()
+    assert victim_id not in ray.get(pool.slot_ids.remote()), "the pool still lists the killed actor"
+
+
+def test_an_ended_job_does_not_come_back_when_its_coordinator_is_restarted(ray_cluster, checkpoint_dir, out_dir):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_sequence(0, 999).map(lambda i: (i % 5, i)).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir, format="jsonl"))
+    client = env.execute_async("pool-ended")
+    assert client.wait(60).status is JobStatus.FINISHED
+    committed = sorted(map(tuple, read_committed(out_dir)))
+    assert len(committed) == 1000
+    ray.kill(client.coordinator, no_restart=False)  # Ray restarts it; it must not redeploy the ended job
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ray.get(client.coordinator.ready.remote(), timeout=5)
+            break
+        except ray.exceptions.RayError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert "pool-ended" not in ray.get(get_pool().running_jobs.remote())
+    time.sleep(1.0)  # a redeployed job would commit again within this
+    assert sorted(map(tuple, read_committed(out_dir))) == committed
