@@ -98,8 +98,38 @@ class RayGateway:
         return Shape(options, self._runtime_env)
 
     def deploy(self, deployments: list[Deployment]) -> None:
+        """Run these tasks on the job's free slots and on slots leased from the
+        pool. A slot found dead at setup (it died idle: its node was lost, or a
+        user killed it) is replaced and the setup repeated, a few times, before
+        the deployment fails (and the restart strategy takes over)."""
+        actors = self._slots_for(deployments)
+        g = self._graph
+        for _try in range(3):
+            refs = {
+                d.key: actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], (self._coordinator, g.run_id), self._env)
+                for d in deployments
+            }
+            dead = []
+            for key, ref in refs.items():
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    dead.append(key)
+            if not dead:
+                break
+            self._pool.forget.remote([actors[k] for k in dead])
+            actors.update(self._slots_for([d for d in deployments if d.key in dead]))
+        else:
+            raise TaskFailedError(task_actor_name(g.name, *dead[0]), "its task actor died at every try to set it up")
         # The actor dict is replaced, never changed in place: client calls read it
         # from other threads. Routes stay within the deployed tasks (a region).
+        self.actors = {**self.actors, **actors}
+        self._attempts.update({d.key: d.attempt for d in deployments})
+        self._ended -= set(actors)
+        self._runs.update({actors[d.key].run.remote(): d.key for d in deployments})
+
+    def _slots_for(self, deployments: list[Deployment]) -> dict[TaskKey, Any]:
+        """A slot per deployment: the job's free ones of its shape first, then leased."""
         wanted: dict[str, list[Deployment]] = {}
         shapes: dict[str, Shape] = {}
         for d in deployments:
@@ -107,29 +137,18 @@ class RayGateway:
             shapes[shape.key] = shape
             self._shapes[d.key] = shape
             wanted.setdefault(shape.key, []).append(d)
-        g = self._graph
         actors: dict[TaskKey, Any] = {}
         leases = {}
         for key, ds in wanted.items():
             spare = self._spare.get(key, [])
             take, self._spare[key] = spare[: len(ds)], spare[len(ds):]
+            actors.update({d.key: actor for d, actor in zip(ds, take)})
             if len(take) < len(ds):
                 leases[key] = self._pool.lease.remote(self._graph.name, shapes[key], len(ds) - len(take))
-            wanted[key] = ds
-            for d, actor in zip(ds, take):
-                actors[d.key] = actor
         for key, ref in leases.items():
-            fresh = ray.get(ref)
-            for d, actor in zip([d for d in wanted[key] if d.key not in actors], fresh):
-                actors[d.key] = actor
-        self.actors = {**self.actors, **actors}
-        self._attempts.update({d.key: d.attempt for d in deployments})
-        self._ended -= set(actors)
-        ray.get([
-            actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], (self._coordinator, g.run_id), self._env)
-            for d in deployments
-        ])
-        self._runs.update({actors[d.key].run.remote(): d.key for d in deployments})
+            rest = [d for d in wanted[key] if d.key not in actors]
+            actors.update({d.key: actor for d, actor in zip(rest, ray.get(ref))})
+        return actors
 
     def _letter(self, key: TaskKey, letter: Any) -> Any:
         actor = self.actors.get(key)
@@ -243,6 +262,7 @@ class JobCoordinator:
     # Letters of a restarted coordinator's tasks carry attempts from here on, so
     # none from before its death can pass for one of the new attempt.
     ATTEMPTS_PER_INCARNATION = 1_000_000
+    TICK_S = 0.01  # a task's exit is seen this soon (a bounded job's end waits for it)
 
     def __init__(self) -> None:
         self._jobs: dict[str, _HostedJob] = {}
@@ -268,7 +288,7 @@ class JobCoordinator:
         graph = assignment.graph
         gateway = RayGateway(graph, context.current_actor, self._pool, context.runtime_env, assignment.faults)
         master = JobMaster(graph, gateway, recovering=recovering, first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
-                           on_end=self._ended)
+                           on_end=self._ended, tick_s=self.TICK_S)
         hosted = _HostedJob(graph, master, gateway)
         self._jobs[graph.name] = self._running = hosted
         threading.Thread(target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True).start()
@@ -280,7 +300,8 @@ class JobCoordinator:
         if hosted is not None:
             hosted.gateway.give_back()
         self._scope.leave()
-        ray.get(self._pool.job_finished.remote(ray.get_runtime_context().get_actor_id()))
+        context = ray.get_runtime_context()
+        ray.get(self._pool.job_finished.remote(context.get_actor_id(), not context.was_current_actor_reconstructed))
 
     def _run(self, hosted: _HostedJob, linger_s: float) -> None:
         hosted.master.run()

@@ -111,7 +111,8 @@ class _Coordinator:
     actor: Any
     env: str
     ready: Any
-    job: str | None = None
+    job: str | None = None  # the job it runs now
+    retiring: bool = False  # Ray restarted it: it takes no new job
 
 
 # Modules a job imports from these folders stay loaded when its process is reset
@@ -277,15 +278,22 @@ class SlotPool:
             if status not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
                 return None, status
         env_key = json.dumps(runtime_env, sort_keys=True, default=str)
-        with self._lock:
-            self._envs.setdefault(env_key, runtime_env)
-            idle = [c for c in self._coordinators.values() if c.env == env_key and c.job is None]
-            coordinator = idle[0] if idle else self._new_coordinator(env_key)
-            coordinator.job = name
-            self._jobs[name] = (_id(coordinator.actor), assignment)
-        self._wake.set()
-        ray.get(coordinator.actor.start.remote(assignment))
-        return coordinator.actor, None
+        for _try in range(3):
+            with self._lock:
+                self._envs.setdefault(env_key, runtime_env)
+                idle = [c for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring]
+                coordinator = idle[0] if idle else self._new_coordinator(env_key)
+                coordinator.job = name
+                self._jobs[name] = (_id(coordinator.actor), assignment)
+            self._wake.set()
+            try:
+                ray.get(coordinator.actor.start.remote(assignment))
+                return coordinator.actor, None
+            except ray.exceptions.RayActorError:  # it died idle: drop it, take another
+                with self._lock:
+                    self._coordinators.pop(_id(coordinator.actor), None)
+                    self._jobs.pop(name, None)
+        raise RuntimeError(f"could not start a job coordinator for '{name}'")
 
     def assignment(self, coordinator_id: str) -> JobAssignment | None:
         """The running job of a coordinator that Ray restarted (one more
@@ -298,12 +306,15 @@ class SlotPool:
             assignment.incarnation += 1
             return assignment
 
-    def job_finished(self, coordinator_id: str) -> None:
-        """The coordinator's job has ended: it is free for the next job."""
+    def job_finished(self, coordinator_id: str, reusable: bool) -> None:
+        """The coordinator's job has ended: it is free for the next job, unless Ray
+        restarted it (its restart budget is spent in part): then it serves no
+        other job and leaves once its records are forgotten."""
         with self._lock:
             c = self._coordinators.get(coordinator_id)
             if c is not None:
                 c.job = None
+                c.retiring = not reusable
         self._wake.set()
 
     def forget_job(self, job: str, coordinator_id: str) -> None:
@@ -311,6 +322,12 @@ class SlotPool:
         with self._lock:
             if self._jobs.get(job, ("",))[0] == coordinator_id:
                 del self._jobs[job]
+            c = self._coordinators.get(coordinator_id)
+            leaving = c is not None and c.retiring and not any(cid == coordinator_id for cid, _ in self._jobs.values())
+            if leaving:
+                del self._coordinators[coordinator_id]
+        if leaving:
+            ray.kill(c.actor, no_restart=True)
 
     def coordinator_of(self, job: str) -> Any:
         with self._lock:
@@ -321,6 +338,12 @@ class SlotPool:
         """Jobs running or ended lately (their records linger)."""
         with self._lock:
             return sorted(self._jobs)
+
+    def idle_slots(self) -> list[Any]:
+        """The idle slots' actors (for operators and tests: killing one rehearses
+        a slot that dies while it waits)."""
+        with self._lock:
+            return [s.actor for s in self._slots.values() if s.job is None and s.node_id]
 
     def slot_ids(self) -> list[str]:
         """Every slot the pool holds, idle or leased (Ray actor ids)."""
@@ -358,7 +381,7 @@ class SlotPool:
             return {
                 "settings": vars(self.settings),
                 "shapes": shapes,
-                "idle_coordinators": sum(1 for c in self._coordinators.values() if c.job is None),
+                "idle_coordinators": sum(1 for c in self._coordinators.values() if c.job is None and not c.retiring),
                 "jobs": sorted(self._jobs),
                 "created": dict(self.created),
             }
@@ -390,7 +413,7 @@ class SlotPool:
                 extra = idle[: max(0, len(idle) - target)]
                 retire += [s.actor for s in extra if now - s.idle_since > self.settings.idle_timeout_s]
             for env_key in self._envs:
-                idle_c = sum(1 for c in self._coordinators.values() if c.env == env_key and c.job is None)
+                idle_c = sum(1 for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring)
                 for _ in range(self.settings.idle_coordinators - idle_c):
                     self._new_coordinator(env_key)
             starting = {_id(s.actor): s.ready for s in self._slots.values() if not s.node_id and s.job is None}

@@ -49,6 +49,8 @@ def main() -> None:
         cost, wall = statistics.median(costs), statistics.median(walls)
         base = base or cost
         table.add_row(str(p), f"{cost:.2f}", f"{cost / base:.2f}x", f"{wall:.2f}", f"{args.records / wall:,.0f}")
+        print(f"  parallelism {p}: {cost:.2f} busy CPU-s per million records ({cost / base:.2f}x), "
+              f"{args.records / wall:,.0f} records/s whole execute()", flush=True)
     Console().print(table)
 
 

@@ -53,6 +53,7 @@ def main() -> None:
         tiny_job(p, f"bench-startup-p{p}-warmup")
         runs = [tiny_job(p, f"bench-startup-p{p}-{i}") for i in range(args.repeat)]
         walls = [w for w, _ in runs]
+        print(f"  parallelism {p}: execute() median {statistics.median(walls):.3f} s", flush=True)
         table.add_row(str(p), str(2 * p), f"{statistics.median(walls):.3f}", f"{min(walls):.3f}", f"{max(walls):.3f}",
                       f"{statistics.median(d for _, d in runs):.3f}")
     Console().print(table)

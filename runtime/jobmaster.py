@@ -240,12 +240,13 @@ class _Stopping:
 
 
 class JobMaster:
-    TICK_S = 0.01  # how soon a task's exit (polled from the gateway) is seen
+    TICK_S = 0.05  # how soon a task's exit (polled from the gateway) is seen; executors may set their own
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
     def __init__(
         self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False,
         event_valve: bool = True, first_attempt: int = 0, on_end: Callable[[JobStatus], None] | None = None,
+        tick_s: float = TICK_S,
     ) -> None:
         """``recovering``: this job master replaces one that died; it picks the job
         up from the latest completed checkpoint in storage. ``event_valve=False``
@@ -253,7 +254,9 @@ class JobMaster:
         only: it shows what the valve prevents). ``first_attempt``: attempts are
         numbered after it (a restarted coordinator starts above its predecessor's).
         ``on_end``: records the job's end where a restarted job master would look,
-        before the end is reported to anyone (an ended job never runs again)."""
+        before the end is reported to anyone (an ended job never runs again).
+        ``tick_s``: the longest the loop waits for a letter before it polls the
+        gateway for task exits."""
         self.recovering = recovering
         self.event_valve = event_valve
         self.graph = graph
@@ -285,6 +288,7 @@ class JobMaster:
         self._restarting: dict[frozenset[TaskKey], float] = {}  # regions failed over -> when to redeploy
         self._done = threading.Event()
         self._on_end = on_end
+        self._tick_s = tick_s
         self.final_metrics: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ the loop
@@ -292,7 +296,7 @@ class JobMaster:
         try:
             self.start()
             while not self.status.is_terminal:
-                letter = self.mailbox.take(self.TICK_S)
+                letter = self.mailbox.take(self._tick_s)
                 if letter is not None:
                     self._handle(letter)
                 self._tick()

@@ -48,3 +48,17 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
     assert "W1 keyed running sum, 20,000 records" in out.stdout
     assert "parallelism   1   1.00x" in out.stdout and "parallelism   2" in out.stdout
     assert "latency at 100,000 records/s, parallelism 2" in out.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("command,expected", [
+    (["bench.startup", "--parallelism", "1", "2", "--repeat", "1"], "parallelism 2: execute() median"),
+    (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--repeat", "1"], "parallelism 2: "),
+    (["bench.recovery", "--kills", "2", "--rescales", "2"], "rescale pause (parallelism 2 <-> 3, client.rescale): n=2"),
+])
+def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
+    """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes."""
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert expected in out.stdout, out.stdout[-2000:]

@@ -101,3 +101,22 @@ def test_an_ended_job_does_not_come_back_when_its_coordinator_is_restarted(ray_c
     assert "pool-ended" not in ray.get(get_pool().running_jobs.remote())
     time.sleep(1.0)  # a redeployed job would commit again within this
     assert sorted(map(tuple, read_committed(out_dir))) == committed
+
+
+def test_slots_that_died_while_idle_are_replaced_without_a_restart(ray_cluster, out_dir):
+    pool = get_pool()
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.from_sequence(0, 99).map(lambda i: (i % 3, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir, format="jsonl"))
+    env.execute("pool-warm")  # the pool now holds idle slots of this shape
+    idle = ray.get(pool.idle_slots.remote())
+    assert idle, "no idle slot to kill"
+    for actor in idle:
+        ray.kill(actor)  # dead, but the pool does not know yet
+    env2 = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env2.from_sequence(0, 99).map(lambda i: (i % 3, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir + "-2", format="jsonl"))
+    result = env2.execute("pool-after-idle-deaths")
+    assert (result.status, result.restarts) == (JobStatus.FINISHED, 0)
+    totals: dict[int, int] = {}
+    for key, total in read_committed(out_dir + "-2"):
+        totals[key] = max(totals.get(key, 0), total)
+    assert totals == {0: 34, 1: 33, 2: 33}

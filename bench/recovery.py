@@ -1,0 +1,73 @@
+"""Recovery and rescale times as a user meets them, on a warm cluster.
+
+- recovery: a keyed running sum (parallelism 2, checkpoints every 500 ms, restart
+  delay 0.2 s) while task actors are killed one at a time (``ray.kill`` or
+  SIGKILL); each sample is kill -> first output committed by the new attempt
+  (the chaos harness of ``tests/chaos.py``, so the figure and the stress suite
+  measure the same thing). The output is checked exact at the end.
+- rescale: the same job rescaled back and forth (``client.rescale``) between
+  parallelism 2 and 3; each sample is the pause the job master reports (stop at a
+  checkpoint -> the new tasks deployed and restored).
+
+    python3 -m bench.recovery [--kills 20] [--rescales 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+from connectors.files import FileSink, read_committed
+from runtime import StreamExecutionEnvironment
+from tests.chaos import keyed_sum_with_kills
+from tests.checker import check_running_sums
+
+
+def _dist(samples: list[float]) -> str:
+    s = sorted(samples)
+    return (f"n={len(s)} p50 {statistics.median(s):.2f} s, p99 {s[min(len(s) - 1, int(len(s) * 0.99))]:.2f} s, "
+            f"max {s[-1]:.2f} s")
+
+
+def recovery(kills: int, seed: int) -> list[float]:
+    rate = 60_000
+    run = keyed_sum_with_kills(seed, tempfile.mkdtemp(prefix="weir-rec-out-"), "file://" + tempfile.mkdtemp(prefix="weir-rec-chk-"),
+                               records=rate * 3 * kills, kills=kills, pause_s=(0.5, 1.0), rate=rate)
+    assert run.verdict is not None and (run.verdict.lost, run.verdict.duplicated) == (0, 0), run.verdict
+    return run.recovery_s
+
+
+def rescales(count: int) -> list[float]:
+    n, out = 40_000 * (count + 5), tempfile.mkdtemp(prefix="weir-scale-out-")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(500)
+    env.get_checkpoint_config().set_checkpoint_storage("file://" + tempfile.mkdtemp(prefix="weir-scale-chk-"))
+    (env.from_generator(lambda i: (i % 1000, i), count=n, records_per_second=40_000)
+        .key_by(lambda kv: kv[0]).sum(1).name("total").sink_to(FileSink(out, format="jsonl")))
+    client = env.execute_async("bench-rescale")
+    pauses = []
+    for i in range(count):
+        time.sleep(0.5)
+        pauses.append(client.rescale({"total": 3 if i % 2 == 0 else 2}))
+    client.wait(600)
+    v = check_running_sums(map(tuple, read_committed(out)), ((i % 1000, i) for i in range(n)))
+    assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
+    return pauses
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--rescales", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    rec = recovery(args.kills, args.seed)
+    print(f"recovery, kill -> first committed output of the new attempt: {_dist(rec)}")
+    pauses = rescales(args.rescales)
+    print(f"rescale pause (parallelism 2 <-> 3, client.rescale): {_dist(pauses)}")
+
+
+if __name__ == "__main__":
+    main()
