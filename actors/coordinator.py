@@ -191,11 +191,12 @@ class RayGateway:
         self.kill(frozenset(self.actors))
 
     def give_back(self) -> None:
-        """The job has ended: its free slots go back to the pool."""
+        """The job has ended: its free slots go back to the pool, reset, before
+        the end is reported (a job submitted right after finds them idle)."""
         spare = [a for slots in self._spare.values() for a in slots]
         self._spare = {}
         if spare:
-            self._pool.give_back.remote(self._graph.name, spare)
+            ray.get(self._pool.give_back.remote(self._graph.name, spare))
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         out = self._lost_events()

@@ -92,7 +92,11 @@ class RayJobClient(JobClient):
     def task_actor(self, vertex: str, subtask: int) -> Any:
         """The Ray actor that runs task ``vertex/subtask`` now. Task actors come
         from a pool and carry no Ray name: this is the way from a task to its actor."""
-        actor = _call(self.job_name, self._coordinator.task_actor.remote(self.job_name, vertex, subtask))
+        deadline = time.monotonic() + 10  # a job just submitted may not have deployed yet
+        while (actor := _call(self.job_name, self._coordinator.task_actor.remote(self.job_name, vertex, subtask))) is None:
+            if time.monotonic() > deadline or self.tasks() or self.status().is_terminal:
+                break  # deployed (and it has no such task), or ended
+            time.sleep(0.05)
         if actor is None:
             raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}")
         return actor

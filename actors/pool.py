@@ -59,7 +59,7 @@ class PoolSettings:
     # Idle slots beyond the target leave after this; a shape no job leased for 6x
     # this long keeps none. Idle slots hold their CPU share, which Spark or Ray
     # Data on the same cluster may be waiting for.
-    idle_timeout_s: float = 10.0
+    idle_timeout_s: float = 60.0
     reuse: bool = True  # a job's slots serve later jobs (reset) instead of leaving
 
     @staticmethod
@@ -83,6 +83,10 @@ class Shape:
     @property
     def key(self) -> str:
         return json.dumps([self.options, self.runtime_env], sort_keys=True, default=str)
+
+    @property
+    def cpus(self) -> float:
+        return float(self.options.get("num_cpus", 1))
 
 
 @dataclass
@@ -154,6 +158,7 @@ def _id(actor: Any) -> str:
 
 class SlotPool:
     REFILL_EVERY_S = 0.25
+    CPU_RESERVE = 1.0
     # A shape is refilled once it has been short of idle slots this long: a job's
     # slots usually come back when it ends, and a process started meanwhile would
     # compete with the job for CPU.
@@ -166,6 +171,9 @@ class SlotPool:
         self._shapes: dict[str, Shape] = {}
         self._short_since: dict[str, float] = {}  # shape key -> when it fell short of idle slots
         self._leased_at: dict[str, float] = {}  # shape key -> its latest lease
+        self._largest_lease: dict[str, int] = {}  # shape key -> most slots one lease took lately
+        self._refill_now: set[str] = set()  # shapes that lost slots: refill without the delay
+        self._scarce_until = 0.0  # idle slots were retired to free CPU: start none before this
         self._slots: dict[str, _Slot] = {}
         self._envs: dict[str, dict[str, Any]] = {}
         self._coordinators: dict[str, _Coordinator] = {}
@@ -180,7 +188,10 @@ class SlotPool:
         for _attempt in range(3):
             with self._lock:
                 self._shapes.setdefault(shape.key, shape)
+                if time.monotonic() - self._leased_at.get(shape.key, 0.0) > 6 * self.settings.idle_timeout_s:
+                    self._largest_lease[shape.key] = 0
                 self._leased_at[shape.key] = time.monotonic()
+                self._largest_lease[shape.key] = max(count, self._largest_lease.get(shape.key, 0))
                 # Slots given back last go out first (warm, and the rest can retire).
                 idle = sorted((s for s in self._slots.values() if s.shape == shape.key and s.job is None), key=lambda s: -s.idle_since)
                 started = _spread([s for s in idle if s.node_id])
@@ -234,7 +245,9 @@ class SlotPool:
         """These slots are gone (the job killed them) or must go."""
         with self._lock:
             for a in actors:
-                self._slots.pop(_id(a), None)
+                gone = self._slots.pop(_id(a), None)
+                if gone is not None:
+                    self._refill_now.add(gone.shape)
         if kill:
             for a in actors:
                 ray.kill(a, no_restart=True)
@@ -400,25 +413,46 @@ class SlotPool:
     def _refill(self) -> None:
         now = time.monotonic()
         retire = []
+        # Idle slots never take the cluster's last CPU_RESERVE CPUs: Spark, Ray
+        # Data (whose tasks ask for a whole CPU) and other work keep room, and
+        # idle slots give it back when it runs short.
+        free = ray.available_resources().get("CPU", 0.0) - self.CPU_RESERVE
         with self._lock:
             for key, shape in self._shapes.items():
                 idle = sorted((s for s in self._slots.values() if s.shape == key and s.job is None), key=lambda s: s.idle_since)
                 in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
-                target = self.settings.idle_slots if in_use else 0
+                # Enough idle slots to redeploy the largest job of this shape at
+                # once: a failover that restarts all its tasks need not wait.
+                target = max(self.settings.idle_slots, self._largest_lease.get(key, 0)) if in_use else 0
                 if len(idle) >= target:
                     self._short_since.pop(key, None)
-                elif now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S:
+                    self._refill_now.discard(key)
+                elif key in self._refill_now or now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S:
                     for _ in range(target - len(idle)):
+                        if free < shape.cpus or now < self._scarce_until:
+                            break
                         self._new_slot(shape)
+                        free -= shape.cpus
                 extra = idle[: max(0, len(idle) - target)]
                 retire += [s.actor for s in extra if now - s.idle_since > self.settings.idle_timeout_s]
+                for slot in idle:  # short of room: the oldest idle ones go, and none start for a while
+                    if free >= 0:
+                        break
+                    if slot.actor not in retire:
+                        retire.append(slot.actor)
+                        free += shape.cpus
+                        self._scarce_until = now + self.settings.idle_timeout_s
             for env_key in self._envs:
                 idle_c = sum(1 for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring)
                 for _ in range(self.settings.idle_coordinators - idle_c):
                     self._new_coordinator(env_key)
             starting = {_id(s.actor): s.ready for s in self._slots.values() if not s.node_id and s.job is None}
-        if retire:
-            self.forget(retire, kill=True)
+        if retire:  # retired on purpose: no refill for them
+            with self._lock:
+                for a in retire:
+                    self._slots.pop(_id(a), None)
+            for a in retire:
+                ray.kill(a, no_restart=True)
         if starting:  # note the node of slots that came up; drop those that died starting
             ready, _ = ray.wait(list(starting.values()), num_returns=len(starting), timeout=0)
             done = {ref: aid for aid, ref in starting.items() if ref in ready}

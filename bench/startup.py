@@ -23,11 +23,12 @@ from connectors.files import FileSink, read_committed
 from runtime import StreamExecutionEnvironment
 
 
-def tiny_job(parallelism: int, name: str, records: int = 1000) -> tuple[float, float]:
+def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000) -> tuple[float, float]:
     """(whole execute() seconds, the job's own duration)."""
     out = tempfile.mkdtemp(prefix="weir-startup-")
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
+    env.set_task_cpus(task_cpus)
     env.enable_checkpointing(1000)
     (env.from_sequence(0, records - 1)
         .map(lambda i: (i % 10, 2 * i))
@@ -45,13 +46,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--task-cpus", type=float, default=0.05, help="Ray CPUs per task: 32 tasks (p=16) fit on 2 cores")
     args = ap.parse_args()
     table = Table(title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
     for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
         table.add_column(col, justify="right")
     for p in args.parallelism:
-        tiny_job(p, f"bench-startup-p{p}-warmup")
-        runs = [tiny_job(p, f"bench-startup-p{p}-{i}") for i in range(args.repeat)]
+        tiny_job(p, f"bench-startup-p{p}-warmup", args.task_cpus)
+        runs = [tiny_job(p, f"bench-startup-p{p}-{i}", args.task_cpus) for i in range(args.repeat)]
         walls = [w for w, _ in runs]
         print(f"  parallelism {p}: execute() median {statistics.median(walls):.3f} s", flush=True)
         table.add_row(str(p), str(2 * p), f"{statistics.median(walls):.3f}", f"{min(walls):.3f}", f"{max(walls):.3f}",

@@ -156,3 +156,13 @@ def test_scale_changes_parallelism_of_a_running_job(ray_cluster, running_job):
     assert sorted(t for t in running_job.tasks() if t.startswith("cli-job/count/")) == [f"cli-job/count/{i}" for i in range(3)]
     bad = weir(ray_cluster, "scale", "cli-job", "nope=2")
     assert bad.returncode == 1 and "has no operator named 'nope'" in bad.stderr
+
+
+def test_pool_shows_leased_and_idle_task_actors_and_refuses_to_stop_under_a_running_job(ray_cluster, running_job):
+    shown = json.loads(weir(ray_cluster, "--json", "pool").stdout)
+    assert "cli-job" in shown["jobs"]
+    assert sum(s["leased"] for s in shown["shapes"]) >= 4, shown  # 2 sources and 2 counts
+    assert shown["settings"]["reuse"] is True
+    stop = weir(ray_cluster, "pool", "stop")
+    assert stop.returncode == 1
+    assert "jobs are running on the pool:" in stop.stderr and "cli-job" in stop.stderr, stop.stderr
