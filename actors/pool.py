@@ -34,6 +34,7 @@ while holding it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import sysconfig
@@ -47,6 +48,7 @@ import ray
 from actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
 
 POOL_NAME = "weir-pool"
+log = logging.getLogger("weir.pool")
 COORDINATOR_RESTARTS = 5  # Ray restarts a dead job coordinator this often; it recovers from storage
 
 
@@ -406,9 +408,7 @@ class SlotPool:
             try:
                 self._refill()
             except Exception:  # keep the pool alive; the next round tries again
-                import logging
-
-                logging.getLogger("weir.pool").exception("refilling the slot pool failed")
+                log.exception("refilling the slot pool failed")
 
     def _refill(self) -> None:
         now = time.monotonic()
