@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from actors.cluster import task_actor_name
+from actors.exchange import Endpoint, Route
 from actors.pool import JobAssignment, JobScope, Shape, get_pool
 from runtime.checkpointing import TaskKey
 from runtime.errors import InvalidJobGraphError, TaskFailedError, WeirError
@@ -26,9 +28,9 @@ from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComple
 
 log = logging.getLogger("weir.coordinator")
 
-# Calls a task actor may have running at once: the loop (run), letters and
-# metrics, plus every delivery that may wait on a full mailbox (credits per channel).
-_BASE_CONCURRENCY = 8
+# Calls a task actor may have running at once: its task's loop (run), letters,
+# metrics and pings. Deliveries do not come through Ray (see actors.exchange).
+SLOT_CONCURRENCY = 16
 
 
 def actor_resources(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, Any]:
@@ -65,18 +67,32 @@ def check_feasible(graph: JobGraph) -> None:
             )
 
 
-def slot_concurrency(channels: int, credits: int) -> int:
-    """Calls a task actor may have running at once: the loop (run), letters and
-    metrics, plus every delivery that may wait on a full mailbox (credits per
-    channel); rounded up to a power of two so that most jobs share one pool shape."""
-    need = _BASE_CONCURRENCY + channels * credits
-    return max(64, 1 << (need - 1).bit_length())
+def _id(actor: Any) -> str:
+    return actor._actor_id.hex()
+
+
+def _answers(calls: dict[TaskKey, Any]) -> tuple[dict[TaskKey, Any], list[TaskKey]]:
+    """Wait for these calls (one per task's slot): the answers, and the tasks
+    whose slot was dead."""
+    answers, dead = {}, []
+    for key, ref in calls.items():
+        try:
+            answers[key] = ray.get(ref)
+        except ray.exceptions.RayActorError:
+            dead.append(key)
+    return answers, dead
 
 
 class RayGateway:
-    """Runs a job's tasks on slots leased from the pool. A slot whose task ended
-    cleanly stays with the job (``_spare``) for its next deployment (a rescale);
-    a failed or killed task's slot is killed, and the pool replaces it."""
+    """Runs a job's tasks on slots leased from the pool, and keeps the slots for
+    the job's life: a task that ended leaves its slot to the job (``_spare``) for
+    its next deployment (a restart, a rescale). Tasks stopped by a failover are
+    cancelled, not killed, and their slots are reused once the cancelled task has
+    returned: a failover needs new processes only for slots that died."""
+
+    # A cancelled task gets this long to return before its slot is killed (a user
+    # function that does not return, a source blocked on input).
+    CANCEL_GRACE_S = 3.0
 
     def __init__(self, graph: JobGraph, coordinator: Any, pool: Any, runtime_env: dict[str, Any], env: dict[str, str]) -> None:
         self._graph = graph
@@ -89,12 +105,15 @@ class RayGateway:
         self._runs: dict[Any, TaskKey] = {}
         self._ended: set[TaskKey] = set()  # run() returned: the slot is free for this job
         self._spare: dict[str, list[Any]] = {}  # shape key -> free slots of this job
+        # shape key -> (slot, its run() call, when cancelled) of tasks a failover stopped
+        self._cancelling: dict[str, list[tuple[Any, Any, float]]] = {}
         self._shapes: dict[TaskKey, Shape] = {}
         self._events: dict[Any, TaskKey] = {}  # operator events on their way
+        self._endpoints: dict[str, Endpoint] = {}  # slot's actor id -> where it takes deliveries
 
     def _shape(self, d: Deployment) -> Shape:
         options = actor_resources(d.task.vertex, self._graph.execution)
-        options["max_concurrency"] = slot_concurrency(len(d.task.input_channels), d.task.transport.credits)
+        options["max_concurrency"] = SLOT_CONCURRENCY
         return Shape(options, self._runtime_env)
 
     def deploy(self, deployments: list[Deployment]) -> None:
@@ -104,17 +123,13 @@ class RayGateway:
         the deployment fails (and the restart strategy takes over)."""
         actors = self._slots_for(deployments)
         g = self._graph
+        attempts = {d.key: d.attempt for d in deployments}
         for _try in range(3):
-            refs = {
-                d.key: actors[d.key].setup.remote(d, [[(actors[t], ch) for t, ch in out] for out in d.routes], (self._coordinator, g.run_id), self._env)
-                for d in deployments
-            }
-            dead = []
-            for key, ref in refs.items():
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayActorError:
-                    dead.append(key)
+            endpoints, dead = _answers({key: a.endpoint.remote() for key, a in actors.items() if _id(a) not in self._endpoints})
+            self._endpoints.update({_id(actors[key]): e for key, e in endpoints.items()})
+            if not dead:
+                routes = {d.key: [[Route(self._endpoints[_id(actors[t])], ch, attempts[t]) for t, ch in out] for out in d.routes] for d in deployments}
+                _, dead = _answers({d.key: actors[d.key].setup.remote(d, routes[d.key], (self._coordinator, g.run_id), self._env) for d in deployments})
             if not dead:
                 break
             self._pool.forget.remote([actors[k] for k in dead])
@@ -140,7 +155,7 @@ class RayGateway:
         actors: dict[TaskKey, Any] = {}
         leases = {}
         for key, ds in wanted.items():
-            spare = self._spare.get(key, [])
+            spare = self._spare.get(key, []) + self._returned(key)
             take, self._spare[key] = spare[: len(ds)], spare[len(ds):]
             actors.update({d.key: actor for d, actor in zip(ds, take)})
             if len(take) < len(ds):
@@ -172,20 +187,61 @@ class RayGateway:
             self._events[ref] = task
 
     def kill(self, tasks: frozenset[TaskKey]) -> None:
-        """Stop these tasks now. A slot whose task had ended stays with the job;
-        the others are killed (whatever their task was doing) and forgotten."""
-        victims = [a for k, a in self.actors.items() if k in tasks and k not in self._ended]
-        for k in tasks & self._ended:
-            if k in self.actors:
-                self._spare.setdefault(self._shapes[k].key, []).append(self.actors[k])
+        """Stop these tasks now; they report nothing more. A slot whose task had
+        ended stays with the job; a running task is cancelled, and its slot waits
+        in ``_cancelling`` for the task to return; a dead slot is forgotten (the
+        pool replaces it)."""
+        runs = {k: ref for ref, k in self._runs.items()}
+        now = time.monotonic()
+        dead = []
+        for k in tasks:
+            actor = self.actors.get(k)
+            if actor is None:
+                continue
+            shape = self._shapes[k].key
+            if k in self._ended:
+                self._spare.setdefault(shape, []).append(actor)
+            elif k in runs:
+                actor.letter.remote(self._attempts[k], Cancel())
+                self._cancelling.setdefault(shape, []).append((actor, runs[k], now))
+            else:  # its run() call failed: the actor died
+                dead.append(actor)
         self.actors = {k: a for k, a in self.actors.items() if k not in tasks}
         self._runs = {ref: k for ref, k in self._runs.items() if k not in tasks}
         self._events = {ref: k for ref, k in self._events.items() if k not in tasks}
         self._ended -= tasks
-        for actor in victims:
+        self._drop(dead)
+
+    def _returned(self, shape: str) -> list[Any]:
+        """The slots of cancelled tasks of this shape, once their tasks returned
+        (waiting out each one's grace); those that did not return are killed."""
+        cancelled = self._cancelling.pop(shape, [])
+        if not cancelled:
+            return []
+        deadline = max(at for _, _, at in cancelled) + self.CANCEL_GRACE_S
+        refs = [ref for _, ref, _ in cancelled]
+        ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        back, lost = [], []
+        for actor, ref, _ in cancelled:
+            if ref not in ready:
+                lost.append(actor)
+                continue
+            try:
+                ray.get(ref)
+                back.append(actor)
+            except ray.exceptions.RayError:
+                lost.append(actor)
+        self._drop(lost)
+        return back
+
+    def _drop(self, actors: list[Any]) -> None:
+        """Kill these slots (whatever they run) and have the pool forget them."""
+        for actor in actors:
             ray.kill(actor, no_restart=True)
-        if victims:
-            self._pool.forget.remote(victims)
+            self._endpoints.pop(_id(actor), None)
+        if actors:
+            self._pool.forget.remote(actors)
 
     def kill_all(self) -> None:
         self.kill(frozenset(self.actors))
@@ -193,6 +249,8 @@ class RayGateway:
     def give_back(self) -> None:
         """The job has ended: its free slots go back to the pool, reset, before
         the end is reported (a job submitted right after finds them idle)."""
+        for shape in list(self._cancelling):
+            self._spare.setdefault(shape, []).extend(self._returned(shape))
         spare = [a for slots in self._spare.values() for a in slots]
         self._spare = {}
         if spare:
@@ -228,6 +286,10 @@ class RayGateway:
             except ray.exceptions.RayError as exc:
                 name = task_actor_name(self._graph.name, *key)
                 out.append((key, TaskResult(TaskState.FAILED, TaskFailedError(name, f"an operator event to it was lost ({type(exc).__name__})"))))
+        # Reported once: the run() call of a task reported here says no more (its
+        # slot is counted dead), or the failover would be counted twice.
+        lost = {key for key, _ in out}
+        self._runs = {ref: k for ref, k in self._runs.items() if k not in lost}
         return out
 
     def metrics(self) -> list[dict[str, Any]]:

@@ -6,59 +6,53 @@ runs its tasks on them across attempts and rescales, and gives them back when it
 ends, after which :meth:`TaskActor.reset` makes the slot fit for another job.
 
 ``run`` is the task's loop thread (it returns when the task ends); every other
-method only puts a letter into the mailbox or reads a counter. The actor is
-threaded, so ``deliver`` calls may run in any order: each carries its channel's
-sequence number and the mailbox restores the order. ``deliver`` returns once the
-batch is in the mailbox; a full mailbox makes it wait, which holds back the
-sender's credit: that is backpressure.
+method only puts a letter into the mailbox or reads a counter. Records do not
+travel through Ray calls: the slot's :class:`actors.exchange.Inbox` takes
+deliveries on sockets straight into the running task's mailbox, and the task
+sends through an :class:`actors.exchange.Outbox` (backpressure included).
 """
 
 from __future__ import annotations
 
-import collections
 import os
-import time
 from typing import Any
 
 import ray
 
+from actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
 from actors.pool import JobScope
 from runtime.checkpointing import TaskKey
 from runtime.errors import TaskFailedError, WeirError
 from runtime.jobmaster import Deployment, MasterPorts
-from runtime.task import StreamTask, TaskResult
+from runtime.task import StreamTask, TaskResult, TaskState
 
 
 class _RayPorts(MasterPorts):
-    def __init__(self, d: Deployment, routes: list[list[tuple[Any, int]]], master: tuple[Any, str], credits: int) -> None:
+    """Deliveries go out through the task's :class:`Outbox`; letters for the job
+    master through Ray."""
+
+    def __init__(self, d: Deployment, outbox: Outbox, master: tuple[Any, str]) -> None:
         super().__init__(d)
         self._d = d
-        self._routes = routes
+        self._outbox = outbox
         self._coordinator, self._run_id = master
-        self._credits = credits
-        self._inflight: dict[tuple[int, int], collections.deque[Any]] = collections.defaultdict(collections.deque)
-        self.backpressured_s = 0.0
+
+    @property
+    def backpressured_s(self) -> float:
+        return self._outbox.blocked_s
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
-        target, target_channel = self._routes[output][channel]
-        inflight = self._inflight[(output, channel)]
-        if len(inflight) >= self._credits:
-            started = time.monotonic()
-            self._get(inflight.popleft(), output, channel)
-            self.backpressured_s += time.monotonic() - started
-        inflight.append(target.deliver.remote(target_channel, seq, payload))
+        self._delivering(self._outbox.send, output, channel, payload)
 
     def drain_outputs(self) -> None:
-        for (output, channel), inflight in self._inflight.items():
-            while inflight:
-                self._get(inflight.popleft(), output, channel)
+        self._delivering(self._outbox.drain)
 
-    def _get(self, ref: Any, output: int, channel: int) -> None:
+    def _delivering(self, call: Any, *args: Any) -> None:
         try:
-            ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            vertex = self._d.task.vertex.outputs[output].target
-            raise TaskFailedError(f"{vertex} (channel {channel} of {self._d.task.name})", f"a delivery to it failed: {exc}") from None
+            call(*args)
+        except DeliveryError as exc:
+            vertex = self._d.task.vertex.outputs[exc.output].target
+            raise TaskFailedError(f"{vertex} (channel {exc.channel} of {self._d.task.name})", f"a delivery to it failed: {exc}") from None
 
     def post(self, letter: Any) -> None:
         self._coordinator.post.remote(self._run_id, letter)
@@ -71,21 +65,31 @@ class TaskActor:
         self._scope = JobScope()
         self._running = False
         self._attempt = -1
+        self._run_id = ""
+        self._inbox = Inbox(ray.util.get_node_ip_address())
+        self._outbox: Outbox | None = None
 
     def ready(self) -> str:
         """The node this slot runs on; answering means its process is up."""
         return ray.get_runtime_context().get_node_id()
 
-    def setup(self, deployment: Deployment, routes: list[list[tuple[Any, int]]], master: tuple[Any, str], env: dict[str, str]) -> None:
-        """Take on a task (its previous one, if any, has ended). ``master``: the
-        job coordinator and the job's run id, where its letters go; ``env``:
-        variables the job sets in its tasks' processes (weir's failure injection)."""
+    def endpoint(self) -> Endpoint:
+        """Where this slot takes deliveries (see :mod:`actors.exchange`)."""
+        return self._inbox.endpoint
+
+    def setup(self, deployment: Deployment, routes: list[list[Route]], master: tuple[Any, str], env: dict[str, str]) -> None:
+        """Take on a task (its previous one, if any, has ended). ``routes``: the
+        receiver of each output channel; ``master``: the job coordinator and the
+        job's run id, where its letters go; ``env``: variables the job sets in its
+        tasks' processes (weir's failure injection)."""
         if self._running:
             raise WeirError(f"slot busy: task {self._task.deployment.name if self._task else '?'} is still running")
         self._scope.enter(env)
-        ports = _RayPorts(deployment, routes, master, deployment.task.transport.credits)
+        self._run_id = master[1]
+        self._outbox = Outbox(routes, self._run_id)
         self.key, self._attempt = deployment.key, deployment.attempt
-        self._task = StreamTask(deployment.task, ports)
+        self._task = StreamTask(deployment.task, _RayPorts(deployment, self._outbox, master))
+        self._inbox.open(self._run_id, self._attempt, self._task.mailbox)
 
     def reset(self) -> int:
         """Forget the job (see :class:`actors.pool.JobScope`); returns how many
@@ -96,18 +100,18 @@ class TaskActor:
     def run(self) -> TaskResult:
         assert self._task is not None, "setup() first"
         self._running = True
+        result = None
         try:
             result = self._task.run()
         finally:
+            self._inbox.close(self._run_id, self._attempt, drop_connections=result is None or result.state is not TaskState.FINISHED)
+            if self._outbox is not None:
+                self._outbox.close()
             self._running = False
         if result.error is not None and not isinstance(result.error, WeirError):
             # Only weir's errors are sure to pickle back; keep the text of the rest.
             result = TaskResult(result.state, WeirError(f"task {self._task.deployment.name} failed:\n{result.error_text}"), result.error_text)
         return result
-
-    def deliver(self, channel: int, seq: int, payload: bytes) -> None:
-        assert self._task is not None
-        self._task.mailbox.put_data(channel, seq, payload)
 
     def letter(self, attempt: int, letter: Any) -> None:
         """A control letter for the task of ``attempt`` (a late one for the slot's

@@ -155,7 +155,6 @@ class TransportConfig:
 
     batch_size: int = 4096          # records per channel buffer before it is sent
     buffer_timeout_ms: int = 5      # a non-empty buffer is sent at the latest after this
-    credits: int = 4                # unacknowledged deliveries a sender keeps per channel
     mailbox_capacity: int = 4       # queued deliveries per input channel before senders block
 
 

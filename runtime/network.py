@@ -185,6 +185,7 @@ class RecordWriter:
         self._seq = [0] * channels
         self._oldest: float | None = None
         self.records_out = 0
+        self.batches_out = 0  # deliveries sent: records_out / batches_out is the mean batch
 
     def emit(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         if not records:
@@ -237,11 +238,19 @@ class RecordWriter:
             self._flush_channel(ch)
         self._oldest = None
 
-    def flush_if_due(self) -> None:
-        if self._oldest is not None and self._clock() - self._oldest >= self._timeout_s:
-            self.flush()
+    def flush_if_due(self) -> float | None:
+        """Send the buffers if the oldest record in them waited the buffer timeout;
+        returns the seconds until they are due (None: nothing buffered)."""
+        if self._oldest is None:
+            return None
+        due_in = self._oldest + self._timeout_s - self._clock()
+        if due_in > 0:
+            return due_in
+        self.flush()
+        return None
 
     def _deliver(self, ch: int, messages: list[Any]) -> None:
         seq = self._seq[ch]
         self._seq[ch] = seq + 1
+        self.batches_out += 1
         self._send(ch, seq, encode(messages, self._operator))

@@ -242,6 +242,7 @@ class StreamTask:
             "state": self.state.value,
             "records_in": self.head.records_in,
             "records_out": sum(w.records_out for w in self.writers),
+            "batches_out": sum(w.batches_out for w in self.writers),
             "backpressured_s": round(self.ports.backpressured_s, 3),
             "first_record_at": self.first_record_at,
             "last_record_at": self.last_record_at,
@@ -327,8 +328,13 @@ class StreamTask:
                 for w in self.writers:
                     w.flush_if_due()
                 return
+        # About to wait: buffers go out when due, not at every pause (each delivery
+        # is a remote call, and a source pausing between records would send one
+        # per record). The wait ends when the oldest buffered record is due.
         for w in self.writers:
-            w.flush()
+            due_in = w.flush_if_due()
+            if due_in is not None:
+                wait_s = due_in if wait_s is None else min(wait_s, due_in)
         if timer_wait_s is not None:
             wait_s = timer_wait_s if wait_s is None else min(wait_s, timer_wait_s)
         letter = self.mailbox.take(wait_s, self.barriers.blocked)
