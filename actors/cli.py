@@ -189,12 +189,12 @@ def pool(ctx: click.Context, action: str) -> None:
 def run(ctx: click.Context, parallelism: int | None, savepoint: str | None, allow_non_restored_state: bool, script: str, args: tuple[str, ...]) -> None:
     """Run a job script (it calls env.execute()) against the cluster."""
     from actors.cluster import ensure_ray
-    from runtime.storage import read_metadata
+    from runtime.storage import find_restore_point, read_metadata
 
     if parallelism is not None:
         os.environ["WEIR_DEFAULT_PARALLELISM"] = str(parallelism)
     if savepoint is not None:
-        read_metadata(savepoint)  # a missing or broken savepoint fails here, before anything starts
+        read_metadata(find_restore_point(savepoint))  # a missing or broken savepoint fails here, before anything starts
         os.environ["WEIR_RESTORE_FROM"] = savepoint
         os.environ["WEIR_ALLOW_NON_RESTORED_STATE"] = "1" if allow_non_restored_state else ""
     ensure_ray(ctx.obj["address"])

@@ -132,8 +132,7 @@ class CoordinatorHolder:
                 v = self._valves[i]
                 if not v.gone:
                     v.closed_for.add(checkpoint_id)
-                    if v.boundary is None:
-                        v.boundary = v.last_id
+                    self._set_boundary(i)
         return state
 
     def settled(self, checkpoint_id: int) -> bool:
@@ -184,11 +183,17 @@ class CoordinatorHolder:
 
     # ---------------------------------------------------------------- internals
     def _open(self, subtask: int, checkpoint_id: int) -> None:
-        v = self._valves[subtask]
-        v.closed_for.discard(checkpoint_id)
-        if not v.closed_for:
-            v.boundary = None
+        self._valves[subtask].closed_for.discard(checkpoint_id)
+        self._set_boundary(subtask)
         self._pump(subtask)
+
+    def _set_boundary(self, subtask: int) -> None:
+        """The cut-off is the oldest checkpoint the subtask has not snapshotted:
+        events sent before a later checkpoint's snapshot go out once the older one
+        is snapshotted, since that later checkpoint waits for them (holding them
+        until the later one would deadlock both: FLINK-16986 with two in flight)."""
+        v = self._valves[subtask]
+        v.boundary = self._marks[min(v.closed_for)][subtask] if v.closed_for else None
 
     def _pump(self, subtask: int) -> None:
         v = self._valves[subtask]

@@ -145,6 +145,13 @@ class CorruptCheckpointError(WeirError):
         super().__init__(f"checkpoint file {path} is unusable: {problem}", path=path)
 
 
+class CheckpointStorageError(WeirError):
+    """Checkpoint storage cannot be read, listed or written (after retries); names it."""
+
+    def __init__(self, location: str, problem: str) -> None:
+        super().__init__(f"checkpoint storage {location} {problem}", location=location)
+
+
 class TaskFailedError(WeirError):
     """A task actor died (killed, crashed, node lost); names the task."""
 

@@ -26,6 +26,7 @@ from runtime import faults
 from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
 from runtime.coordination import CoordinatorHolder
 from runtime.errors import (
+    CheckpointStorageError,
     CheckpointDeclinedError,
     CheckpointFailureReason,
     CorruptCheckpointError,
@@ -42,12 +43,14 @@ from runtime.storage import (
     CheckpointStorage,
     StateHandle,
     discard,
+    find_restore_point,
     handle_from_json,
     handle_to_json,
     pickle_state,
     prepare_location,
     read_metadata,
     read_state,
+    savepoint_location,
     write_metadata,
     write_state,
 )
@@ -319,9 +322,14 @@ class JobMaster:
             self._done.set()
 
     def start(self) -> None:
-        """Restore (or recover) and deploy the first attempt; ``run`` does this first."""
+        """Restore (or recover) and deploy the first attempt; ``run`` does this first.
+        A recovering job master whose run had ended (its result is in storage)
+        deploys nothing: an ended job never runs again."""
+        if not self.recovering:
+            self.storage.mark_started()
         self._recover_or_restore()
-        self._deploy()
+        if not self.status.is_terminal:
+            self._deploy()
 
     def run_until_idle(self) -> None:
         """Harness mode (a test drives the job master by hand, after ``start``):
@@ -365,6 +373,19 @@ class JobMaster:
         checkpoint (never a half-written one: those have no metadata), with new
         checkpoint ids after every folder there; else the savepoint it was given."""
         if self.recovering:
+            result = self.storage.recorded_result()
+            if result is not None:
+                log.warning("job %s had ended %s before its job master restarted; it is not run again", self.graph.name, result["status"])
+                self.status, self.ended = JobStatus(result["status"]), self.clock()
+                if self.status is JobStatus.FAILED:
+                    self.failure = WeirError(result["detail"])
+                return
+            if not self.storage.started():
+                raise CheckpointStorageError(
+                    self.storage.root,
+                    "holds no trace of this run, which had started: is it the storage the job wrote to, reachable from "
+                    "this node? (the default local storage is not shared between nodes; use s3://, hdfs:// or a shared mount)",
+                )
             self.coordinator.next_id = max(self.storage.checkpoint_ids(completed_only=False), default=0) + 1
             done = self.storage.checkpoint_ids()
             for cid in done:
@@ -383,6 +404,7 @@ class JobMaster:
                 )
         restore = self.graph.execution.restore_from
         if restore is not None:
+            restore = find_restore_point(restore)
             self._restore_points.append((restore, read_metadata(restore)))
             restore_plan(self._restore_points[-1][1], self.graph, self.graph.execution.allow_non_restored_state)  # fail fast
 
@@ -592,7 +614,7 @@ class JobMaster:
         if self._refuse_while_restarting_a_region(request):
             return
         try:
-            location = prepare_location(letter.location) if letter.location is not None else None
+            location = savepoint_location(prepare_location(letter.location), self.graph.run_id) if letter.location is not None else None
         except WeirError as exc:
             request.reply(error=exc)
             return
@@ -665,11 +687,16 @@ class JobMaster:
             self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, str(exc))
             return
         pending = self.coordinator.complete(checkpoint_id, self.clock())
-        # Savepoints count for recovery too: sinks committed what they cover.
-        self._restore_points.append((location, metadata))
+        # A savepoint commits no side effects (Flink >= 1.15, FLINK-25191): what its
+        # sinks pre-committed is committed by the next checkpoint, and recovery,
+        # which knows only checkpoints, never restores to before something committed.
+        # A stop's savepoint commits: nothing runs after it.
+        commits = pending.kind is CheckpointKind.CHECKPOINT or (self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id)
+        if commits:
+            self._restore_points.append((location, metadata))
         for _, holder in self._coordinators.values():
-            self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, True)
-        for key in pending.plan.to_ack:
+            self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, commits)
+        for key in pending.plan.to_ack if commits else ():
             if key not in self._exited:
                 self.gateway.notify_checkpoint_complete(key, checkpoint_id)
         request = self._requests.pop(checkpoint_id, None)
@@ -852,6 +879,10 @@ class JobMaster:
                 self.gateway.cancel(key)
 
     def _end(self, status: JobStatus) -> None:
+        try:  # before anyone hears of the end: a job master recovering this run reads it first
+            self.storage.record_result(status.value, str(self.failure or ""))
+        except OSError as exc:
+            log.warning("job %s: could not record its end (%s) in %s: %s", self.graph.name, status.value, self.storage.root, exc)
         self.status = status
         self.ended = self.clock()
         self._close_coordinators()

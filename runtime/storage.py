@@ -1,16 +1,26 @@
 """Checkpoint storage on any ``pyarrow.fs`` file system.
 
-A checkpoint lives in ``<storage>/<job>/chk-<N>/``, a savepoint in the folder
-the user names; both hold::
+A run of a job (one submission) lives in ``<storage>/<job>/<run>/``::
+
+    _job                        JSON, written before the first task is deployed
+    chk-<N>/                    a checkpoint
+    _result                     JSON, the run's terminal state, written before anyone hears of it
+
+A savepoint lives in a folder of its own, ``savepoint-<run>-<random>``, created
+under the path the user names (weir never writes beside it, nor deletes what it
+did not write). A checkpoint or savepoint folder holds::
 
     <vertex>-<subtask>.state    one file per task: checksummed, pickled state
     _metadata                   JSON, written last and atomically (write, then rename)
 
-A checkpoint or savepoint exists only once its ``_metadata`` exists; state
-handles in it are full URIs, so a savepoint can be moved to another job. State files start with a
-magic tag and the SHA-256 of their payload, checked before anything is
+It exists only once its ``_metadata`` exists. Handles of the files inside it are
+stored relative to it, so a savepoint can be moved or copied. State files start
+with a magic tag and the SHA-256 of their payload, checked before anything is
 unpickled. The storage is a trust boundary: whoever can write it can make a
 restore run code, as with any pickle.
+
+Reads retry a transient ``OSError`` a few times (a flaky network file system is
+not a damaged checkpoint); a missing file is not retried.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import hashlib
 import json
 import posixpath
 import re
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -26,12 +37,13 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from runtime.config import validate_storage_uri
-from runtime.errors import CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
+from runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
 from runtime.serialization import dumps, loads
 
 _MAGIC = b"WEIR-STATE-1\n"
 _CHK = re.compile(r"^chk-(\d+)$")
 METADATA = "_metadata"
+_READ_RETRIES_S = (0.2, 0.5, 1.0)  # waits between tries of a read that failed with an OSError
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,32 @@ def prepare_location(location: str) -> str:
     return uri
 
 
+def savepoint_location(target: str, run_id: str) -> str:
+    """A fresh folder for one savepoint under the user's ``target``."""
+    return join(target, f"savepoint-{_safe(run_id)[:6]}-{uuid.uuid4().hex[:12]}")
+
+
+def _retrying(read: Any) -> Any:
+    """``read()``, tried again after a transient OSError (not a missing file)."""
+    for wait_s in _READ_RETRIES_S:
+        try:
+            return read()
+        except FileNotFoundError:
+            raise
+        except OSError:
+            time.sleep(wait_s)
+    return read()
+
+
+def _read_bytes(uri: str) -> bytes:
+    def read() -> bytes:
+        fs, path = _resolve(uri)
+        with fs.open_input_stream(path) as f:
+            return f.read()
+
+    return _retrying(read)
+
+
 def write_state(location: str, name: str, payload: bytes) -> StateHandle:
     """Write state already pickled by :func:`pickle_state` into ``location``."""
     digest = hashlib.sha256(payload).hexdigest()
@@ -80,10 +118,8 @@ def write_state(location: str, name: str, payload: bytes) -> StateHandle:
 
 def read_state(handle: StateHandle) -> Any:
     try:
-        fs, path = _resolve(handle.uri)
-        with fs.open_input_stream(path) as f:
-            data = f.read()
-    except (FileNotFoundError, OSError) as exc:
+        data = _read_bytes(handle.uri)
+    except OSError as exc:
         raise CorruptCheckpointError(handle.uri, f"cannot be read ({exc})") from None
     header_len = len(_MAGIC) + 65
     if not data.startswith(_MAGIC) or len(data) < header_len:
@@ -96,20 +132,61 @@ def read_state(handle: StateHandle) -> Any:
 
 
 def write_metadata(location: str, metadata: dict[str, Any]) -> None:
-    """Written last: a checkpoint or savepoint exists once its metadata does."""
-    _atomic_write(join(location, METADATA), json.dumps(metadata, indent=1, sort_keys=True).encode())
+    """Written last: a checkpoint or savepoint exists once its metadata does.
+    Handles of files inside ``location`` are stored relative to it."""
+    prefix = location.rstrip("/") + "/"
+    relative = _map_handles(metadata, lambda uri: uri[len(prefix):] if uri.startswith(prefix) else uri)
+    _atomic_write(join(location, METADATA), json.dumps(relative, indent=1, sort_keys=True).encode())
 
 
 def read_metadata(location: str) -> dict[str, Any]:
-    uri = join(validate_storage_uri(location), METADATA)
+    """The metadata at ``location``, its relative handles made full URIs again."""
+    location = validate_storage_uri(location)
+    uri = join(location, METADATA)
     try:
-        fs, path = _resolve(uri)
-        with fs.open_input_stream(path) as f:
-            return json.loads(f.read())
+        metadata = json.loads(_read_bytes(uri))
     except FileNotFoundError:
         raise CorruptCheckpointError(uri, "missing: no completed checkpoint or savepoint there") from None
     except (ValueError, OSError) as exc:
         raise CorruptCheckpointError(uri, f"unreadable metadata ({exc})") from None
+    return _map_handles(metadata, lambda ref: ref if "://" in ref else join(location, ref))
+
+
+def _map_handles(value: Any, fix: Any) -> Any:
+    """``value`` with the ``uri`` of every state handle in it passed through ``fix``."""
+    if isinstance(value, dict):
+        if set(value) == {"uri", "sha256", "size"}:
+            return {**value, "uri": fix(value["uri"])}
+        return {k: _map_handles(v, fix) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_handles(v, fix) for v in value]
+    return value
+
+
+def find_restore_point(location: str) -> str:
+    """The checkpoint or savepoint folder to restore from: ``location`` itself when
+    it holds ``_metadata``, else the one complete ``savepoint-*`` or ``chk-*`` folder
+    in it (the folder a savepoint was asked into). Raises naming what is there."""
+    location = validate_storage_uri(location)
+    fs, path = _resolve(location)
+    if fs.get_file_info(posixpath.join(path, METADATA)).type == pafs.FileType.File:
+        return location
+    try:
+        children = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError:
+        children = []
+    found = sorted(
+        info.base_name for info in children
+        if info.type == pafs.FileType.Directory and (info.base_name.startswith("savepoint-") or _CHK.match(info.base_name))
+        and fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File
+    )
+    if len(found) == 1:
+        return join(location, found[0])
+    if found:
+        raise CorruptCheckpointError(
+            join(location, METADATA), f"missing, and {len(found)} savepoints or checkpoints are inside: name one of {', '.join(found)}"
+        )
+    raise CorruptCheckpointError(join(location, METADATA), "missing: no completed checkpoint or savepoint there")
 
 
 def discard(location: str) -> None:
@@ -121,31 +198,74 @@ def discard(location: str) -> None:
 
 
 class CheckpointStorage:
-    """A job's checkpoints: ``<storage>/<job>/<run>/chk-<N>``. Each submission is a
-    run of its own, so a new run never mistakes an old run's checkpoint for its own."""
+    """A job's run: ``<storage>/<job>/<run>/``, with its checkpoints ``chk-<N>``, the
+    mark that it started, and its result once it ended. Each submission is a run of
+    its own, so a new run never mistakes an old run's checkpoint for its own."""
+
+    STARTED = "_job"
+    RESULT = "_result"
 
     def __init__(self, uri: str, job_name: str, run_id: str = "") -> None:
         self.root = join(validate_storage_uri(uri), _safe(job_name))
         if run_id:
             self.root = join(self.root, _safe(run_id))
+        self.job_name = job_name
 
     def location(self, checkpoint_id: int) -> str:
         return join(self.root, f"chk-{checkpoint_id}")
 
+    def mark_started(self) -> None:
+        """Before the first task runs: from now on, a job master that recovers this
+        run and finds no trace of it is looking at the wrong storage."""
+        try:
+            _atomic_write(join(self.root, self.STARTED), json.dumps({"job": self.job_name, "started_at": time.time()}).encode())
+        except OSError as exc:
+            raise CheckpointStorageError(self.root, f"cannot be written ({exc})") from None
+
+    def record_result(self, status: str, detail: str) -> None:
+        _atomic_write(join(self.root, self.RESULT), json.dumps({"status": status, "detail": detail, "ended_at": time.time()}).encode())
+
+    def recorded_result(self) -> dict[str, Any] | None:
+        """The run's terminal state, if it ended (see :meth:`record_result`)."""
+        try:
+            return json.loads(self._read(self.RESULT))
+        except FileNotFoundError:
+            return None
+
+    def started(self) -> bool:
+        try:
+            self._read(self.STARTED)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def _read(self, name: str) -> bytes:
+        try:
+            return _read_bytes(join(self.root, name))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise CheckpointStorageError(self.root, f"cannot be read ({exc})") from None
+
     def checkpoint_ids(self, completed_only: bool = True) -> list[int]:
         """Ids of the ``chk-N`` folders; with ``completed_only``, those with metadata
-        (a folder without is a checkpoint that never completed)."""
-        try:
+        (a folder without is a checkpoint that never completed). A storage that
+        cannot be listed raises (after retries): an empty answer would mean
+        "start from scratch"."""
+
+        def listing() -> list[int]:
             fs, root = _resolve(self.root)
-            infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-        except OSError:
-            return []
-        ids = []
-        for info in infos:
-            m = _CHK.match(info.base_name)
-            if m and (not completed_only or fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File):
-                ids.append(int(m.group(1)))
-        return sorted(ids)
+            ids = []
+            for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+                m = _CHK.match(info.base_name)
+                if m and (not completed_only or fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File):
+                    ids.append(int(m.group(1)))
+            return sorted(ids)
+
+        try:
+            return _retrying(listing)
+        except OSError as exc:
+            raise CheckpointStorageError(self.root, f"cannot be listed ({exc})") from None
 
 
 def pickle_state(state: Any, task: str) -> bytes:

@@ -119,7 +119,8 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
             assert time.monotonic() < deadline, chk.stderr
             time.sleep(0.3)
         sp1 = json.loads(weir(ray_cluster, "--json", "savepoint", "cli-sp", "--path", str(tmp_path / "sp1")).stdout)
-        assert sp1["savepoint"] == "file://" + str(tmp_path / "sp1") and (tmp_path / "sp1" / "_metadata").exists()
+        assert sp1["savepoint"].startswith(f"file://{tmp_path}/sp1/savepoint-")
+        assert (tmp_path / "sp1" / sp1["savepoint"].rsplit("/", 1)[1] / "_metadata").exists()
         stopped = json.loads(weir(ray_cluster, "--json", "stop", "cli-sp", "--savepoint-path", str(tmp_path / "sp2")).stdout)
         assert stopped["status"] == JobStatus.SUSPENDED.value
         assert "STATUS SUSPENDED" in first.communicate(timeout=120)[0]

@@ -60,6 +60,24 @@ def test_a_checkpoint_waits_for_earlier_events_and_later_events_wait_for_the_sub
     assert [e for _, _, e in sent] == ["before", "after-1", "after"]
 
 
+def test_with_two_checkpoints_in_flight_events_between_them_go_out_once_the_older_is_snapshotted():
+    """Issue #13 item 5: an event sent between the snapshots of checkpoints 5 and 6
+    must reach the subtask before 6 is triggered there; once the subtask has
+    snapshotted 5 it goes out (it used to wait for 6, which waited for it)."""
+    h, sent = _holder()
+    h.snapshot(5, {0, 1})
+    h.handle_event(0, "between")
+    h.snapshot(6, {0, 1})
+    h.handle_event(0, "after-6")
+    assert h.settled(5) and not h.settled(6) and sent == []
+    h.on_subtask_checkpointed(0, 5)
+    assert [e for _, _, e in sent] == ["between"]  # not "after-6": 6 is not snapshotted yet
+    h.on_event_acknowledged(0, 0)
+    assert h.settled(6)
+    h.on_subtask_checkpointed(0, 6)
+    assert [e for _, _, e in sent] == ["between", "after-6"]
+
+
 def test_without_the_valve_nothing_waits_for_checkpoints():
     h, sent = _holder(valve=False)
     h.handle_event(0, "before")

@@ -67,7 +67,7 @@ def test_savepoint_keeps_the_job_running_and_can_be_resumed_elsewhere(tmp_path, 
     client = _job(checkpoint_dir, out_dir).execute_async("savepoint-run", executor="local")
     _wait_for_checkpoint(client)
     sp = client.savepoint(str(tmp_path / "sp"))
-    assert (tmp_path / "sp" / "_metadata").exists()
+    assert sp.startswith(f"file://{tmp_path}/sp/savepoint-") and (tmp_path / "sp" / sp.rsplit("/", 1)[1] / "_metadata").exists()
     assert client.status() is JobStatus.RUNNING
     assert client.wait(30).status is JobStatus.FINISHED
     assert _exact(out_dir).exact

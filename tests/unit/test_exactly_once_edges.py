@@ -1,0 +1,228 @@
+"""The edges of exactly-once (issue #13), on the in-process executor: where a
+savepoint is written and what an aborted one deletes, what a savepoint commits,
+what a recovering job master does with a run that had ended, and with storage it
+cannot list or read."""
+
+from __future__ import annotations
+
+import errno
+import pathlib
+import shutil
+import threading
+import time
+
+import pytest
+
+import runtime.storage
+from connectors.files import FileSink, read_committed
+from runtime import JobStatus, StreamExecutionEnvironment, WeirError
+from runtime.errors import CheckpointStorageError
+from runtime.jobmaster import JobMaster, Request, TriggerSavepoint
+from runtime.local import LocalExecutor, LocalGateway
+from tests.checker import check_running_sums
+
+N = 20_000
+
+
+def _job(checkpoint_dir: str, out_dir: str, savepoint: str | None = None, rate: float | None = 40_000, interval_ms: int = 100) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(interval_ms)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    if savepoint:
+        env.restore_from_savepoint(savepoint)
+    (env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=rate).uid("gen")
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(FileSink(out_dir)).uid("out"))
+    return env
+
+
+def _running(env: StreamExecutionEnvironment, name: str):
+    client = env.execute_async(name, executor="local")
+    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
+        assert not client.status().is_terminal
+        threading.Event().wait(0.01)
+    return client
+
+
+def _exact(out_dir: str) -> tuple[int, int, int, int]:
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(N)))
+    return v.lost, v.duplicated, v.keys_wrong, v.outputs
+
+
+# ---------------------------------------------------------------- where savepoints go
+def test_an_aborted_savepoint_deletes_nothing_it_did_not_write(tmp_path, checkpoint_dir, out_dir, monkeypatch):
+    target = tmp_path / "savepoints"
+    target.mkdir()
+    (target / "precious.txt").write_text("the user's")
+    real = runtime.storage._atomic_write
+
+    def full_disk_under_target(uri: str, data: bytes) -> None:
+        if str(target) in uri and uri.endswith(".state"):
+            raise OSError(errno.ENOSPC, "No space left on device", uri)
+        real(uri, data)
+
+    monkeypatch.setattr(runtime.storage, "_atomic_write", full_disk_under_target)
+    client = _running(_job(checkpoint_dir, out_dir), "aborted-savepoint")
+    with pytest.raises(WeirError, match="No space left on device"):
+        client.savepoint(str(target))
+    client.cancel()
+    assert (target / "precious.txt").read_text() == "the user's"
+    assert sorted(p.name for p in target.iterdir()) == ["precious.txt"]  # its own folder is gone, nothing else
+
+
+def test_each_savepoint_gets_a_fresh_folder_that_can_be_moved_and_restored(tmp_path, checkpoint_dir, out_dir):
+    target = tmp_path / "savepoints"
+    client = _running(_job(checkpoint_dir, out_dir), "two-savepoints")
+    first, second = (client.savepoint(str(target)).removeprefix("file://") for _ in range(2))
+    client.cancel()
+    assert first != second and {pathlib.Path(first).parent, pathlib.Path(second).parent} == {target}
+    assert pathlib.Path(first).name.startswith("savepoint-") and (pathlib.Path(first) / "_metadata").is_file()
+    assert (pathlib.Path(second) / "_metadata").is_file(), "the second savepoint must not overwrite the first"
+
+    # A savepoint is self-contained: moved elsewhere, it restores (its _metadata names its files relatively).
+    moved = tmp_path / "archive" / "sp"
+    shutil.move(second, moved)
+    shutil.rmtree(target)
+    resumed = _job(checkpoint_dir, out_dir, savepoint=str(moved), rate=None).execute("two-savepoints", executor="local")
+    assert resumed.status is JobStatus.FINISHED
+    rows = read_committed(out_dir)
+    assert {k: max(t for kk, t in rows if kk == k) for k in range(50)} == {k: sum(range(k, N, 50)) for k in range(50)}
+
+
+def test_restore_from_the_folder_a_savepoint_was_asked_into(tmp_path, checkpoint_dir, out_dir):
+    target = tmp_path / "savepoints"
+    client = _running(_job(checkpoint_dir, out_dir), "restore-by-target")
+    client.stop(str(target), drain=False)
+    assert client.wait(30).status is JobStatus.SUSPENDED
+    resumed = _job(checkpoint_dir, out_dir, savepoint=str(target), rate=None).execute("restore-by-target", executor="local")
+    assert resumed.status is JobStatus.FINISHED and _exact(out_dir) == (0, 0, 0, N)
+    (target / "savepoint-another").mkdir()
+    (target / "savepoint-another" / "_metadata").write_text("{}")
+    with pytest.raises(WeirError, match="2 savepoints or checkpoints are inside: name one of savepoint-"):
+        _job(checkpoint_dir, out_dir, savepoint=str(target)).execute("restore-by-target", executor="local")
+
+
+# ---------------------------------------------------------------- what a savepoint commits
+def _master(graph, recovering: bool = False) -> tuple[JobMaster, LocalGateway]:
+    gateway = LocalGateway()
+    master = JobMaster(graph, gateway, recovering=recovering)
+    gateway.master = master
+    return master, gateway
+
+
+def test_a_savepoint_commits_nothing_and_recovery_after_it_duplicates_nothing(tmp_path, checkpoint_dir, out_dir):
+    """A savepoint, then the job master dies before the next checkpoint: the
+    restarted one recovers from the latest *checkpoint*, older than the savepoint.
+    Had the savepoint committed the sink, the records between the two would be
+    committed twice."""
+    # No periodic checkpoint comes: the test takes the checkpoint itself.
+    graph = _job(checkpoint_dir, out_dir, interval_ms=600_000, rate=10_000).get_job_graph("savepoint-then-death")
+    master, gateway = _master(graph)
+    master.start()  # driven by hand, so that it can "die" without ending the run
+
+    def ask(location: str | None) -> str:
+        answer: list[str] = []
+        asking = threading.Thread(target=lambda: answer.append(master.ask(TriggerSavepoint(location, Request()), 30)), daemon=True)
+        asking.start()
+        while not answer:
+            master.run_until_idle()
+            threading.Event().wait(0.005)
+        return answer[0]
+
+    def run_for(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            master.run_until_idle()
+            threading.Event().wait(0.005)
+
+    run_for(0.3)
+    assert "/chk-" in ask(None)  # a checkpoint: it commits
+    run_for(0.3)
+    committed = len(read_committed(out_dir))
+    ask(str(tmp_path / "sp"))  # a savepoint
+    run_for(0.1)
+    assert len(read_committed(out_dir)) == committed, "the savepoint committed the sink"
+    gateway.kill_all()  # the job master dies, and its tasks with it
+    assert master.status is JobStatus.RUNNING
+    recovered, _ = _master(graph, recovering=True)
+    recovered.run()
+    assert recovered.status is JobStatus.FINISHED
+    assert _exact(out_dir) == (0, 0, 0, N)
+
+
+# ---------------------------------------------------------------- a recovering job master
+def test_a_run_that_ended_is_not_run_again_by_a_recovering_job_master(checkpoint_dir, out_dir):
+    env = _job(checkpoint_dir, out_dir, rate=None)
+    graph = env.get_job_graph("ended-run")
+    assert LocalExecutor().submit(graph).wait(60).status is JobStatus.FINISHED
+    committed = len(read_committed(out_dir))
+    recovered, gateway = _master(graph, recovering=True)
+    deployed: list[int] = []
+    real_deploy = gateway.deploy
+    gateway.deploy = lambda deployments: (deployed.append(len(deployments)), real_deploy(deployments))  # type: ignore[method-assign]
+    recovered.run()
+    assert recovered.status is JobStatus.FINISHED and deployed == [], "an ended run was deployed again"
+    assert len(read_committed(out_dir)) == committed
+
+
+def test_a_recovering_job_master_that_cannot_list_its_storage_fails_naming_it(checkpoint_dir, out_dir, monkeypatch):
+    env = _job(checkpoint_dir, out_dir, rate=None)
+    graph = env.get_job_graph("unlistable")
+    LocalExecutor().submit(graph).wait(60)
+    for result in pathlib.Path(checkpoint_dir.removeprefix("file://")).rglob("_result"):
+        result.unlink()  # as if it had died before the end
+    monkeypatch.setattr(runtime.storage, "_READ_RETRIES_S", (0.0, 0.0))
+    real = runtime.storage._resolve
+
+    class Unlistable:
+        def __init__(self, fs):
+            self._fs = fs
+
+        def get_file_info(self, what):
+            if isinstance(what, runtime.storage.pafs.FileSelector):
+                raise OSError(errno.EIO, "Input/output error")
+            return self._fs.get_file_info(what)
+
+        def __getattr__(self, name):
+            return getattr(self._fs, name)
+
+    monkeypatch.setattr(runtime.storage, "_resolve", lambda uri: (Unlistable(real(uri)[0]), real(uri)[1]))
+    recovered, _ = _master(graph, recovering=True)
+    recovered.run()
+    assert recovered.status is JobStatus.FAILED
+    assert isinstance(recovered.failure, CheckpointStorageError) and "cannot be listed (" in str(recovered.failure)
+    assert graph.run_id in str(recovered.failure)
+
+
+def test_a_recovering_job_master_that_finds_no_trace_of_its_run_fails_instead_of_starting_over(tmp_path, out_dir):
+    env = _job("file://" + str(tmp_path / "elsewhere"), out_dir, rate=None)
+    graph = env.get_job_graph("no-trace")
+    recovered, _ = _master(graph, recovering=True)
+    recovered.run()
+    assert recovered.status is JobStatus.FAILED
+    assert "holds no trace of this run" in str(recovered.failure) and str(tmp_path / "elsewhere") in str(recovered.failure)
+    assert not pathlib.Path(out_dir).exists() or not read_committed(out_dir)
+
+
+def test_a_transient_read_error_retries_the_same_checkpoint(checkpoint_dir, out_dir, monkeypatch, caplog):
+    env = _job(checkpoint_dir, out_dir, rate=None)
+    env.get_checkpoint_config().set_num_retained_checkpoints(3)
+    graph = env.get_job_graph("flaky-read")
+    LocalExecutor().submit(graph).wait(60)
+    for result in pathlib.Path(checkpoint_dir.removeprefix("file://")).rglob("_result"):
+        result.unlink()
+    monkeypatch.setattr(runtime.storage, "_READ_RETRIES_S", (0.0, 0.0, 0.0))
+    real = runtime.storage._resolve
+    failures = {"left": 2}
+
+    def flaky(uri: str):
+        if uri.endswith("_metadata") and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(errno.ETIMEDOUT, "Connection timed out")
+        return real(uri)
+
+    monkeypatch.setattr(runtime.storage, "_resolve", flaky)
+    master, _ = _master(graph, recovering=True)
+    master._recover_or_restore()
+    newest = max(runtime.storage.CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id).checkpoint_ids())
+    assert failures["left"] == 0 and master._latest["checkpoint_id"] == newest
+    assert not any("skipping damaged checkpoint" in r.message for r in caplog.records)
