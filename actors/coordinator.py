@@ -433,7 +433,7 @@ class JobCoordinator:
             "restarting_tasks": m.restarting_tasks(),  # failed-over regions on their way back
             "duration_s": round((m.ended or m.clock()) - m.started, 3),
             "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},
-            "completed_checkpoints": sum(1 for s in m.coordinator.history.values() if s.status == "COMPLETED"),
+            "completed_checkpoints": m.coordinator.completed,
         }
 
     def checkpoints(self, job: str) -> list[dict[str, Any]]:

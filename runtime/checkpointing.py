@@ -84,12 +84,18 @@ class CheckpointStats:
 
 
 class CheckpointCoordinator:
+    # Ended checkpoints kept in ``history`` (``weir checkpoints``), besides the
+    # pending ones and the retained completed ones the job master discards later:
+    # a job that runs for months must not grow with every checkpoint.
+    HISTORY_LIMIT = 100
+
     def __init__(self, graph: JobGraph) -> None:
         self.graph = graph
         self.config = graph.checkpointing
         self.next_id = 1
         self.pending: dict[int, PendingCheckpoint] = {}
         self.history: dict[int, CheckpointStats] = {}
+        self.completed = 0  # all completed so far, history or not
         self.last_trigger: float | None = None
         self.last_completion: float | None = None
         self.consecutive_failures = 0
@@ -191,10 +197,23 @@ class CheckpointCoordinator:
         st.size_bytes = sum(h.size for h, _ in p.acks.values())
         self.last_completion = now
         self.consecutive_failures = 0
+        self.completed += 1
         # Older pending checkpoints are subsumed by a newer completed one.
         for older in [cid for cid in self.pending if cid < checkpoint_id]:
             self.abort(older, CheckpointFailureReason.DECLINED_SUBSUMED, "a newer checkpoint completed")
+        self._trim_history()
         return p
+
+    def _trim_history(self) -> None:
+        """Forget the oldest ended checkpoints beyond ``HISTORY_LIMIT``; a pending one
+        or a completed checkpoint still on storage (its discard needs its location)
+        stays."""
+        ended = [
+            cid for cid, st in self.history.items()
+            if st.status != "PENDING" and not (st.status == "COMPLETED" and st.kind == CheckpointKind.CHECKPOINT.value and not st.discarded)
+        ]
+        for cid in sorted(ended)[: max(0, len(ended) - self.HISTORY_LIMIT)]:
+            del self.history[cid]
 
     def abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> PendingCheckpoint | None:
         p = self.pending.pop(checkpoint_id, None)
@@ -203,6 +222,7 @@ class CheckpointCoordinator:
         st = self.history[checkpoint_id]
         st.status = "ABORTED"
         st.reason = reason.message + (f" ({detail})" if detail else "")
+        self._trim_history()
         if reason not in (
             CheckpointFailureReason.DECLINED_SUBSUMED,
             CheckpointFailureReason.JOB_STOPPING,

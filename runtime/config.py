@@ -43,6 +43,14 @@ def _positive(setting: str, value: float, allow_zero: bool = False) -> None:
         raise InvalidConfigurationError(setting, value, "must be " + ("zero or more" if allow_zero else "positive"))
 
 
+def _whole(setting: str, value: int, allow_zero: bool = False) -> int:
+    """A count or a number of milliseconds: a fraction would truncate (0.5 ms to 0)."""
+    _positive(setting, value, allow_zero)
+    if value != int(value):
+        raise InvalidConfigurationError(setting, value, "must be a whole number")
+    return int(value)
+
+
 @dataclass
 class CheckpointConfig:
     """Periodic checkpointing. ``interval_ms=None`` means off; a bounded job still
@@ -63,28 +71,23 @@ class CheckpointConfig:
         return self.interval_ms is not None
 
     def set_checkpoint_interval(self, interval_ms: int) -> "CheckpointConfig":
-        _positive("checkpoint interval_ms", interval_ms)
-        self.interval_ms = int(interval_ms)
+        self.interval_ms = _whole("checkpoint interval_ms", interval_ms)
         return self
 
     def set_checkpoint_timeout(self, timeout_ms: int) -> "CheckpointConfig":
-        _positive("checkpoint timeout_ms", timeout_ms)
-        self.timeout_ms = int(timeout_ms)
+        self.timeout_ms = _whole("checkpoint timeout_ms", timeout_ms)
         return self
 
     def set_min_pause_between_checkpoints(self, min_pause_ms: int) -> "CheckpointConfig":
-        _positive("checkpoint min_pause_ms", min_pause_ms, allow_zero=True)
-        self.min_pause_ms = int(min_pause_ms)
+        self.min_pause_ms = _whole("checkpoint min_pause_ms", min_pause_ms, allow_zero=True)
         return self
 
     def set_max_concurrent_checkpoints(self, max_concurrent: int) -> "CheckpointConfig":
-        _positive("max_concurrent_checkpoints", max_concurrent)
-        self.max_concurrent = int(max_concurrent)
+        self.max_concurrent = _whole("max_concurrent_checkpoints", max_concurrent)
         return self
 
     def set_num_retained_checkpoints(self, retained: int) -> "CheckpointConfig":
-        _positive("num_retained_checkpoints", retained)
-        self.retained = int(retained)
+        self.retained = _whole("num_retained_checkpoints", retained)
         return self
 
     def set_checkpointing_mode(self, mode: CheckpointingMode) -> "CheckpointConfig":
@@ -101,8 +104,7 @@ class CheckpointConfig:
     set_checkpoint_storage_dir = set_checkpoint_storage
 
     def set_tolerable_checkpoint_failure_number(self, count: int) -> "CheckpointConfig":
-        _positive("tolerable_checkpoint_failures", count, allow_zero=True)
-        self.tolerable_failures = int(count)
+        self.tolerable_failures = _whole("tolerable_checkpoint_failures", count, allow_zero=True)
         return self
 
 
@@ -120,7 +122,7 @@ class RestartStrategy:
 
     @staticmethod
     def fixed_delay(restart_attempts: int = 3, delay_s: float = 1.0) -> "RestartStrategy":
-        _positive("restart_attempts", restart_attempts, allow_zero=True)
+        restart_attempts = _whole("restart_attempts", restart_attempts, allow_zero=True)
         _positive("restart delay_s", delay_s, allow_zero=True)
         return RestartStrategy(int(restart_attempts), float(delay_s), 1.0, float(delay_s))
 
@@ -128,7 +130,7 @@ class RestartStrategy:
     def exponential_delay(
         max_attempts: int = 10, initial_delay_s: float = 0.5, multiplier: float = 2.0, max_delay_s: float = 30.0
     ) -> "RestartStrategy":
-        _positive("restart max_attempts", max_attempts, allow_zero=True)
+        max_attempts = _whole("restart max_attempts", max_attempts, allow_zero=True)
         _positive("restart initial_delay_s", initial_delay_s, allow_zero=True)
         if multiplier < 1:
             raise InvalidConfigurationError("restart multiplier", multiplier, "must be at least 1")

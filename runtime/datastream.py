@@ -13,7 +13,7 @@ import itertools
 import os
 from typing import Any, Callable, Iterable, Sequence
 
-from runtime.config import CheckpointConfig, CheckpointingMode, ExecutionConfig, RestartStrategy, _positive
+from runtime.config import CheckpointConfig, CheckpointingMode, ExecutionConfig, RestartStrategy, _positive, _whole
 from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
 from runtime.eventtime import WatermarkStrategy
 from runtime.executor import JobClient, JobExecutionResult, find_executor
@@ -64,16 +64,14 @@ class StreamExecutionEnvironment:
 
     # ---------------------------------------------------------------- settings
     def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
-        _positive("parallelism", parallelism)
-        self.config.parallelism = int(parallelism)
+        self.config.parallelism = _whole("parallelism", parallelism)
         return self
 
     def get_parallelism(self) -> int:
         return self.config.parallelism
 
     def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
-        _positive("max_parallelism", max_parallelism)
-        self.config.max_parallelism = int(max_parallelism)
+        self.config.max_parallelism = _whole("max_parallelism", max_parallelism)
         return self
 
     def enable_checkpointing(self, interval_ms: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE) -> "StreamExecutionEnvironment":
@@ -102,18 +100,15 @@ class StreamExecutionEnvironment:
 
     def set_auto_watermark_interval(self, interval_ms: int) -> "StreamExecutionEnvironment":
         """How often sources emit watermarks (default 200 ms)."""
-        _positive("auto watermark interval_ms", interval_ms)
-        self.config.watermark_interval_ms = int(interval_ms)
+        self.config.watermark_interval_ms = _whole("auto watermark interval_ms", interval_ms)
         return self
 
     def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
-        _positive("buffer_timeout_ms", timeout_ms, allow_zero=True)
-        self.config.transport.buffer_timeout_ms = int(timeout_ms)
+        self.config.transport.buffer_timeout_ms = _whole("buffer_timeout_ms", timeout_ms, allow_zero=True)
         return self
 
     def set_batch_size(self, records: int) -> "StreamExecutionEnvironment":
-        _positive("batch_size", records)
-        self.config.transport.batch_size = int(records)
+        self.config.transport.batch_size = _whole("batch_size", records)
         return self
 
     def set_task_cpus(self, cpus: float) -> "StreamExecutionEnvironment":
@@ -224,13 +219,11 @@ class DataStream:
         return self._t
 
     def set_parallelism(self, parallelism: int) -> "DataStream":
-        _positive("parallelism", parallelism)
-        self._own("set_parallelism()").parallelism = int(parallelism)
+        self._own("set_parallelism()").parallelism = _whole("parallelism", parallelism)
         return self
 
     def set_max_parallelism(self, max_parallelism: int) -> "DataStream":
-        _positive("max_parallelism", max_parallelism)
-        self._own("set_max_parallelism()").max_parallelism = int(max_parallelism)
+        self._own("set_max_parallelism()").max_parallelism = _whole("max_parallelism", max_parallelism)
         return self
 
     def name(self, name: str) -> "DataStream":
@@ -405,8 +398,7 @@ class WindowedStream:
 
     def allowed_lateness(self, lateness_ms: int) -> "WindowedStream":
         """Keep windows this long after their end: late records update and re-fire them."""
-        _positive("allowed lateness", lateness_ms, allow_zero=True)
-        self._lateness = int(lateness_ms)
+        self._lateness = _whole("allowed lateness", lateness_ms, allow_zero=True)
         return self
 
     def side_output_late_data(self, tag: OutputTag) -> "WindowedStream":

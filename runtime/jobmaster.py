@@ -437,7 +437,7 @@ class JobMaster:
         if self.status is JobStatus.FAILED:
             raise self.failure_error()
         end = self.ended if self.ended is not None else self.clock()
-        completed = sum(1 for s in self.coordinator.history.values() if s.status == "COMPLETED")
+        completed = self.coordinator.completed
         return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts, completed, self.final_metrics)
 
     def failure_error(self) -> JobExecutionError:

@@ -149,7 +149,33 @@ def read_metadata(location: str) -> dict[str, Any]:
         raise CorruptCheckpointError(uri, "missing: no completed checkpoint or savepoint there") from None
     except (ValueError, OSError) as exc:
         raise CorruptCheckpointError(uri, f"unreadable metadata ({exc})") from None
+    problem = _metadata_problem(metadata)
+    if problem:
+        raise CorruptCheckpointError(uri, f"not weir checkpoint metadata ({problem})")
     return _map_handles(metadata, lambda ref: ref if "://" in ref else join(location, ref))
+
+
+_OPERATOR_FIELDS = {"vertex": str, "parallelism": int, "max_parallelism": int, "fully_finished": bool, "handles": list}
+_HANDLE_FIELDS = {"uri": str, "sha256": str, "size": int}
+
+
+def _metadata_problem(metadata: Any) -> str:
+    """What makes well-formed JSON unusable as metadata ("" if nothing): a restore
+    must fail as a damaged checkpoint, never with a bare KeyError."""
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("checkpoint_id"), int):
+        return "no checkpoint_id"
+    if not isinstance(metadata.get("operators"), dict):
+        return "no operators"
+    for uid, op in metadata["operators"].items():
+        if not isinstance(op, dict):
+            return f"operator {uid!r} is not an object"
+        for name, kind in _OPERATOR_FIELDS.items():
+            if not isinstance(op.get(name), kind):
+                return f"operator {uid!r} has no {name}"
+        for h in op["handles"]:
+            if h is not None and (not isinstance(h, dict) or any(not isinstance(h.get(k), t) for k, t in _HANDLE_FIELDS.items())):
+                return f"operator {uid!r} has a malformed state handle"
+    return ""
 
 
 def _map_handles(value: Any, fix: Any) -> Any:

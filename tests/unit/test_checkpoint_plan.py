@@ -46,3 +46,20 @@ def test_union_list_state_of_a_partially_finished_operator_declines():
     assert coordinator.is_complete(pending.checkpoint_id)
     assert coordinator.union_state_partially_finished(pending.checkpoint_id, set()) == "pointwise"
     assert uid in coordinator.metadata(pending.checkpoint_id, set())["operators"]
+
+
+def test_the_checkpoint_history_stays_bounded_and_still_counts_every_checkpoint():
+    """Issue #13 item 7: it grew by one entry per checkpoint, for the job's life."""
+    g = _graph()
+    coordinator = CheckpointCoordinator(g)
+    for i in range(3 * CheckpointCoordinator.HISTORY_LIMIT):
+        plan = plan_checkpoint(g, set())
+        pending = coordinator.start(plan, float(i), lambda cid: f"file:///tmp/chk-{cid}")
+        for key in plan.to_ack:
+            coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), {})
+        if pending.checkpoint_id > 1:  # the job master discards all but the newest (retained=1)
+            coordinator.history[pending.checkpoint_id - 1].discarded = True
+        coordinator.complete(pending.checkpoint_id, float(i))
+    assert coordinator.completed == 3 * CheckpointCoordinator.HISTORY_LIMIT
+    assert len(coordinator.history) <= CheckpointCoordinator.HISTORY_LIMIT + 1
+    assert max(coordinator.history) == 3 * CheckpointCoordinator.HISTORY_LIMIT  # the newest stay

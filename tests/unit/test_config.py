@@ -35,3 +35,21 @@ def test_restart_delays():
     assert [RestartStrategy.fixed_delay(3, 2).delay_before(i) for i in (1, 2, 3)] == [2, 2, 2]
     exp = RestartStrategy.exponential_delay(5, 0.5, 2, 3)
     assert [exp.delay_before(i) for i in (1, 2, 3, 4)] == [0.5, 1, 2, 3]
+
+
+@pytest.mark.parametrize("call,setting", [
+    (lambda env: env.enable_checkpointing(0.5), "checkpoint interval_ms"),
+    (lambda env: env.set_parallelism(2.5), "parallelism"),
+    (lambda env: env.set_batch_size(0.9), "batch_size"),
+    (lambda env: env.set_buffer_timeout(0.5), "buffer_timeout_ms"),
+    (lambda env: env.get_checkpoint_config().set_num_retained_checkpoints(1.5), "num_retained_checkpoints"),
+    (lambda env: RestartStrategy.fixed_delay(2.5, 1), "restart_attempts"),
+])
+def test_a_fraction_where_a_whole_number_is_meant_is_refused_not_truncated(call, setting):
+    """Issue #13 item 7: 0.5 ms used to become 0 (a checkpoint as often as possible)."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidConfigurationError, match="must be a whole number") as info:
+        call(env)
+    assert info.value.setting == setting
+    env.set_parallelism(3.0)  # a float that is whole is fine
+    assert env.get_parallelism() == 3

@@ -22,10 +22,14 @@ def test_state_round_trip_and_metadata_marks_completion(storage):
     h = write_state(loc, "map-0", pickle.dumps({"op": [1, 2]}))
     assert h.uri.startswith("file://") and h.uri.endswith("/job/chk-3/map-0.state")
     assert storage.checkpoint_ids() == []
-    write_metadata(loc, {"checkpoint_id": 3})
+    op = {"vertex": "map", "parallelism": 1, "max_parallelism": 128, "fully_finished": False}
+    metadata = {"checkpoint_id": 3, "operators": {"m": {**op, "handles": [{"uri": h.uri, "sha256": h.sha256, "size": h.size}]}}}
+    write_metadata(loc, metadata)
     assert storage.checkpoint_ids() == [3]
     assert read_state(h) == {"op": [1, 2]}
-    assert read_metadata(loc) == {"checkpoint_id": 3}
+    assert read_metadata(loc) == metadata
+    # Inside the folder, handles are stored relative to it (a savepoint can move).
+    assert '"uri": "map-0.state"' in open(_local(loc + "/_metadata")).read()
 
 
 def test_a_flipped_byte_is_caught_by_the_checksum_and_names_the_file(storage):

@@ -158,3 +158,19 @@ def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_
     master._recover_or_restore()
     assert master._latest is not None and master._latest["checkpoint_id"] == int(done[-2].name.split("-")[1])
     assert any("skipping damaged checkpoint" in r.message and "_metadata is unusable" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("metadata", [
+    '{"operators": {}}',
+    '{"checkpoint_id": 3, "operators": {"sums": {"vertex": "reduce", "parallelism": 2}}}',
+    '{"checkpoint_id": 3, "operators": {"sums": {"vertex": "reduce", "parallelism": 2, "max_parallelism": 128, '
+    '"fully_finished": false, "handles": [{"uri": "x"}]}}}',
+])
+def test_well_formed_but_wrong_metadata_is_a_damaged_checkpoint_not_a_key_error(tmp_path, metadata):
+    """Issue #13 item 7: restoring it raised a bare KeyError."""
+    (tmp_path / "sp").mkdir()
+    (tmp_path / "sp" / "_metadata").write_text(metadata)
+    env, _ = _summing_job(tmp_path)
+    env.restore_from_savepoint(str(tmp_path / "sp"))
+    with pytest.raises(JobExecutionError, match=r"sp/_metadata is unusable: not weir checkpoint metadata \("):
+        env.execute("wrong-metadata", executor="local")
