@@ -55,6 +55,12 @@ class FileSink(Sink):
         fs.create_dir(base, recursive=True)
         return _FileWriter(fs, base, self.format, self.schema, ctx)
 
+    def exclusive_location(self) -> str:
+        """Part files are named by attempt and subtask: a second FileSink of the
+        job on this folder would pick the same names."""
+        fs, base = resolve(self.path)
+        return f"{fs.type_name}:{posixpath.normpath(base)}"
+
 
 class _FileWriter(SinkWriter):
     def __init__(self, fs: pafs.FileSystem, base: str, fmt: str, schema: pa.Schema | None, ctx: OperatorContext) -> None:

@@ -57,6 +57,7 @@ class StreamExecutionEnvironment:
             self.restore_from_savepoint(os.environ["WEIR_RESTORE_FROM"], bool(os.environ.get("WEIR_ALLOW_NON_RESTORED_STATE")))
         self._ids = itertools.count(1)
         self._sinks: list[Transformation] = []
+        self._sink_locations: dict[str, str] = {}  # a sink's exclusive location -> its operator's name
 
     @staticmethod
     def get_execution_environment() -> "StreamExecutionEnvironment":
@@ -315,9 +316,18 @@ class DataStream:
     def sink_to(self, sink: Sink) -> "DataStream":
         if not isinstance(sink, Sink):
             raise TypeError(f"sink_to() takes a runtime.sinks.Sink, got {type(sink).__name__}")
+        where = sink.exclusive_location()
+        other = self._env._sink_locations.get(where) if where is not None else None
+        if where is not None and other is not None:
+            raise InvalidJobGraphError(
+                f"two sinks of this job write to {where.split(':', 1)[1]} ({other} and another {type(sink).__name__}): "
+                "their files would collide; give each sink a folder of its own"
+            )
         s = self._then(f"Sink: {type(sink).__name__}", lambda n, u: SinkOperator(n, u, sink))
         assert s._t is not None
         self._env._sinks.append(s._t)
+        if where is not None:
+            self._env._sink_locations[where] = s._t.name
         return s
 
     def print(self) -> "DataStream":

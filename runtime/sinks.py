@@ -45,6 +45,11 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, ctx: OperatorContext) -> SinkWriter: ...
 
+    def exclusive_location(self) -> str | None:
+        """A place only this sink may write to (two sinks of a job there would
+        overwrite each other's files), or None when it may be shared."""
+        return None
+
 
 class SinkOperator(StreamOperator):
     PENDING = "pending-committables"

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from connectors.files import FileSink, read_committed
-from runtime import InvalidConfigurationError
+from runtime import InvalidConfigurationError, StreamExecutionEnvironment
 from runtime.state import OperatorSnapshot
 from runtime.testing import OperatorHarness
 
@@ -84,3 +84,16 @@ def test_commit_is_idempotent(tmp_path):
 def test_unknown_format_is_refused():
     with pytest.raises(InvalidConfigurationError, match="FileSink format='csv'"):
         FileSink("/tmp/x", format="csv")
+
+
+def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
+    """Issue #13 item 6: they picked the same part-file names; one committed file
+    held both sinks' rows and the job failed."""
+    from runtime import InvalidJobGraphError
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    numbers = env.from_collection([1, 2, 3])
+    numbers.sink_to(FileSink(str(tmp_path / "out")))
+    numbers.map(lambda x: -x).sink_to(FileSink(str(tmp_path / "other")))  # another folder: fine
+    with pytest.raises(InvalidJobGraphError, match=rf"two sinks of this job write to {tmp_path}/out \(Sink: FileSink and another FileSink\)"):
+        numbers.map(lambda x: x * 2).sink_to(FileSink(str(tmp_path / "out") + "/"))
