@@ -16,7 +16,7 @@ import ray
 
 from actors.cluster import task_actor_name
 from actors.exchange import Endpoint, Route
-from actors.pool import JobAssignment, JobScope, Shape, get_pool
+from actors.pool import JobAssignment, JobScope, Shape, _id, get_pool
 from runtime.checkpointing import TaskKey
 from runtime.errors import InvalidJobGraphError, TaskFailedError, WeirError
 from runtime.events import CheckpointBarrier
@@ -65,10 +65,6 @@ def check_feasible(graph: JobGraph) -> None:
                 f"operator '{who}' asks for {pretty} per task (in '{v.name}'), which no node of this Ray cluster has "
                 f"(nodes offer: {offered or 'nothing'})"
             )
-
-
-def _id(actor: Any) -> str:
-    return actor._actor_id.hex()
 
 
 def _answers(calls: dict[TaskKey, Any]) -> tuple[dict[TaskKey, Any], list[TaskKey]]:

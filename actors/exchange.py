@@ -29,6 +29,7 @@ connection; :class:`Outbox` belongs to the task's loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -37,13 +38,14 @@ import time
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener, answer_challenge, deliver_challenge  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, Iterator
 
 from runtime.mailbox import Mailbox
 
 SOCKET_BUFFER_BYTES = 64 * 1024  # the kernel doubles it
 _HANDSHAKE_TIMEOUT_S = 10
 _DRAIN = b""  # a delivery is never empty: it is a pickled list
+_BROKEN = (OSError, EOFError, ValueError, AuthenticationError)  # what a connection fails with
 
 
 @dataclass(frozen=True)
@@ -68,31 +70,34 @@ class Route:
     attempt: int
 
 
-def _tune(conn: Connection, timeout_s: float = 0) -> None:
-    """No Nagle delay (a batch's last segment would wait for an ACK), bounded
-    buffers, and a receive timeout (0: none) that holds for the connection's own fd."""
+@contextlib.contextmanager
+def _socket_of(conn: Connection) -> Iterator[socket.socket]:
+    """The connection's socket, for options and shutdown (a duplicate of its fd:
+    both act on the one socket)."""
     s = socket.socket(fileno=os.dup(conn.fileno()))
     try:
+        yield s
+    finally:
+        s.close()
+
+
+def _tune(conn: Connection, timeout_s: int = 0) -> None:
+    """No Nagle delay (a batch's last segment would wait for an ACK), bounded
+    buffers, and a receive timeout (0: none)."""
+    with _socket_of(conn) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(timeout_s), 0))
-    finally:
-        s.close()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", timeout_s, 0))
 
 
 def _shutdown(conn: Connection) -> None:
     """Wake a thread blocked on the connection (closing the fd would not)."""
     try:
-        s = socket.socket(fileno=os.dup(conn.fileno()))
+        with _socket_of(conn) as s:
+            s.shutdown(socket.SHUT_RDWR)
     except OSError:
-        return  # already closed
-    try:
-        s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        s.close()
+        pass  # closed already
 
 
 class Inbox:
@@ -156,7 +161,7 @@ class Inbox:
                 mailbox.put_data(channel, seq, payload)
                 seq += 1
         except Exception:  # EOF, a reset, a failed challenge, a closed mailbox
-            pass  # the connection is over; a sender still sending sees it fail  # the connection is over; a sender still sending sees it fail
+            pass  # the connection is over; a sender still sending sees it fail
         finally:
             with self._lock:
                 self._conns.pop(conn, None)
@@ -189,7 +194,7 @@ class Outbox:
             started = time.perf_counter()
             conn.send_bytes(payload)
             self.blocked_s += time.perf_counter() - started
-        except (OSError, EOFError, ValueError, AuthenticationError) as exc:
+        except _BROKEN as exc:
             raise DeliveryError(output, channel, self._routes[output][channel], exc) from None
 
     def _connect(self, output: int, channel: int) -> Connection:
@@ -211,7 +216,7 @@ class Outbox:
     def _exchange(self, output: int, channel: int, call: Any, *args: Any) -> None:
         try:
             call(*args)
-        except (OSError, EOFError) as exc:
+        except _BROKEN as exc:
             raise DeliveryError(output, channel, self._routes[output][channel], exc) from None
 
     def close(self) -> None:

@@ -185,7 +185,11 @@ class RecordWriter:
         self._seq = [0] * channels
         self._oldest: float | None = None
         self.records_out = 0
-        self.batches_out = 0  # deliveries sent: records_out / batches_out is the mean batch
+
+    @property
+    def batches_out(self) -> int:
+        """Deliveries sent (events included): records_out / batches_out is the mean batch."""
+        return sum(self._seq)
 
     def emit(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         if not records:
@@ -252,5 +256,4 @@ class RecordWriter:
     def _deliver(self, ch: int, messages: list[Any]) -> None:
         seq = self._seq[ch]
         self._seq[ch] = seq + 1
-        self.batches_out += 1
         self._send(ch, seq, encode(messages, self._operator))

@@ -328,9 +328,9 @@ class StreamTask:
                 for w in self.writers:
                     w.flush_if_due()
                 return
-        # About to wait: buffers go out when due, not at every pause (each delivery
-        # is a remote call, and a source pausing between records would send one
-        # per record). The wait ends when the oldest buffered record is due.
+        # About to wait: buffers go out when due, not at every pause (a source
+        # pausing between records would send one delivery per record). The wait
+        # ends when the oldest buffered record is due.
         for w in self.writers:
             due_in = w.flush_if_due()
             if due_in is not None:

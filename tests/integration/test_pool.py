@@ -67,9 +67,19 @@ def test_a_killed_task_actor_is_replaced_from_the_pool_and_never_served_again(ra
     while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
         assert time.monotonic() < deadline, client.checkpoints()
         time.sleep(0.1)
+    tasks = [tuple(name.rsplit("/", 2)[1:]) for name in client.tasks()]
+    before = {(v, int(i)): client.task_actor(v, int(i))._actor_id.hex() for v, i in tasks}
     victim = client.task_actor("count", 1)
     victim_id = victim._actor_id.hex()
     ray.kill(victim)
+    while client.task_actor("count", 1)._actor_id.hex() == victim_id:
+        assert time.monotonic() < deadline + 60, "the killed task was not redeployed"
+        time.sleep(0.05)
+    # The failover restarted every task (one keyed region), but only the killed one
+    # needed a new actor: the others were cancelled and redeployed on the same
+    # actors (tasks of one shape may swap actors).
+    after = {client.task_actor(*key)._actor_id.hex() for key in before}
+    assert set(before.values()) - after == {victim_id} and len(after - set(before.values())) == 1
     result = client.wait(120)
     assert result.status is JobStatus.FINISHED and result.restarts == 1
     totals: dict[int, int] = {}

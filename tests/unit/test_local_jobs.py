@@ -204,3 +204,16 @@ def test_a_function_that_cannot_be_pickled_is_refused_before_the_job_starts(chec
     env.from_sequence(0, 9).map(lambda i: (i, lock)).name("holds-lock").sink_to(DiscardingSink())
     with pytest.raises(InvalidJobGraphError, match=r"operator 'holds-lock' cannot be shipped to its tasks: .*cannot pickle '_thread.lock' object"):
         env.execute("local-unshippable", executor="local")
+
+
+def test_a_source_pausing_between_records_sends_a_batch_per_buffer_timeout_not_per_record():
+    """At 2,000 records/s the source pauses between records; a partly filled
+    buffer goes out when the buffer timeout (50 ms) is due, so half a second of
+    records travels in a few dozen batches, not one delivery per record."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1).set_buffer_timeout(50)
+    (env.from_generator(lambda i: (i % 10, i), count=1_000, records_per_second=2_000)
+        .key_by(lambda kv: kv[0]).reduce(lambda a, b: b).sink_to(DiscardingSink()))
+    result = env.execute("paced-source", executor="local")
+    source = next(m for m in result.metrics if m["task"].startswith("source"))
+    assert source["records_out"] == 1_000
+    assert source["batches_out"] < 100, f"{source['batches_out']} deliveries for 1,000 records"
