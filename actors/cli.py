@@ -141,6 +141,18 @@ def cancel(ctx: click.Context, job: str) -> None:
 
 @cli.command()
 @click.argument("job")
+@click.option("-o", "--output", default=None, help="SVG file to write (default: JOB.svg here).")
+@click.pass_context
+def graph(ctx: click.Context, job: str, output: str | None) -> None:
+    """Draw a job's graph as it runs now: vertices, chains, parallelism, partitioners (SVG)."""
+    path = output or f"{job}.svg"
+    with open(path, "w") as f:
+        f.write(_client(ctx, job).graph_svg())
+    _emit(ctx, {"job": job, "graph": os.path.abspath(path)})
+
+
+@cli.command()
+@click.argument("job")
 @click.argument("vertex")
 @click.argument("subtask", type=int)
 @click.pass_context

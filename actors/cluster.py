@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 import ray
+
+from runtime.errors import WeirError
 
 NAMESPACE = "weir"
 log = logging.getLogger("weir")
@@ -28,9 +31,15 @@ def java_env() -> dict[str, str]:
     return {"JDK_JAVA_OPTIONS": value}
 
 
-def ensure_ray(address: str | None = None) -> None:
+class NoClusterError(WeirError):
+    """A client found no Ray cluster to attach to (it never starts one)."""
+
+
+def ensure_ray(address: str | None = None, start: bool = True) -> None:
     """Connect to the cluster at ``address`` / ``RAY_ADDRESS``, else to one running
-    on this machine, else start a local one. Idempotent.
+    on this machine, else (``start``) start a local one. Idempotent. Clients that
+    only look at jobs pass ``start=False``: with no cluster they fail at once,
+    naming where they looked, instead of starting an empty one.
 
     The driver keeps a namespace of its own (weir's actors are named in
     ``NAMESPACE`` explicitly): raydp names its Spark app master the same in every
@@ -40,13 +49,29 @@ def ensure_ray(address: str | None = None) -> None:
     os.environ.update(java_env())  # inherited by a cluster this process starts
     runtime_env = {"env_vars": java_env()}  # reaches workers of a cluster we join
     address = address or os.environ.get("RAY_ADDRESS")
-    if address:
+    if address and address != "auto":
+        if not start:
+            _reachable(address)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
     try:
         ray.init(address="auto", runtime_env=runtime_env)
     except ConnectionError:
+        if not start:
+            raise NoClusterError(
+                "no Ray cluster found on this machine (RAY_ADDRESS is unset): start one with `ray start --head`, "
+                "or point RAY_ADDRESS or --address at yours"
+            ) from None
         ray.init(runtime_env=runtime_env)
+
+
+def _reachable(address: str) -> None:
+    """Fail fast when nothing listens at ``address`` (Ray itself waits a minute or more)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
+    except (OSError, ValueError):
+        raise NoClusterError(f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?") from None
 
 
 def actor_runtime_env() -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,15 +17,15 @@ import ray
 
 from actors.cluster import task_actor_name
 from actors.exchange import Endpoint, Route
+from actors.metrics import JobMetrics, report_every_second
 from actors.pool import JobAssignment, JobScope, Shape, _id, get_pool
-from runtime.checkpointing import TaskKey
-from runtime.errors import InvalidJobGraphError, TaskFailedError, WeirError
-from runtime.events import CheckpointBarrier
+from runtime.checkpointing import TaskKey, task_name
+from runtime.errors import InvalidJobGraphError, JobCancelledError, NoResourceAvailableError, TaskFailedError, WeirError
 from runtime.config import ExecutionConfig
 from runtime.graph import JobGraph, JobVertex
 from runtime.executor import JobStatus
 from runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
-from runtime.task import Cancel, NotifyCheckpointAborted, NotifyCheckpointComplete, OperatorEvent, TaskResult, TaskState, TriggerCheckpoint
+from runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
 log = logging.getLogger("weir.coordinator")
 
@@ -49,33 +50,65 @@ def actor_resources(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, 
     return options
 
 
+_RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+def _asks(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, float]:
+    """What each task of a vertex asks for, in weir's words (num_cpus, num_gpus,
+    memory, custom resources)."""
+    options = actor_resources(vertex, execution)
+    return {**{k: options[k] for k in _RAY_NAMES if options.get(k)}, **options.get("resources", {})}
+
+
+def _pretty(amounts: dict[str, float]) -> str:
+    return ", ".join(f"{k}={a:g}" for k, a in amounts.items())
+
+
+def _owners(vertex: JobVertex) -> str:
+    """Who in a vertex asks for its resources, as a user named them."""
+    owners = "', '".join(vertex.resource_owners) or vertex.name
+    return f"operator '{owners}' (in '{vertex.name}')"
+
+
 def check_feasible(graph: JobGraph) -> None:
     """Refuse a job with a task no node of the cluster could ever host."""
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
     for v in graph.vertices.values():
-        options = actor_resources(v, graph.execution)
-        asks = {"CPU": options["num_cpus"], "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0), **options.get("resources", {})}
-        asks = {k: a for k, a in asks.items() if a}
-        if not any(all(node.get(k, 0) >= a for k, a in asks.items()) for node in nodes):
-            offered = "; ".join(", ".join(f"{k}={n[k]:g}" for k in sorted(n) if not k.startswith("node:")) for n in nodes)
-            pretty = ", ".join(f"{next((u for u, r in names.items() if r == k), k)}={a:g}" for k, a in asks.items())
-            who = "', '".join(v.resource_owners) or v.name
+        asks = _asks(v, graph.execution)
+        need = {_RAY_NAMES.get(k, k): a for k, a in asks.items()}
+        if not any(all(node.get(k, 0) >= a for k, a in need.items()) for node in nodes):
+            offered = "; ".join(_pretty({k: n[k] for k in sorted(n) if not k.startswith("node:")}) for n in nodes)
             raise InvalidJobGraphError(
-                f"operator '{who}' asks for {pretty} per task (in '{v.name}'), which no node of this Ray cluster has "
+                f"{_owners(v)} asks for {_pretty(asks)} per task, which no node of this Ray cluster has "
                 f"(nodes offer: {offered or 'nothing'})"
             )
 
 
-def _answers(calls: dict[TaskKey, Any]) -> tuple[dict[TaskKey, Any], list[TaskKey]]:
+class _Unplaced(Exception):
+    """Slots that had not answered when a deploy gave up waiting."""
+
+    def __init__(self, keys: list[TaskKey]) -> None:
+        self.keys = keys
+
+
+def _answers(calls: dict[TaskKey, Any], until: float, stop: threading.Event) -> tuple[dict[TaskKey, Any], list[TaskKey]]:
     """Wait for these calls (one per task's slot): the answers, and the tasks
-    whose slot was dead."""
+    whose slot was dead. Raises :class:`_Unplaced` with the tasks still waiting
+    once ``until`` (a monotonic time) has passed or ``stop`` is set: a slot that
+    waits for room on the cluster may wait for ever."""
+    waiting = {ref: key for key, ref in calls.items()}
     answers, dead = {}, []
-    for key, ref in calls.items():
-        try:
-            answers[key] = ray.get(ref)
-        except ray.exceptions.RayActorError:
-            dead.append(key)
+    while waiting:
+        left = until - time.monotonic()
+        if left <= 0 or stop.is_set():
+            raise _Unplaced(sorted(waiting.values()))
+        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=min(0.1, left))
+        for ref in ready:
+            key = waiting.pop(ref)
+            try:
+                answers[key] = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                dead.append(key)
     return answers, dead
 
 
@@ -106,6 +139,7 @@ class RayGateway:
         self._shapes: dict[TaskKey, Shape] = {}
         self._events: dict[Any, TaskKey] = {}  # operator events on their way
         self._endpoints: dict[str, Endpoint] = {}  # slot's actor id -> where it takes deliveries
+        self._stopped = threading.Event()  # the job is cancelled: deploys give up
 
     def _shape(self, d: Deployment) -> Shape:
         options = actor_resources(d.task.vertex, self._graph.execution)
@@ -116,28 +150,59 @@ class RayGateway:
         """Run these tasks on the job's free slots and on slots leased from the
         pool. A slot found dead at setup (it died idle: its node was lost, or a
         user killed it) is replaced and the setup repeated, a few times, before
-        the deployment fails (and the restart strategy takes over)."""
-        actors = self._slots_for(deployments)
+        the deployment fails (and the restart strategy takes over). Slots waiting
+        for room on the cluster are waited for up to the job's slot request
+        timeout, or until the job is cancelled (:meth:`stop_deploying`)."""
         g = self._graph
+        until = time.monotonic() + g.execution.slot_request_timeout_ms / 1000
+        actors = self._slots_for(deployments)
         attempts = {d.key: d.attempt for d in deployments}
-        for _try in range(3):
-            endpoints, dead = _answers({key: a.endpoint.remote() for key, a in actors.items() if _id(a) not in self._endpoints})
-            self._endpoints.update({_id(actors[key]): e for key, e in endpoints.items()})
-            if not dead:
-                routes = {d.key: [[Route(self._endpoints[_id(actors[t])], ch, attempts[t]) for t, ch in out] for out in d.routes] for d in deployments}
-                _, dead = _answers({d.key: actors[d.key].setup.remote(d, routes[d.key], (self._coordinator, g.run_id), self._env) for d in deployments})
-            if not dead:
-                break
-            self._pool.forget.remote([actors[k] for k in dead])
-            actors.update(self._slots_for([d for d in deployments if d.key in dead]))
-        else:
-            raise TaskFailedError(task_actor_name(g.name, *dead[0]), "its task actor died at every try to set it up")
+        try:
+            for _try in range(3):
+                asks = {key: a.endpoint.remote() for key, a in actors.items() if _id(a) not in self._endpoints}
+                endpoints, dead = _answers(asks, until, self._stopped)
+                self._endpoints.update({_id(actors[key]): e for key, e in endpoints.items()})
+                if not dead:
+                    routes = {d.key: [[Route(self._endpoints[_id(actors[t])], ch, attempts[t]) for t, ch in out] for out in d.routes] for d in deployments}
+                    setups = {d.key: actors[d.key].setup.remote(d, routes[d.key], (self._coordinator, g.run_id), self._env) for d in deployments}
+                    _, dead = _answers(setups, until, self._stopped)
+                if not dead:
+                    break
+                self._pool.forget.remote([actors.pop(k) for k in dead])
+                actors.update(self._slots_for([d for d in deployments if d.key in dead]))
+            else:
+                raise TaskFailedError(task_actor_name(g.name, *dead[0]), "its task actor died at every try to set it up")
+        except _Unplaced as unplaced:
+            # Slots that started stay with the job; those still waiting for room go.
+            for key, actor in actors.items():
+                if _id(actor) in self._endpoints:
+                    self._spare.setdefault(self._shapes[key].key, []).append(actor)
+            self._drop([a for a in actors.values() if _id(a) not in self._endpoints])
+            if self._stopped.is_set():
+                raise JobCancelledError(f"job '{g.name}' was cancelled while its tasks were being deployed") from None
+            raise self._no_resources(unplaced.keys) from None
         # The actor dict is replaced, never changed in place: client calls read it
         # from other threads. Routes stay within the deployed tasks (a region).
         self.actors = {**self.actors, **actors}
         self._attempts.update({d.key: d.attempt for d in deployments})
         self._ended -= set(actors)
         self._runs.update({actors[d.key].run.remote(): d.key for d in deployments})
+
+    def stop_deploying(self) -> None:
+        self._stopped.set()
+
+    def _no_resources(self, keys: list[TaskKey]) -> NoResourceAvailableError:
+        g = self._graph
+        vertices = [g.vertices[v] for v in sorted({k[0] for k in keys})]
+        asks = {v.id: _asks(v, g.execution) for v in vertices}
+        available = ray.available_resources()
+        free = {k: available.get(_RAY_NAMES.get(k, k), 0.0) for a in asks.values() for k in a}
+        return NoResourceAvailableError(
+            f"{len(keys)} task(s) of job '{g.name}' ({', '.join(task_name(k) for k in keys[:5])}{' and more' if len(keys) > 5 else ''}) "
+            f"found no room on the Ray cluster within the slot request timeout of {g.execution.slot_request_timeout_ms / 1000:g} s: "
+            + "; ".join(f"{_owners(v)} asks for {_pretty(asks[v.id])} per task" for v in vertices)
+            + f"; free now: {_pretty(free)} (free resources, add nodes, ask for less, or raise set_slot_request_timeout)"
+        )
 
     def _slots_for(self, deployments: list[Deployment]) -> dict[TaskKey, Any]:
         """A slot per deployment: the job's free ones of its shape first, then leased."""
@@ -161,26 +226,13 @@ class RayGateway:
             actors.update({d.key: actor for d, actor in zip(rest, ray.get(ref))})
         return actors
 
-    def _letter(self, key: TaskKey, letter: Any) -> Any:
-        actor = self.actors.get(key)
-        return None if actor is None else actor.letter.remote(self._attempts[key], letter)
-
-    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
-        self._letter(task, TriggerCheckpoint(barrier, stop_drain))
-
-    def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None:
-        self._letter(task, NotifyCheckpointComplete(checkpoint_id))
-
-    def notify_checkpoint_aborted(self, task: TaskKey, checkpoint_id: int) -> None:
-        self._letter(task, NotifyCheckpointAborted(checkpoint_id))
-
-    def cancel(self, task: TaskKey) -> None:
-        self._letter(task, Cancel())
-
-    def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
-        ref = self._letter(task, OperatorEvent(operator_uid, event_id, event))
-        if ref is not None:
-            self._events[ref] = task
+    def send(self, task: TaskKey, letter: TaskLetter) -> None:
+        actor = self.actors.get(task)
+        if actor is None:
+            return
+        ref = actor.letter.remote(self._attempts[task], letter)
+        if isinstance(letter, OperatorEvent):
+            self._events[ref] = task  # one that is lost fails the task over
 
     def kill(self, tasks: frozenset[TaskKey]) -> None:
         """Stop these tasks now; they report nothing more. A slot whose task had
@@ -302,6 +354,15 @@ class RayGateway:
         return out
 
 
+def _was_restarted() -> bool:
+    """Whether Ray restarted this actor. Ray's own property reads its deprecated
+    ``actor_id`` inside (Ray 2.60), which printed a deprecation warning into every
+    job's log; the warning is about Ray's code, not weir's, so it is muted here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
 @dataclass
 class _HostedJob:
     graph: JobGraph
@@ -328,15 +389,25 @@ class JobCoordinator:
         self._running: _HostedJob | None = None
         self._scope = JobScope()
         self._pool = get_pool(create=False)
-        context = ray.get_runtime_context()
-        if context.was_current_actor_reconstructed and self._pool is not None:
-            assignment = ray.get(self._pool.assignment.remote(context.get_actor_id()))
+        self._metrics = JobMetrics()
+        report_every_second(self._report_metrics, "metrics")
+        if _was_restarted() and self._pool is not None:
+            assignment = ray.get(self._pool.assignment.remote(ray.get_runtime_context().get_actor_id()))
             if assignment is not None:
                 ray.get(self._pool.reclaim.remote(assignment.graph.name))
                 self._start(assignment, recovering=True)
 
     def ready(self) -> bool:
         return True
+
+    def _report_metrics(self) -> None:
+        hosted = self._running
+        if hosted is None:
+            return
+        m = hosted.master
+        done = [st for st in list(m.coordinator.history.values()) if st.status == "COMPLETED"]
+        last = max(done, key=lambda st: st.checkpoint_id, default=None)
+        self._metrics.report(hosted.graph.name, m.restarts, m.coordinator.completed, None if last is None else vars(last))
 
     def start(self, assignment: JobAssignment) -> None:
         self._start(assignment, recovering=False)
@@ -359,8 +430,7 @@ class JobCoordinator:
         if hosted is not None:
             hosted.gateway.give_back()
         self._scope.leave()
-        context = ray.get_runtime_context()
-        ray.get(self._pool.job_finished.remote(context.get_actor_id(), not context.was_current_actor_reconstructed))
+        ray.get(self._pool.job_finished.remote(ray.get_runtime_context().get_actor_id(), not _was_restarted()))
 
     def _run(self, hosted: _HostedJob, linger_s: float) -> None:
         hosted.master.run()
@@ -437,6 +507,9 @@ class JobCoordinator:
 
     def tasks(self, job: str) -> list[str]:
         return [task_actor_name(job, *k) for k in list(self._job(job).gateway.actors)]
+
+    def graph_svg(self, job: str) -> str:
+        return self._job(job).master.graph.to_svg()  # drawn here: the driver never unpickles user functions
 
     def task_actor(self, job: str, vertex: str, subtask: int) -> Any:
         """The Ray actor running a task now (None when it is not deployed)."""

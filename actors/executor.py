@@ -9,6 +9,7 @@ from typing import Any
 import ray
 
 from actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
+from actors.collect import RayCollectChannel
 from actors.coordinator import check_feasible
 from actors.pool import JobAssignment, get_pool
 from runtime.errors import JobCancelledError, WeirError
@@ -92,9 +93,11 @@ class RayJobClient(JobClient):
     def task_actor(self, vertex: str, subtask: int) -> Any:
         """The Ray actor that runs task ``vertex/subtask`` now. Task actors come
         from a pool and carry no Ray name: this is the way from a task to its actor."""
-        deadline = time.monotonic() + 10  # a job just submitted may not have deployed yet
+        deadline = time.monotonic() + 60  # a job just submitted, or failing over, may not have deployed it yet
+        name = task_actor_name(self.job_name, vertex, subtask)
         while (actor := _call(self.job_name, self._coordinator.task_actor.remote(self.job_name, vertex, subtask))) is None:
-            if time.monotonic() > deadline or self.tasks() or self.status().is_terminal:
+            tasks = self.tasks()
+            if time.monotonic() > deadline or (tasks and name not in tasks) or self.status().is_terminal:
                 break  # deployed (and it has no such task), or ended
             time.sleep(0.05)
         if actor is None:
@@ -117,11 +120,17 @@ class RayJobClient(JobClient):
             raise value
         return value
 
+    def restarts(self) -> int:
+        return int(self.info()["restarts"])
+
     def checkpoints(self) -> list[dict[str, Any]]:
         return _call(self.job_name, self._coordinator.checkpoints.remote(self.job_name))
 
     def tasks(self) -> list[str]:
         return _call(self.job_name, self._coordinator.tasks.remote(self.job_name))
+
+    def graph_svg(self) -> str:
+        return _call(self.job_name, self._coordinator.graph_svg.remote(self.job_name))
 
     def metrics(self) -> list[dict[str, Any]]:
         return _call(self.job_name, self._coordinator.metrics.remote(self.job_name))
@@ -140,6 +149,10 @@ def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
 
 
 class RayExecutor(Executor):
+    def collect_channel(self) -> RayCollectChannel:
+        ensure_ray()
+        return RayCollectChannel()
+
     def submit(self, graph: JobGraph) -> RayJobClient:
         ensure_ray()
         check_feasible(graph)

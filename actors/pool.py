@@ -20,7 +20,7 @@ the Python modules the job imported from outside site-packages and the standard
 library, and the job's fault-injection settings are dropped) and idle again, or
 killed when its task did not end cleanly (killed, crashed, stuck after cancel) or
 when reuse is off (``WEIR_POOL_REUSE=0``). What a reused process still keeps is
-listed in README ("What a reused slot keeps").
+listed in docs/operations.md ("What a reused process keeps").
 
 Ownership: slots and coordinators are this actor's children, so they outlive the
 driver that submitted a job (``weir run``, ``ray job submit``) and a coordinator
@@ -185,45 +185,26 @@ class SlotPool:
 
     # ------------------------------------------------------------ slots
     def lease(self, job: str, shape: Shape, count: int) -> list[Any]:
-        """``count`` started slots of ``shape`` for ``job``: idle ones first (spread
-        over nodes round-robin), new ones for the rest (this waits for them)."""
-        for _attempt in range(3):
-            with self._lock:
-                self._shapes.setdefault(shape.key, shape)
-                if time.monotonic() - self._leased_at.get(shape.key, 0.0) > 6 * self.settings.idle_timeout_s:
-                    self._largest_lease[shape.key] = 0
-                self._leased_at[shape.key] = time.monotonic()
-                self._largest_lease[shape.key] = max(count, self._largest_lease.get(shape.key, 0))
-                # Slots given back last go out first (warm, and the rest can retire).
-                idle = sorted((s for s in self._slots.values() if s.shape == shape.key and s.job is None), key=lambda s: -s.idle_since)
-                started = _spread([s for s in idle if s.node_id])
-                waiting = [s for s in idle if not s.node_id]
-                taken = (started + waiting)[:count]
-                taken += [self._new_slot(shape) for _ in range(count - len(taken))]
-                for s in taken:
-                    s.job = job
-            self._wake.set()
-            dead = self._await_ready(taken)
-            if not dead:
-                return [s.actor for s in taken]
-            with self._lock:  # a slot died while idle (its node was lost): give the rest back, try again
-                for s in taken:
-                    if _id(s.actor) in dead:
-                        self._slots.pop(_id(s.actor), None)
-                    else:
-                        s.job = None
-        raise RuntimeError(f"could not start task actors of shape {shape.options} for job '{job}'")
-
-    def _await_ready(self, slots: list[_Slot]) -> set[str]:
-        dead = set()
-        for s in slots:
-            if s.node_id:
-                continue
-            try:
-                s.node_id = ray.get(s.ready, timeout=300)
-            except ray.exceptions.RayError:
-                dead.add(_id(s.actor))
-        return dead
+        """``count`` slots of ``shape`` for ``job``, at once: idle started ones first
+        (spread over nodes round-robin), then idle ones still starting, then new
+        ones. Those not started yet may wait for room on the cluster: the job's
+        gateway waits for them (with its deadline, and gives up on a cancel)."""
+        with self._lock:
+            self._shapes.setdefault(shape.key, shape)
+            if time.monotonic() - self._leased_at.get(shape.key, 0.0) > 6 * self.settings.idle_timeout_s:
+                self._largest_lease[shape.key] = 0
+            self._leased_at[shape.key] = time.monotonic()
+            self._largest_lease[shape.key] = max(count, self._largest_lease.get(shape.key, 0))
+            # Slots given back last go out first (warm, and the rest can retire).
+            idle = sorted((s for s in self._slots.values() if s.shape == shape.key and s.job is None), key=lambda s: -s.idle_since)
+            started = _spread([s for s in idle if s.node_id])
+            waiting = [s for s in idle if not s.node_id]
+            taken = (started + waiting)[:count]
+            taken += [self._new_slot(shape) for _ in range(count - len(taken))]
+            for s in taken:
+                s.job = job
+        self._wake.set()
+        return [s.actor for s in taken]
 
     def give_back(self, job: str, actors: list[Any]) -> None:
         """The job is done with these slots and their tasks ended cleanly: reset
@@ -446,7 +427,7 @@ class SlotPool:
                 idle_c = sum(1 for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring)
                 for _ in range(self.settings.idle_coordinators - idle_c):
                     self._new_coordinator(env_key)
-            starting = {_id(s.actor): s.ready for s in self._slots.values() if not s.node_id and s.job is None}
+            starting = {_id(s.actor): s.ready for s in self._slots.values() if not s.node_id}
         if retire:  # retired on purpose: no refill for them
             with self._lock:
                 for a in retire:
@@ -483,8 +464,9 @@ RemoteSlotPool = ray.remote(SlotPool)
 
 
 def get_pool(address: str | None = None, create: bool = True) -> Any:
-    """The cluster's pool, started (on the head node) if there is none yet."""
-    ensure_ray(address)
+    """The cluster's pool, started (on the head node) if there is none yet; with
+    ``create=False`` None when there is none (and no cluster is ever started)."""
+    ensure_ray(address, start=create)
     if not create:
         try:
             return ray.get_actor(POOL_NAME, namespace=NAMESPACE)

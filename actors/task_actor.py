@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
+from actors.metrics import TaskMetrics, report_every_second
 from actors.pool import JobScope
 from runtime.checkpointing import TaskKey
 from runtime.errors import TaskFailedError, WeirError
@@ -68,6 +69,13 @@ class TaskActor:
         self._run_id = ""
         self._inbox = Inbox(ray.util.get_node_ip_address())
         self._outbox: Outbox | None = None
+        self._metrics = TaskMetrics()
+        report_every_second(self._report_metrics, "metrics")
+
+    def _report_metrics(self) -> None:
+        task, key = self._task, self.key
+        if task is not None and key is not None:
+            self._metrics.report(task.deployment.job_name, key[0], key[1], task.metrics())
 
     def ready(self) -> str:
         """The node this slot runs on; answering means its process is up."""

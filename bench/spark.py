@@ -6,7 +6,9 @@ A DataFrame of N order rows (1,000 customers) is cached in Spark; then
 * weir, rows: ``from_spark`` (dict per row) -> map -> key_by -> reduce -> ``ParquetTableSink``,
   checkpoints every 1 s; the running total of every row is written (N updates);
 * weir, Arrow batches: ``from_spark(arrow_batches=True)`` -> per-batch partial sums with
-  pyarrow -> key_by -> reduce -> ``ParquetTableSink``.
+  pyarrow -> key_by -> reduce -> ``ParquetTableSink``;
+* both again in BATCH execution mode (``env.set_runtime_mode(RuntimeExecutionMode.BATCH)``):
+  no periodic checkpoints, and the reduce writes one total per customer at the end, as Spark does.
 
     python3 -m bench.spark [--rows 1000000] [--parallelism 2] [--repeat 3]
 
@@ -28,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from connectors.spark import ParquetTableSink, spark_session
-from runtime import StreamExecutionEnvironment
+from runtime import RuntimeExecutionMode, StreamExecutionEnvironment
 
 
 def orders(spark: Any, rows: int) -> Any:
@@ -53,10 +55,13 @@ def _partial_sums(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     return [{"customer": c, "orders": n, "total": t} for c, t, n in zip(*(sums.column(i).to_pylist() for i in range(3)))]
 
 
-def weir_run(df: Any, out: str, parallelism: int, arrow: bool, name: str) -> tuple[float, float]:
+def weir_run(
+    df: Any, out: str, parallelism: int, arrow: bool, mode: RuntimeExecutionMode, name: str,
+) -> tuple[float, float]:
     started = time.perf_counter()
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
-    env.enable_checkpointing(1000)
+    env.set_runtime_mode(mode)
+    env.enable_checkpointing(1000)  # BATCH mode takes none but the final one
     if arrow:
         updates = env.from_spark(df, arrow_batches=True).flat_map(_partial_sums)
     else:
@@ -77,20 +82,26 @@ def main() -> None:
     args = parser.parse_args()
     spark = spark_session(executors=1, cores=1, memory="2g", app_name="weir-bench", executor_cpus=0.5)
     df = orders(spark, args.rows)
-    runs: dict[str, list[tuple[float, float | None]]] = {"plain Spark": [], "weir, dict rows": [], "weir, Arrow batches": []}
+    weir = {
+        f"weir, {what}{', BATCH mode' if mode is RuntimeExecutionMode.BATCH else ''}": (arrow, mode)
+        for mode in (RuntimeExecutionMode.STREAMING, RuntimeExecutionMode.BATCH)
+        for what, arrow in (("dict rows", False), ("Arrow batches", True))
+    }
+    runs: dict[str, list[tuple[float, float | None]]] = {"plain Spark": [], **{name: [] for name in weir}}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
             runs["plain Spark"].append((spark_run(df, f"{tmp}/spark-{r}"), None))
-            runs["weir, dict rows"].append(weir_run(df, f"{tmp}/rows-{r}", args.parallelism, False, f"bench-spark-rows-{r}"))
-            runs["weir, Arrow batches"].append(weir_run(df, f"{tmp}/arrow-{r}", args.parallelism, True, f"bench-spark-arrow-{r}"))
+            for i, (name, (arrow, mode)) in enumerate(weir.items()):
+                runs[name].append(weir_run(df, f"{tmp}/weir-{i}-{r}", args.parallelism, arrow, mode, f"bench-spark-{i}-{r}"))
     table = Table(title=f"{args.rows:,} rows -> keyed sum over 1,000 customers -> Parquet (median of {args.repeat})")
-    for col in ("pipeline", "wall s", "rows/s (whole run)", "rows/s (streaming)"):
+    for col in ("pipeline", "wall s", "vs plain Spark", "rows/s (whole run)", "rows/s (streaming)"):
         table.add_column(col, justify="right")
+    spark_wall = statistics.median(w for w, _ in runs["plain Spark"])
     for name, samples in runs.items():
         wall = statistics.median(w for w, _ in samples)
         streaming = [s for _, s in samples if s]
         table.add_row(
-            name, f"{wall:.2f}", f"{args.rows / wall:,.0f}",
+            name, f"{wall:.2f}", f"{wall / spark_wall:.1f}x", f"{args.rows / wall:,.0f}",
             f"{args.rows / statistics.median(streaming):,.0f}" if streaming else "-",
         )
     Console().print(table)

@@ -1,93 +1,149 @@
-"""Files: a two-phase-commit sink for JSON lines and Parquet on any pyarrow.fs.
+"""Files: a two-phase-commit sink for JSON lines, text and Parquet on any
+pyarrow.fs, and (from :mod:`connectors.file_source`) the file source: PyFlink's
+``pyflink.datastream.connectors.file_system`` module.
 
 Exactly-once when checkpointing is on (a bounded job also commits its last data
 through its final checkpoint). A subtask writes into a hidden in-progress part
 file; a checkpoint closes it and renames it to a hidden pending file, kept in the
-checkpoint's state; when the checkpoint completes the pending file is renamed to
-its visible name. A restore publishes what the restored checkpoint had pending,
-and the first checkpoint after it removes the hidden leftovers of earlier
+checkpoint's state (a rolling policy's ``part_size`` also rolls a file to pending
+between checkpoints); when the checkpoint completes its pending files are renamed
+to their visible names. A restore publishes what the restored checkpoint had
+pending, and the first checkpoint after it removes the hidden leftovers of earlier
 attempts. Readers (Spark, pandas, :func:`read_committed`) see only committed
 files: names starting with ``.`` or ``_`` are hidden by convention.
 
-One job writes to a folder at a time.
+Part files are named ``{prefix}-{attempt}-{subtask}-{counter}{suffix}``
+(:class:`OutputFileConfig`). One job writes to a folder at a time.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
-import os
 import posixpath
 import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from connectors.file_source import (
+    BulkFormat,
+    FileSource,
+    FileSourceBuilder,
+    StreamFormat,
+    resolve,
+)
 from runtime.errors import InvalidConfigurationError
 from runtime.operators import OperatorContext
 from runtime.sinks import Sink, SinkWriter
 
 _FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
-_HIDDEN = re.compile(r"^\.part-([0-9a-f]+)-(\d+)-\d+\.")
 _PARQUET_ROW_GROUP = 65536
 
 
-def resolve(path: str) -> tuple[pafs.FileSystem, str]:
-    uri = path if "://" in path else "file://" + os.path.abspath(path)
-    try:
-        return pafs.FileSystem.from_uri(uri)
-    except Exception as exc:
-        raise InvalidConfigurationError("FileSink path", path, f"pyarrow.fs cannot open it ({exc})") from None
+# ---------------------------------------------------------------------- row formats
+class Encoder(ABC):
+    """How a row-format FileSink writes each record (PyFlink's ``Encoder``, from
+    ``pyflink.common``). ``decode`` reads a part file it wrote back, for
+    :func:`read_committed`."""
+
+    @abstractmethod
+    def encode(self, value: Any) -> bytes: ...
+
+    def decode(self, data: bytes) -> list[Any]:
+        """The records of a part file this encoder wrote: its lines, by default."""
+        return _lines(data.decode())
+
+    @staticmethod
+    def simple_string_encoder(charset_name: str = "UTF-8") -> Encoder:
+        """``str(record)`` and a newline, in ``charset_name`` (Flink's ``SimpleStringEncoder``)."""
+        return SimpleStringEncoder(charset_name)
 
 
-class FileSink(Sink):
-    def __init__(self, path: str, format: str = "jsonl", schema: pa.Schema | None = None) -> None:
-        if format not in _FORMATS:
-            raise InvalidConfigurationError("FileSink format", format, f"use one of {', '.join(_FORMATS)}")
-        resolve(path)
-        self.path = path
-        self.format = format
+class SimpleStringEncoder(Encoder):
+    def __init__(self, charset_name: str = "UTF-8") -> None:
+        try:
+            codecs.lookup(charset_name)
+        except LookupError:
+            raise InvalidConfigurationError("charset_name", charset_name, "Python knows no such codec") from None
+        self.charset_name = charset_name
+
+    def encode(self, value: Any) -> bytes:
+        return (str(value) + "\n").encode(self.charset_name)
+
+    def decode(self, data: bytes) -> list[Any]:
+        return _lines(data.decode(self.charset_name))
+
+
+class JsonLinesEncoder(Encoder):
+    """Each record as one line of JSON (weir's; ``FileSink(path, format="jsonl")``)."""
+
+    def encode(self, value: Any) -> bytes:
+        return (json.dumps(value) + "\n").encode()
+
+    def decode(self, data: bytes) -> list[Any]:
+        return [json.loads(line) for line in _lines(data.decode()) if line]
+
+
+def _lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+# ---------------------------------------------------------------------- bulk formats
+class BulkWriter(ABC):
+    """Writes one subtask's part files of a bulk format, one file at a time."""
+
+    @abstractmethod
+    def start(self, stream: Any) -> None:
+        """A new part file begins on ``stream``."""
+
+    @abstractmethod
+    def add_elements(self, records: list[Any]) -> None: ...
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Write what is buffered and the file's footer; the caller closes the stream."""
+
+
+class BulkWriterFactory(ABC):
+    """What ``FileSink.for_bulk_format`` takes (PyFlink's ``BulkWriterFactory``):
+    makes each subtask's writer. Parquet's is ``ParquetBulkWriters.for_row_type``
+    (:mod:`connectors.formats`)."""
+
+    @abstractmethod
+    def create(self) -> BulkWriter: ...
+
+
+class ParquetWriterFactory(BulkWriterFactory):
+    """Dict records become named columns, tuples ``f0, f1, ...``, other values
+    ``value``; with ``schema`` None, a subtask's first rows set it."""
+
+    def __init__(self, schema: pa.Schema | None = None) -> None:
         self.schema = schema
 
-    def create_writer(self, ctx: OperatorContext) -> SinkWriter:
-        fs, base = resolve(self.path)
-        fs.create_dir(base, recursive=True)
-        return _FileWriter(fs, base, self.format, self.schema, ctx)
-
-    def exclusive_location(self) -> str:
-        """Part files are named by attempt and subtask: a second FileSink of the
-        job on this folder would pick the same names."""
-        fs, base = resolve(self.path)
-        return f"{fs.type_name}:{posixpath.normpath(base)}"
+    def create(self) -> BulkWriter:
+        return _ParquetWriter(self.schema)
 
 
-class _FileWriter(SinkWriter):
-    def __init__(self, fs: pafs.FileSystem, base: str, fmt: str, schema: pa.Schema | None, ctx: OperatorContext) -> None:
-        self._fs = fs
-        self._base = base
-        self._fmt = fmt
+class _ParquetWriter(BulkWriter):
+    def __init__(self, schema: pa.Schema | None) -> None:
         self._schema = schema
-        self._ctx = ctx
-        self._counter = 0
         self._stream: Any = None
-        self._name = ""
         self._rows: list[Any] = []
         self._parquet: pq.ParquetWriter | None = None
-        self._cleaned = False
 
-    # ---------------------------------------------------------------- writing
-    def write(self, records: list[Any]) -> None:
-        if self._stream is None:
-            self._name = f"part-{self._ctx.attempt_id}-{self._ctx.subtask}-{self._counter}{_FORMATS[self._fmt]}"
-            self._counter += 1
-            self._stream = self._fs.open_output_stream(self._path("." + self._name + ".inprogress"))
-        if self._fmt == "jsonl":
-            self._stream.write("".join(json.dumps(r) + "\n" for r in records).encode())
-        else:
-            self._rows.extend(records)
-            if len(self._rows) >= _PARQUET_ROW_GROUP:
-                self._write_row_group()
+    def start(self, stream: Any) -> None:
+        self._stream = stream
+
+    def add_elements(self, records: list[Any]) -> None:
+        self._rows.extend(records)
+        if len(self._rows) >= _PARQUET_ROW_GROUP:
+            self._write_row_group()
 
     def _write_row_group(self) -> None:
         table = _to_table(self._rows, self._schema)
@@ -97,19 +153,254 @@ class _FileWriter(SinkWriter):
         self._parquet.write_table(table.cast(self._schema))
         self._rows = []
 
-    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
-        if self._stream is None:
-            return []
-        if self._fmt == "parquet":
-            if self._rows or self._parquet is None:
-                self._write_row_group()
-            self._parquet.close()  # type: ignore[union-attr]
-            self._parquet = None
+    def finish(self) -> None:
+        if self._rows or self._parquet is None:
+            self._write_row_group()
+        self._parquet.close()  # type: ignore[union-attr]
+        self._parquet = None
+
+
+# ---------------------------------------------------------------------- names and rolling
+@dataclass(frozen=True)
+class OutputFileConfig:
+    """Part file names, ``{part_prefix}-{attempt}-{subtask}-{counter}{part_suffix}``
+    (PyFlink's ``OutputFileConfig``; Flink's middle part is a subtask uid)."""
+
+    part_prefix: str = "part"
+    part_suffix: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.part_prefix or self.part_prefix.startswith((".", "_")) or "/" in self.part_prefix:
+            raise InvalidConfigurationError(
+                "OutputFileConfig part_prefix", self.part_prefix,
+                "must be a non-empty name without / that does not start with . or _ (those are hidden)")
+        if "/" in self.part_suffix:
+            raise InvalidConfigurationError("OutputFileConfig part_suffix", self.part_suffix, "must not contain /")
+
+    @staticmethod
+    def builder() -> OutputFileConfigBuilder:
+        return OutputFileConfigBuilder()
+
+    def get_part_prefix(self) -> str:
+        return self.part_prefix
+
+    def get_part_suffix(self) -> str:
+        return self.part_suffix
+
+
+class OutputFileConfigBuilder:
+    def __init__(self) -> None:
+        self.part_prefix = "part"
+        self.part_suffix = ""
+
+    def with_part_prefix(self, prefix: str) -> OutputFileConfigBuilder:
+        self.part_prefix = prefix
+        return self
+
+    def with_part_suffix(self, suffix: str) -> OutputFileConfigBuilder:
+        self.part_suffix = suffix
+        return self
+
+    def build(self) -> OutputFileConfig:
+        return OutputFileConfig(self.part_prefix, self.part_suffix)
+
+
+@dataclass(frozen=True)
+class RollingPolicy:
+    """When a part file is closed and the next begins (PyFlink's ``RollingPolicy``):
+    at every checkpoint always, and with ``part_size`` also once a file has that
+    many bytes."""
+
+    part_size: int | None = None
+
+    @staticmethod
+    def default_rolling_policy(part_size: int = 1024 * 1024 * 128, rollover_interval: int = 60 * 1000,
+                               inactivity_interval: int = 60 * 1000) -> RollingPolicy:
+        """Roll at ``part_size`` bytes. ``rollover_interval`` and
+        ``inactivity_interval`` (ms) are accepted and not used: weir rolls at every
+        checkpoint, so a file is open one checkpoint interval at most."""
+        if isinstance(part_size, bool) or not isinstance(part_size, int) or part_size <= 0:
+            raise InvalidConfigurationError("RollingPolicy part_size", part_size, "must be a positive int of bytes")
+        return DefaultRollingPolicy(part_size)
+
+    @staticmethod
+    def on_checkpoint_rolling_policy() -> RollingPolicy:
+        return OnCheckpointRollingPolicy()
+
+
+class DefaultRollingPolicy(RollingPolicy):
+    pass
+
+
+class OnCheckpointRollingPolicy(RollingPolicy):
+    pass
+
+
+# ---------------------------------------------------------------------- the sink
+class RowFormatBuilder:
+    """PyFlink's ``FileSink.RowFormatBuilder``; rolls at 128 MiB by default, as Flink's."""
+
+    def __init__(self, base_path: str, encoder: Encoder) -> None:
+        if not isinstance(encoder, Encoder):
+            raise TypeError("for_row_format() takes an Encoder (e.g. Encoder.simple_string_encoder()), "
+                            f"got {type(encoder).__name__}")
+        self._path = base_path
+        self._encoder = encoder
+        self._config = OutputFileConfig()
+        self._policy = RollingPolicy.default_rolling_policy()
+
+    def with_output_file_config(self, output_file_config: OutputFileConfig) -> RowFormatBuilder:
+        self._config = output_file_config
+        return self
+
+    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> RowFormatBuilder:
+        if not isinstance(rolling_policy, RollingPolicy):
+            raise TypeError(f"with_rolling_policy() takes a RollingPolicy, got {type(rolling_policy).__name__}")
+        self._policy = rolling_policy
+        return self
+
+    def build(self) -> FileSink:
+        return FileSink._built(self._path, self._encoder, self._config, self._policy)
+
+
+class BulkFormatBuilder:
+    """PyFlink's ``FileSink.BulkFormatBuilder``: a bulk file rolls at checkpoints only."""
+
+    def __init__(self, base_path: str, writer_factory: BulkWriterFactory) -> None:
+        if not isinstance(writer_factory, BulkWriterFactory):
+            raise TypeError("for_bulk_format() takes a BulkWriterFactory (e.g. ParquetBulkWriters.for_row_type()), "
+                            f"got {type(writer_factory).__name__}")
+        self._path = base_path
+        self._factory = writer_factory
+        self._config = OutputFileConfig()
+
+    def with_output_file_config(self, output_file_config: OutputFileConfig) -> BulkFormatBuilder:
+        self._config = output_file_config
+        return self
+
+    def with_rolling_policy(self, rolling_policy: RollingPolicy) -> BulkFormatBuilder:
+        if not isinstance(rolling_policy, OnCheckpointRollingPolicy):
+            raise InvalidConfigurationError(
+                "FileSink rolling policy", rolling_policy,
+                "a bulk format rolls at checkpoints only: use RollingPolicy.on_checkpoint_rolling_policy()")
+        return self
+
+    def build(self) -> FileSink:
+        return FileSink._built(self._path, self._factory, self._config, OnCheckpointRollingPolicy())
+
+
+class FileSink(Sink):
+    """Part files in a folder, exactly-once (see the module's doc). ``FileSink(path,
+    format="jsonl" | "parquet", schema=None)`` names files ``part-...jsonl`` or
+    ``part-...parquet`` and rolls at checkpoints only; PyFlink's builders
+    :meth:`for_row_format` and :meth:`for_bulk_format` choose names and rolling."""
+
+    def __init__(self, path: str, format: str = "jsonl", schema: pa.Schema | None = None) -> None:
+        if format not in _FORMATS:
+            raise InvalidConfigurationError("FileSink format", format, f"use one of {', '.join(_FORMATS)}")
+        writes = JsonLinesEncoder() if format == "jsonl" else ParquetWriterFactory(schema)
+        self._setup(path, writes, OutputFileConfig("part", _FORMATS[format]), OnCheckpointRollingPolicy())
+
+    def _setup(self, path: str, writes: Encoder | BulkWriterFactory, config: OutputFileConfig,
+               policy: RollingPolicy) -> None:
+        resolve(path, "FileSink path")
+        self.path = path
+        self.writes = writes
+        self.output_file_config = config
+        self.rolling_policy = policy
+
+    @classmethod
+    def _built(cls, path: str, writes: Encoder | BulkWriterFactory, config: OutputFileConfig,
+               policy: RollingPolicy) -> FileSink:
+        sink = cls.__new__(cls)
+        sink._setup(path, writes, config, policy)
+        return sink
+
+    @staticmethod
+    def for_row_format(base_path: str, encoder: Encoder) -> RowFormatBuilder:
+        return RowFormatBuilder(base_path, encoder)
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> BulkFormatBuilder:
+        return BulkFormatBuilder(base_path, writer_factory)
+
+    def create_writer(self, ctx: OperatorContext) -> SinkWriter:
+        fs, base = resolve(self.path, "FileSink path")
+        fs.create_dir(base, recursive=True)
+        return _FileWriter(fs, base, self, ctx)
+
+    def exclusive_location(self) -> str:
+        """Part files are named by attempt and subtask: a second FileSink of the
+        job on this folder would pick the same names."""
+        fs, base = resolve(self.path, "FileSink path")
+        return f"{fs.type_name}:{posixpath.normpath(base)}"
+
+
+class _FileWriter(SinkWriter):
+    def __init__(self, fs: pafs.FileSystem, base: str, sink: FileSink, ctx: OperatorContext) -> None:
+        self._fs = fs
+        self._base = base
+        self._ctx = ctx
+        self._config = sink.output_file_config
+        self._part_size = sink.rolling_policy.part_size
+        self._encoder = sink.writes if isinstance(sink.writes, Encoder) else None
+        self._bulk = sink.writes.create() if isinstance(sink.writes, BulkWriterFactory) else None
+        prefix, suffix = re.escape(self._config.part_prefix), re.escape(self._config.part_suffix)
+        self._hidden = re.compile(rf"^\.{prefix}-([0-9a-f]+)-(\d+)-\d+{suffix}\.(inprogress|pending)$")
+        self._counter = 0
+        self._stream: Any = None
+        self._name = ""
+        self._size = 0  # bytes of the part file being written, row formats
+        self._rolled: list[tuple[str, str]] = []  # (pending, final) of the files closed since the last checkpoint
+        self._cleaned = False
+
+    # ---------------------------------------------------------------- writing
+    def write(self, records: list[Any]) -> None:
+        if self._bulk is not None:
+            if self._stream is None:
+                self._open()
+            self._bulk.add_elements(records)
+            return
+        assert self._encoder is not None
+        chunk: list[bytes] = []
+        for record in records:
+            chunk.append(self._encoder.encode(record))
+            self._size += len(chunk[-1])
+            if self._part_size is not None and self._size >= self._part_size:
+                self._append(chunk)
+                chunk = []
+                self._roll()
+        if chunk:
+            self._append(chunk)
+
+    def _append(self, chunk: list[bytes]) -> None:
+        (self._stream or self._open()).write(b"".join(chunk))
+
+    def _open(self) -> Any:
+        c = self._config
+        self._name = f"{c.part_prefix}-{self._ctx.attempt_id}-{self._ctx.subtask}-{self._counter}{c.part_suffix}"
+        self._counter += 1
+        self._stream = self._fs.open_output_stream(self._path("." + self._name + ".inprogress"))
+        if self._bulk is not None:
+            self._bulk.start(self._stream)
+        return self._stream
+
+    def _roll(self) -> None:
+        """Close the part file; it is pending until the next checkpoint completes."""
+        if self._bulk is not None:
+            self._bulk.finish()
         self._stream.close()
         self._stream = None
+        self._size = 0
         pending = self._path("." + self._name + ".pending")
         self._fs.move(self._path("." + self._name + ".inprogress"), pending)
-        return [(pending, self._path(self._name))]
+        self._rolled.append((pending, self._path(self._name)))
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        if self._stream is not None:
+            self._roll()
+        rolled, self._rolled = self._rolled, []
+        return rolled
 
     # ---------------------------------------------------------------- committing
     def commit(self, committables: list[Any]) -> None:
@@ -129,14 +420,14 @@ class _FileWriter(SinkWriter):
         self._cleaned = True
         ctx = self._ctx
         for info in self._fs.get_file_info(pafs.FileSelector(self._base)):
-            m = _HIDDEN.match(info.base_name)
+            m = self._hidden.match(info.base_name)
             if m and m.group(1) != ctx.attempt_id and (int(m.group(2)) == ctx.subtask or (ctx.subtask == 0 and int(m.group(2)) >= ctx.parallelism)):
                 self._fs.delete_file(info.path)
 
     def close(self) -> None:
-        if self._parquet is not None:
-            self._parquet.close()
         if self._stream is not None:
+            if self._bulk is not None:
+                self._bulk.finish()
             self._stream.close()
             self._stream = None
 
@@ -154,25 +445,43 @@ def _to_table(rows: list[Any], schema: pa.Schema | None) -> pa.Table:
     return pa.Table.from_arrays([pa.array(rows)], names=schema.names if schema is not None else ["value"])
 
 
-def committed_files(path: str) -> list[str]:
-    """The visible (committed) part files under ``path``, sorted."""
+def committed_files(target: str | FileSink) -> list[str]:
+    """The visible (committed) part files of a FileSink, sorted; given a path, those
+    named as ``FileSink(path)`` names them (``part-...``)."""
+    path, config = (target, OutputFileConfig()) if isinstance(target, str) else (target.path, target.output_file_config)
     fs, base = resolve(path)
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     except FileNotFoundError:  # being created right now
         return []
-    return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("part-"))
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File
+                  and i.base_name.startswith(config.part_prefix + "-") and i.base_name.endswith(config.part_suffix))
 
 
-def read_committed(path: str) -> list[Any]:
-    """Every committed record under ``path``: JSON lines parsed, Parquet rows as dicts."""
-    fs, _ = resolve(path)
+def read_committed(target: str | FileSink) -> list[Any]:
+    """Every committed record of a FileSink: Parquet rows as dicts, row formats as
+    their encoder reads them back (JSON lines parsed, a SimpleStringEncoder's
+    lines as str). Given a path: the files of ``FileSink(path, format=...)``, by
+    their extension."""
+    sink = target if isinstance(target, FileSink) else None
+    fs, _ = resolve(target.path if isinstance(target, FileSink) else target)
     out: list[Any] = []
-    for p in committed_files(path):
-        if p.endswith(".parquet"):
+    for p in committed_files(target):
+        encoder = sink.writes if sink is not None else None if p.endswith(".parquet") else JsonLinesEncoder()
+        if isinstance(encoder, Encoder):
+            with fs.open_input_stream(p) as f:
+                out.extend(encoder.decode(f.read()))
+        else:
             with fs.open_input_file(p) as f:
                 out.extend(pq.read_table(f).to_pylist())
-        else:
-            with fs.open_input_stream(p) as f:
-                out.extend(json.loads(line) for line in f.read().decode().splitlines() if line)
     return out
+
+
+__all__ = [
+    # PyFlink's pyflink.datastream.connectors.file_system, with weir's Encoder and read-back helpers
+    "BulkFormat", "FileSource", "FileSourceBuilder", "StreamFormat",
+    "FileSink", "RowFormatBuilder", "BulkFormatBuilder", "OutputFileConfig", "OutputFileConfigBuilder",
+    "RollingPolicy", "DefaultRollingPolicy", "OnCheckpointRollingPolicy",
+    "Encoder", "SimpleStringEncoder", "JsonLinesEncoder", "BulkWriter", "BulkWriterFactory", "ParquetWriterFactory",
+    "committed_files", "read_committed", "resolve",
+]

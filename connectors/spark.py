@@ -46,6 +46,18 @@ ROWS_PER_SPLIT = 65_536
 
 
 # ---------------------------------------------------------------------- Spark on Ray
+def _spark_extra() -> None:
+    """pyspark and raydp come with the ``spark`` extra; without them, say so."""
+    try:
+        import pyspark  # noqa: F401
+        import raydp  # noqa: F401
+    except ImportError as exc:
+        raise WeirError(
+            f"the Spark bridge needs pyspark and raydp, which weir installs only with its spark extra "
+            f"({exc.name} is missing): pip install 'weir[spark]'"
+        ) from None
+
+
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
@@ -67,6 +79,7 @@ def spark_session(
     Ray CPUs each executor actor takes (default: ``cores``; a fraction leaves room
     for stream tasks on a small machine). Calling it again returns the running
     session."""
+    _spark_extra()
     import raydp
     import raydp.context
     from pyspark.sql import SparkSession
@@ -91,12 +104,14 @@ def spark_session(
 
 
 def stop_spark() -> None:
+    _spark_extra()
     import raydp
 
     raydp.stop_spark()
 
 
 def _require_raydp_session(df: Any) -> None:
+    _spark_extra()
     from pyspark.sql import DataFrame
 
     if not isinstance(df, DataFrame):

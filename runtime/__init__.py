@@ -1,18 +1,31 @@
 """weir's runtime: the user API, the job graph, operators, state, checkpoints and
 every protocol as a plain state machine. Never imports Ray."""
 
-from runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy
-from runtime.datastream import DataStream, KeyedStream, StreamExecutionEnvironment, WindowedStream
-from runtime.eventtime import Time, WatermarkGenerator, WatermarkStrategy
+from runtime.collect import CloseableIterator
+from runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy, RuntimeExecutionMode
+from runtime.datastream import (
+    AllWindowedStream,
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    KeyedStream,
+    StreamExecutionEnvironment,
+    WindowedStream,
+)
+from runtime.eventtime import Duration, Time, TimestampAssigner, WatermarkGenerator, WatermarkStrategy
 from runtime.errors import (
     CheckpointDeclinedError,
     CorruptCheckpointError,
     InvalidConfigurationError,
     InvalidJobGraphError,
     JobCancelledError,
+    NoResourceAvailableError,
     JobExecutionError,
     KeySelectionError,
+    MalformedInputError,
     RecordSerializationError,
+    RecordTypeError,
     StateSerializationError,
     TaskFailedError,
     UserFunctionError,
@@ -20,25 +33,45 @@ from runtime.errors import (
 )
 from runtime.executor import JobClient, JobExecutionResult, JobStatus
 from runtime.functions import (
+    BroadcastProcessFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    OutputTag,
     ProcessFunction,
     ReduceFunction,
     RuntimeContext,
 )
 from runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter
 from runtime.sources import Source, SourceReader
-from runtime.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from runtime.state import (
+    BroadcastState,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReadOnlyBroadcastState,
+    StateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
+from runtime.row import Row, RowKind
 from runtime.timers import TimeDomain
+from runtime.typeinfo import TypeInformation, Types
 from runtime.windows import (
     AggregateFunction,
+    AllWindowFunction,
     CountTrigger,
     EventTimeSessionWindows,
     EventTimeTrigger,
-    OutputTag,
+    GlobalWindows,
+    NeverTrigger,
+    ProcessAllWindowFunction,
     ProcessingTimeSessionWindows,
     ProcessingTimeTrigger,
     ProcessWindowFunction,
@@ -50,22 +83,32 @@ from runtime.windows import (
     TriggerResult,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
+    WindowFunction,
 )
 
 __all__ = [
-    "CheckpointConfig", "CheckpointingMode", "RestartStrategies", "RestartStrategy",
+    "CloseableIterator", "CheckpointConfig", "CheckpointingMode", "RestartStrategies", "RestartStrategy",
+    "RuntimeExecutionMode",
     "DataStream", "KeyedStream", "StreamExecutionEnvironment",
+    "BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams",
     "CheckpointDeclinedError", "CorruptCheckpointError", "InvalidConfigurationError", "InvalidJobGraphError",
-    "JobCancelledError", "JobExecutionError", "KeySelectionError", "RecordSerializationError",
+    "JobCancelledError", "NoResourceAvailableError", "JobExecutionError", "KeySelectionError", "MalformedInputError",
+    "RecordSerializationError", "RecordTypeError",
     "StateSerializationError", "TaskFailedError", "UserFunctionError", "WeirError",
     "JobClient", "JobExecutionResult", "JobStatus",
     "FilterFunction", "FlatMapFunction", "KeyedProcessFunction", "KeySelector", "MapFunction",
+    "BroadcastProcessFunction", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction",
+    "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
     "ProcessFunction", "ReduceFunction", "RuntimeContext",
     "DiscardingSink", "PrintSink", "Sink", "SinkWriter", "Source", "SourceReader",
-    "ListStateDescriptor", "MapStateDescriptor", "ValueStateDescriptor",
-    "Time", "WatermarkGenerator", "WatermarkStrategy", "TimeDomain",
+    "ListStateDescriptor", "MapStateDescriptor", "ValueStateDescriptor", "BroadcastState", "ReadOnlyBroadcastState",
+    "StateDescriptor", "StateTtlConfig",
+    "Duration", "Time", "TimestampAssigner", "WatermarkGenerator", "WatermarkStrategy", "TimeDomain",
     "AggregateFunction", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "OutputTag",
     "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction", "PurgingTrigger",
     "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult",
     "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowedStream",
+    "AllWindowedStream", "GlobalWindows", "NeverTrigger", "ProcessAllWindowFunction",
+    "AllWindowFunction", "WindowFunction",
+    "Row", "RowKind", "TypeInformation", "Types",
 ]

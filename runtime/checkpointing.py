@@ -266,4 +266,26 @@ def restore_plan(metadata: dict[str, Any], graph: JobGraph, allow_non_restored_s
             )
         handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
         plan[uid] = OperatorRestore(handles, op["fully_finished"])
+    _refuse_input_to_finished(plan, graph)
     return plan
+
+
+def _refuse_input_to_finished(plan: dict[str, "OperatorRestore"], graph: JobGraph) -> None:
+    """FLIP-147: a fully finished operator never runs again, so every operator
+    feeding it must have fully finished too (a new or unfinished one in front of
+    it would send it records)."""
+    names = {op.uid: op.name for v in graph.vertices.values() for op in v.operators}
+    for v in graph.vertices.values():
+        for k, op in enumerate(v.operators):
+            if not (op.uid in plan and plan[op.uid].fully_finished):
+                continue
+            feeding = [v.operators[k - 1].uid] if k else [
+                e.source_operator or graph.vertices[e.source].operators[-1].uid for e in v.inputs
+            ]
+            for uid in feeding:
+                if not (uid in plan and plan[uid].fully_finished):
+                    raise InvalidJobGraphError(
+                        f"operator '{op.name}' (uid '{op.uid}') had fully finished in the snapshot, but operator "
+                        f"'{names[uid]}' (uid '{uid}') in front of it {'had not' if uid in plan else 'is new and has not'}; "
+                        "a fully finished operator gets no input again, so what feeds it must have finished too"
+                    )

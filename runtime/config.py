@@ -19,8 +19,41 @@ class CheckpointingMode(enum.Enum):
     AT_LEAST_ONCE = "at_least_once"
 
 
+class RuntimeExecutionMode(enum.Enum):
+    """How a job runs (PyFlink's ``pyflink.datastream.RuntimeExecutionMode``).
+
+    ``STREAMING`` (the default): records flow as they come, keyed reduces emit
+    every update, watermarks come from the strategies, periodic checkpoints as
+    configured. ``BATCH``: only for jobs whose every source is bounded; each
+    keyed reduce emits one final value per key at the end of input, the
+    watermark is perfect (none until ``MAX_WATERMARK`` at the end: watermark
+    generators are ignored, timestamp assigners still stamp), processing time
+    does not advance for timers (every timer fires at the end of input), there
+    are no periodic checkpoints, and a failure restarts the job from its start,
+    while sinks publish at its end. ``AUTOMATIC``: ``BATCH`` when every source
+    is bounded, else ``STREAMING``."""
+
+    STREAMING = "STREAMING"
+    BATCH = "BATCH"
+    AUTOMATIC = "AUTOMATIC"
+
+
 def default_checkpoint_storage() -> str:
-    return "file://" + os.path.join(tempfile.gettempdir(), "weir-checkpoints")
+    """A folder of this user's in the temp folder, readable by no one else: the temp
+    folder is shared, and checkpoints are a trust boundary (anyone who can plant
+    a checkpoint there chooses what a job restores). A folder by that name that
+    another user owns is refused."""
+    folder = os.path.join(tempfile.gettempdir(), f"weir-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.stat(folder, follow_symlinks=False)
+    if st.st_uid != os.getuid() or not os.path.isdir(folder) or os.path.islink(folder):
+        raise InvalidConfigurationError(
+            "default checkpoint storage", folder,
+            f"is not a folder of this user's (owner uid {st.st_uid}, this user {os.getuid()}): someone sharing the "
+            "temp folder could read or plant checkpoints there; choose a folder of yours with set_checkpoint_storage()",
+        )
+    os.chmod(folder, 0o700)
+    return "file://" + os.path.join(folder, "checkpoints")
 
 
 def validate_storage_uri(uri: str, setting: str = "checkpoint storage") -> str:
@@ -172,3 +205,28 @@ class ExecutionConfig:
     watermark_interval_ms: int = 200         # how often sources emit watermarks
     restore_from: str | None = None          # a savepoint or retained checkpoint to start from
     allow_non_restored_state: bool = False   # drop its state of operators the job no longer has
+    slot_request_timeout_ms: int = 300_000   # how long a deployment waits for room on the cluster (Flink's slot.request.timeout)
+    runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # as set; the job graph has it resolved
+
+    # PyFlink's ``env.get_config()`` setters and getters.
+    def set_parallelism(self, parallelism: int) -> "ExecutionConfig":
+        self.parallelism = _whole("parallelism", parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        return self.parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> "ExecutionConfig":
+        self.max_parallelism = _whole("max_parallelism", max_parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self.max_parallelism
+
+    def set_auto_watermark_interval(self, interval: int) -> "ExecutionConfig":
+        """How often sources and ``assign_timestamps_and_watermarks`` emit watermarks, in ms (default 200)."""
+        self.watermark_interval_ms = _whole("auto watermark interval_ms", interval)
+        return self
+
+    def get_auto_watermark_interval(self) -> int:
+        return self.watermark_interval_ms

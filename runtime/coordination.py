@@ -37,6 +37,13 @@ class CoordinatorContext(Protocol):
     def send_event(self, subtask: int, event: Any) -> None:
         """Send ``event`` to the operator's subtask (through the valve)."""
 
+    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+        """Run ``call`` off the job master's loop (it may block: a partition
+        discovery asks a broker), then ``handler(result, error)`` on the loop, as
+        the coordinator's other methods run. ``period_s``: again that long after
+        each run ends, for as long as this coordinator lives (Flink's
+        ``SplitEnumeratorContext#callAsync``)."""
+
 
 class OperatorCoordinator(ABC):
     """Job-wide logic of one operator. ``start`` gets the state from the restored
@@ -71,6 +78,17 @@ class OperatorCoordinator(ABC):
 EventSender = Callable[[int, str, int, Any], None]
 
 
+@dataclass(eq=False)
+class AsyncCall:
+    """A coordinator's call off the loop: due at ``at``, then every ``period_s``."""
+
+    call: Callable[[], Any]
+    handler: Callable[[Any, BaseException | None], None]
+    period_s: float | None
+    at: float = 0.0  # 0: at the next tick
+    running: bool = False
+
+
 @dataclass
 class _Valve:
     """One subtask's side of the gateway."""
@@ -100,6 +118,7 @@ class CoordinatorHolder:
         self._valves = [_Valve() for _ in range(parallelism)]
         self._next_id = 0
         self._marks: dict[int, list[int]] = {}  # checkpoint -> per subtask: last event id sent before its snapshot
+        self._calls: list[AsyncCall] = []
 
     # ---------------------------------------------------------------- CoordinatorContext
     @property
@@ -115,7 +134,27 @@ class CoordinatorHolder:
         self._next_id += 1
         self._pump(subtask)
 
+    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+        if period_s is not None and period_s <= 0:
+            raise ValueError(f"call_async: period_s must be positive, got {period_s}")
+        self._calls.append(AsyncCall(call, handler, period_s))
+
     # ---------------------------------------------------------------- job master side
+    def due_calls(self, now: float) -> list[AsyncCall]:
+        """The async calls to start now; each is marked running until :meth:`call_done`."""
+        due = [c for c in self._calls if not c.running and c.at <= now]
+        for c in due:
+            c.running = True
+        return due
+
+    def call_done(self, call: AsyncCall, result: Any, error: BaseException | None, now: float) -> None:
+        """``call`` returned (or raised): its handler runs here, on the loop."""
+        call.running = False
+        if call.period_s is None:
+            self._calls.remove(call)
+        else:
+            call.at = now + call.period_s
+        call.handler(result, error)
     def start(self, restored: Any | None) -> None:
         self.coordinator.start(self, restored)
 

@@ -11,34 +11,62 @@ from __future__ import annotations
 import copy
 import itertools
 import os
-from typing import Any, Callable, Iterable, Sequence
+import sys
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Sequence, overload
 
-from runtime.config import CheckpointConfig, CheckpointingMode, ExecutionConfig, RestartStrategy, _positive, _whole
+from runtime import progress
+from runtime.config import (
+    CheckpointConfig,
+    CheckpointingMode,
+    ExecutionConfig,
+    RestartStrategy,
+    RuntimeExecutionMode,
+    _positive,
+    _whole,
+)
 from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
-from runtime.eventtime import WatermarkStrategy
+from runtime.eventtime import TimestampsAndWatermarksOperator, WatermarkStrategy
 from runtime.executor import JobClient, JobExecutionResult, find_executor
-from runtime.functions import as_callable
-from runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph
+from runtime.functions import (
+    BroadcastProcessFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    OutputTag,
+    as_callable,
+)
+from runtime.batches import MapBatchesOperator
+from runtime.batches import batch_format as checked_batch_format
+from runtime.collect import CloseableIterator, CollectSink
+from runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph, topological
 from runtime.operators import (
+    Calls,
+    CoProcessOperator,
     FilterOperator,
     FlatMapOperator,
+    KeyedCoProcessOperator,
     KeyedProcessOperator,
     KeyedReduceOperator,
     MapOperator,
     ProcessOperator,
     StreamOperator,
 )
+from runtime.state import MapStateDescriptor
+from runtime.typeinfo import TypeInformation, Types, output_type_arg, type_arg
 from runtime.sinks import PrintSink, Sink, SinkOperator
 from runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceCoordinator, SourceOperator
 from runtime.windows import (
     AggregateContents,
     AggregateFunction,
-    OutputTag,
-    ProcessContents,
-    ProcessWindowFunction,
+    AllRecords,
+    CountTrigger,
+    GlobalWindows,
+    LastElements,
+    PurgingTrigger,
     ReduceContents,
     Trigger,
     WindowAssigner,
+    WindowCall,
     WindowOperator,
     _Contents,
 )
@@ -58,21 +86,39 @@ class StreamExecutionEnvironment:
         self._ids = itertools.count(1)
         self._sinks: list[Transformation] = []
         self._sink_locations: dict[str, str] = {}  # a sink's exclusive location -> its operator's name
+        self._source_sizes: list[int | None] = []  # each source's size_hint(), for the progress bar
+        self._progress_bar: bool | None = None  # None: when someone watches (a terminal, a notebook)
 
     @staticmethod
     def get_execution_environment() -> "StreamExecutionEnvironment":
         return StreamExecutionEnvironment()
 
     # ---------------------------------------------------------------- settings
+    def get_config(self) -> ExecutionConfig:
+        """PyFlink's: the job's settings (``set_auto_watermark_interval``, parallelism)."""
+        return self.config
+
     def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
-        self.config.parallelism = _whole("parallelism", parallelism)
+        self.config.set_parallelism(parallelism)
         return self
 
     def get_parallelism(self) -> int:
         return self.config.parallelism
 
     def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
-        self.config.max_parallelism = _whole("max_parallelism", max_parallelism)
+        self.config.set_max_parallelism(max_parallelism)
+        return self
+
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> "StreamExecutionEnvironment":
+        """PyFlink's: ``RuntimeExecutionMode.STREAMING`` (the default), ``BATCH``
+        (every source must be bounded: keyed reduces emit one final value per
+        key, every timer fires at the end of input, no periodic checkpoints) or
+        ``AUTOMATIC`` (``BATCH`` when every source is bounded). Resolved, and
+        checked against the sources, when the job is submitted."""
+        if not isinstance(execution_mode, RuntimeExecutionMode):
+            raise InvalidConfigurationError(
+                "runtime_mode", execution_mode, "use RuntimeExecutionMode.STREAMING, BATCH or AUTOMATIC")
+        self.config.runtime_mode = execution_mode
         return self
 
     def enable_checkpointing(self, interval_ms: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE) -> "StreamExecutionEnvironment":
@@ -100,8 +146,8 @@ class StreamExecutionEnvironment:
         return self
 
     def set_auto_watermark_interval(self, interval_ms: int) -> "StreamExecutionEnvironment":
-        """How often sources emit watermarks (default 200 ms)."""
-        self.config.watermark_interval_ms = _whole("auto watermark interval_ms", interval_ms)
+        """How often sources and ``assign_timestamps_and_watermarks`` emit watermarks (default 200 ms)."""
+        self.config.set_auto_watermark_interval(interval_ms)
         return self
 
     def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
@@ -116,6 +162,23 @@ class StreamExecutionEnvironment:
         """Ray CPUs each task actor asks for; fractions let more tasks than cores run."""
         _positive("task_cpus", cpus)
         self.config.task_cpus = float(cpus)
+        return self
+
+    def set_progress_bar(self, enabled: bool) -> "StreamExecutionEnvironment":
+        """Whether ``execute()`` draws a progress bar (records read of the sources'
+        total where they know it, checkpoints, restarts). Default: when someone
+        watches, in a terminal or a notebook; not in pipes and CI logs."""
+        if not isinstance(enabled, bool):
+            raise InvalidConfigurationError("progress_bar", enabled, "use True or False")
+        self._progress_bar = enabled
+        return self
+
+    def set_slot_request_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
+        """How long a deployment (the job's start, a restart, a rescale) waits for
+        room on the cluster for its tasks before it fails with
+        ``NoResourceAvailableError`` and the restart strategy takes over (default
+        5 minutes, as Flink's ``slot.request.timeout``). A cancel stops the wait."""
+        self.config.slot_request_timeout_ms = _whole("slot_request_timeout_ms", timeout_ms)
         return self
 
     def set_placement(self, strategy: str) -> "StreamExecutionEnvironment":
@@ -138,15 +201,20 @@ class StreamExecutionEnvironment:
         return self
 
     # ---------------------------------------------------------------- sources
-    def from_source(self, source: Source[Any], watermark_strategy: WatermarkStrategy | None = None, source_name: str = "source") -> "DataStream":
+    def from_source(
+        self, source: Source[Any], watermark_strategy: WatermarkStrategy | None = None, source_name: str = "source",
+        type_info: TypeInformation | None = None,
+    ) -> "DataStream":
         """Records of ``source``; with a :class:`WatermarkStrategy` they carry event
-        time and the source emits watermarks (per split, idle splits excluded)."""
+        time and the source emits watermarks (per split, idle splits excluded).
+        With ``type_info`` (PyFlink's) each record is converted to that type as
+        it enters the stream (see :meth:`from_collection`)."""
         if not isinstance(source, Source):
             raise TypeError(f"from_source() takes a runtime.sources.Source, got {type(source).__name__}")
         if watermark_strategy is not None:
             if not isinstance(watermark_strategy, WatermarkStrategy):
                 raise InvalidConfigurationError("watermark strategy", watermark_strategy, "use WatermarkStrategy.for_...()")
-            if watermark_strategy.generator_factory is not None and watermark_strategy.timestamp_assigner is None:
+            if watermark_strategy.generator_factory is not None and watermark_strategy.timestamp_assigner is None and not source.has_timestamps:
                 raise InvalidConfigurationError(
                     "watermark strategy", watermark_strategy, f"source '{source_name}' needs .with_timestamp_assigner(...)")
         config = self.config
@@ -155,12 +223,30 @@ class StreamExecutionEnvironment:
             lambda n, u: SourceOperator(n, u, source, watermark_strategy, config.watermark_interval_ms),
             [],
         )
+        t.record_types.main = type_arg(type_info, f"type_info of source '{source_name}'")
+        t.record_types.at_source = True
         t.is_source = True
+        t.bounded = source.bounded
+        self._source_sizes.append(source.size_hint())
         t.make_coordinator = lambda: SourceCoordinator(source)
         return DataStream(self, [(t, None)], t)
 
-    def from_collection(self, collection: Sequence[Any] | Iterable[Any], watermark_strategy: WatermarkStrategy | None = None) -> "DataStream":
-        return self.from_source(CollectionSource(list(collection)), watermark_strategy, "collection")
+    def from_collection(
+        self, collection: Sequence[Any] | Iterable[Any], type_info: TypeInformation | WatermarkStrategy | None = None,
+        watermark_strategy: WatermarkStrategy | None = None,
+    ) -> "DataStream":
+        """The elements of ``collection``. ``type_info`` (PyFlink's) is their type:
+        each element becomes a record of it as PyFlink makes it, a ROW a
+        :class:`Row` of the type's field names from a tuple, list, dict or Row
+        (``Types.ROW_NAMED(["id", "info"], [...])`` gives rows read as ``r.info``).
+        weir's ``watermark_strategy`` stamps them with event time; it may also
+        come second, in place of a type: ``from_collection(data, ws)``."""
+        if isinstance(type_info, WatermarkStrategy):
+            if watermark_strategy is not None:
+                raise InvalidConfigurationError(
+                    "from_collection() type_info", type_info, "is a WatermarkStrategy, and so is watermark_strategy: give one")
+            type_info, watermark_strategy = None, type_info
+        return self.from_source(CollectionSource(list(collection)), watermark_strategy, "collection", type_info)
 
     def from_sequence(self, start: int, end: int) -> "DataStream":
         """The integers from ``start`` to ``end``, both included."""
@@ -190,17 +276,35 @@ class StreamExecutionEnvironment:
 
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
+        return self._job_graph(job_name, self._sinks)
+
+    def _job_graph(self, job_name: str, sinks: list[Transformation]) -> JobGraph:
         if not isinstance(job_name, str) or not job_name or "/" in job_name:
             raise InvalidConfigurationError("job name", job_name, "must be a non-empty string without '/'")
-        return build_job_graph(job_name, list(self._sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
+        return build_job_graph(job_name, list(sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
 
     def execute_async(self, job_name: str = "weir-job", executor: str | None = None) -> JobClient:
         """Submit the job and return at once with a :class:`JobClient`."""
         return find_executor(executor).submit(self.get_job_graph(job_name))
 
     def execute(self, job_name: str = "weir-job", executor: str | None = None) -> JobExecutionResult:
-        """Run the job to its end; raise :class:`JobExecutionError` if it fails for good."""
-        return self.execute_async(job_name, executor).wait()
+        """Run the job to its end; raise :class:`JobExecutionError` if it fails for good.
+        A progress bar shows while it waits (see :meth:`set_progress_bar`).
+        Ctrl-C (``KeyboardInterrupt``, a notebook's interrupt) while it waits cancels
+        the job, says so, and raises on: a job started this way ends with its caller
+        (``execute_async`` starts one that runs on)."""
+        graph = self.get_job_graph(job_name)
+        client = find_executor(executor).submit(graph)
+        try:
+            if progress.wanted(self._progress_bar):
+                sizes = self._source_sizes
+                return progress.watch(client, graph, sum(n for n in sizes if n is not None) if None not in sizes else None)
+            return client.wait()
+        except KeyboardInterrupt:
+            print(f"weir: Ctrl-C: cancelling job '{job_name}' ...", file=sys.stderr, flush=True)
+            client.cancel()
+            print(f"weir: job '{job_name}' cancelled (use execute_async() for a job that runs on without you)", file=sys.stderr, flush=True)
+            raise
 
     # ---------------------------------------------------------------- internals
     def _add(self, name: str, make: Callable[[str, str], StreamOperator], inputs: list[tuple[Transformation, PartitionSpec | None]]) -> Transformation:
@@ -259,35 +363,126 @@ class DataStream:
     def get_name(self) -> str:
         return self._own("get_name()").name
 
+    def get_type(self) -> TypeInformation:
+        """The type declared for this stream's records (PyFlink's ``output_type=``,
+        ``type_info=``; a side output's: its tag's), else ``Types.PICKLED_BYTE_ARRAY()``:
+        any picklable object."""
+        return self._declared_type() or Types.PICKLED_BYTE_ARRAY()
+
+    def _declared_type(self) -> TypeInformation | None:
+        t, spec = self._inputs[0]  # a union's streams have one type, as in PyFlink
+        tag = _tag(spec)
+        return t.record_types.main if tag is None else t.record_types.sides.get(tag)
+
     # ------------------------------------------------------------ transformations
-    def _then(self, name: str, make: Callable[[str, str], StreamOperator]) -> "DataStream":
+    def _then(self, name: str, make: Callable[[str, str], StreamOperator], output_type: Any = None) -> "DataStream":
+        """A new operator reading this stream; ``output_type`` (PyFlink's) is its records' type."""
         t = self._env._add(name, make, list(self._inputs))
+        t.record_types.main = output_type_arg(output_type, f"output_type of {name}")
         return DataStream(self._env, [(t, None)], t)
 
-    def map(self, func: Callable[[Any], Any] | Any) -> "DataStream":
+    def map(self, func: Callable[[Any], Any] | Any, output_type: TypeInformation | None = None) -> "DataStream":
+        """``func(record)`` per record. With ``output_type`` (a :class:`TypeInformation`)
+        each result is checked and converted to it, as PyFlink's serializer does
+        (a ROW type takes :class:`Row` s and gives rows with its field names)."""
         call = as_callable(func, "map", "map()")
-        return self._then("Map", lambda n, u: MapOperator(n, u, func, call))
+        return self._then("Map", lambda n, u: MapOperator(n, u, func, call), output_type)
 
-    def flat_map(self, func: Callable[[Any], Iterable[Any]] | Any) -> "DataStream":
+    def flat_map(self, func: Callable[[Any], Iterable[Any]] | Any, output_type: TypeInformation | None = None) -> "DataStream":
         call = as_callable(func, "flat_map", "flat_map()")
-        return self._then("FlatMap", lambda n, u: FlatMapOperator(n, u, func, call))
+        return self._then("FlatMap", lambda n, u: FlatMapOperator(n, u, func, call), output_type)
 
     def filter(self, func: Callable[[Any], bool] | Any) -> "DataStream":
         call = as_callable(func, "filter", "filter()")
         return self._then("Filter", lambda n, u: FilterOperator(n, u, func, call))
 
-    def process(self, func: Any) -> "DataStream":
+    def process(self, func: Any, output_type: TypeInformation | None = None) -> "DataStream":
         call = as_callable(func, "process_element", "process()")
-        return self._then("Process", lambda n, u: ProcessOperator(n, u, func, call))
+        return self._then("Process", lambda n, u: ProcessOperator(n, u, func, call), output_type)
+
+    def map_batches(
+        self, fn: Callable[[Any], Any] | type, batch_size: int = 1024, batch_format: str = "default",
+        batch_timeout_ms: int | None = 100, fn_constructor_args: Iterable[Any] | None = None,
+        fn_constructor_kwargs: dict[str, Any] | None = None, num_cpus: float | None = None, num_gpus: float | None = None,
+    ) -> "DataStream":
+        """Ray Data's ``map_batches``: ``fn`` over batches of ``batch_size`` rows
+        (dict records), given as ``batch_format`` ``"pyarrow"`` (a Table),
+        ``"pandas"`` (a DataFrame) or ``"numpy"`` (``"default"``: a dict of
+        arrays), returning a batch of that format whose rows are emitted. A class
+        is constructed once per subtask (with ``fn_constructor_args`` /
+        ``_kwargs``). ``num_cpus`` / ``num_gpus`` are :meth:`with_resources`'.
+        Exactly-once: a partial batch goes through ``fn`` before each checkpoint
+        barrier, before each watermark, at the end of input, and once its oldest
+        row has waited ``batch_timeout_ms`` (None: never for that reason), so
+        ``fn`` should compute each row from that row alone."""
+        if not callable(fn):
+            raise TypeError(f"map_batches() takes a function or a callable class, got {type(fn).__name__}")
+        size = _whole("map_batches batch_size", batch_size)
+        fmt = checked_batch_format(batch_format)
+        timeout = None if batch_timeout_ms is None else _whole("map_batches batch_timeout_ms", batch_timeout_ms)
+        args, kwargs = tuple(fn_constructor_args or ()), dict(fn_constructor_kwargs or {})
+        if (args or kwargs) and not isinstance(fn, type):
+            raise InvalidConfigurationError("map_batches fn_constructor_args", args or kwargs, "fn is not a class to construct")
+        result = self._then(
+            "MapBatches", lambda n, u: MapBatchesOperator(n, u, fn, size, fmt, timeout, args, kwargs))
+        if num_cpus is not None or num_gpus is not None:
+            result.with_resources(num_cpus=num_cpus, num_gpus=num_gpus)
+        return result
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: WatermarkStrategy) -> "DataStream":
+        """Stamp records with event time and emit watermarks here, anywhere in the
+        stream (``from_collection(data).map(parse).assign_timestamps_and_watermarks(ws)``):
+        the assigner gives each record its timestamp (without one, records keep
+        theirs), one watermark generator per subtask runs every auto-watermark
+        interval, and watermarks from upstream are replaced by this strategy's."""
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            raise InvalidConfigurationError(
+                "assign_timestamps_and_watermarks() strategy", watermark_strategy, "use WatermarkStrategy.for_...()")
+        config = self._env.config
+        return self._then(
+            "Timestamps/Watermarks",
+            lambda n, u: TimestampsAndWatermarksOperator(n, u, watermark_strategy, config.watermark_interval_ms),
+        )
 
     def transform(self, name: str, make_operator: Callable[[str, str], StreamOperator]) -> "DataStream":
         """A custom :class:`StreamOperator`: ``make_operator(name, uid)`` builds one per
         subtask, on the task. The operator sees the whole lifecycle, watermarks included."""
         return self._then(name, make_operator)
 
-    def key_by(self, key_selector: Callable[[Any], Any] | Any) -> "KeyedStream":
+    def key_by(self, key_selector: Callable[[Any], Any] | Any, key_type: TypeInformation | None = None) -> "KeyedStream":
+        """Partition by ``key_selector(record)``. ``key_type`` (PyFlink's) is checked to be a
+        type and not used: keys are hashed as Python values (see the key rules)."""
+        type_arg(key_type, "key_by() key_type")
         ks = as_callable(key_selector, "get_key", "key_by()")
         return KeyedStream(self._env, [(t, PartitionSpec("hash", ks, _tag(s))) for t, s in self._inputs], ks)
+
+    @overload
+    def connect(self, stream: "BroadcastStream") -> "BroadcastConnectedStream": ...
+
+    @overload
+    def connect(self, stream: "DataStream") -> "ConnectedStreams": ...
+
+    def connect(self, stream: "DataStream | BroadcastStream") -> "ConnectedStreams | BroadcastConnectedStream":
+        """This stream and another, of any type, into one operator of two inputs:
+        a :class:`ConnectedStreams`, or with a :class:`BroadcastStream` (from
+        ``broadcast(descriptor)``) a :class:`BroadcastConnectedStream`."""
+        if isinstance(stream, BroadcastStream):
+            return BroadcastConnectedStream(self, stream)
+        if not isinstance(stream, DataStream):
+            raise TypeError(f"connect() takes a DataStream or a BroadcastStream, got {type(stream).__name__}")
+        return ConnectedStreams(self, stream)
+
+    def _two_inputs(
+        self, second: "DataStream", name: str, make: Callable[[str, str], StreamOperator], output_type: Any = None,
+    ) -> "DataStream":
+        """An operator whose first input is this stream and whose second is ``second``."""
+        if second._env is not self._env:
+            raise InvalidJobGraphError(f"{name}: connect() joins two streams of one StreamExecutionEnvironment")
+        inputs: list[tuple[Transformation, PartitionSpec | None]] = [(t, _input(s, 0)) for t, s in self._inputs]
+        inputs += [(t, _input(s, 1)) for t, s in second._inputs]
+        t = self._env._add(name, make, inputs)
+        t.record_types.main = output_type_arg(output_type, f"output_type of {name}")
+        return DataStream(self._env, [(t, None)], t)
 
     def union(self, *streams: "DataStream") -> "DataStream":
         inputs = list(self._inputs)
@@ -301,16 +496,61 @@ class DataStream:
     def rebalance(self) -> "DataStream":
         return self._partition("rebalance")
 
-    def broadcast(self) -> "DataStream":
-        return self._partition("broadcast")
+    @overload
+    def broadcast(self) -> "DataStream": ...
+
+    @overload
+    def broadcast(
+        self, broadcast_state_descriptor: MapStateDescriptor[Any, Any], *other_broadcast_state_descriptors: MapStateDescriptor[Any, Any],
+    ) -> "BroadcastStream": ...
+
+    def broadcast(
+        self, broadcast_state_descriptor: MapStateDescriptor[Any, Any] | None = None,
+        *other_broadcast_state_descriptors: MapStateDescriptor[Any, Any],
+    ) -> "DataStream | BroadcastStream":
+        """Every record to every subtask downstream. With descriptors, a
+        :class:`BroadcastStream` to ``connect`` to: its operator keeps the
+        broadcast states they name."""
+        if broadcast_state_descriptor is None:
+            return self._partition("broadcast")
+        descriptors = (broadcast_state_descriptor, *other_broadcast_state_descriptors)
+        for d in descriptors:
+            if not isinstance(d, MapStateDescriptor):
+                raise InvalidConfigurationError("broadcast state descriptor", d, "use MapStateDescriptor('name', key_type, value_type)")
+            if d.ttl_config is not None:
+                raise InvalidConfigurationError(
+                    f"time to live of broadcast state '{d.name}'", d.ttl_config, "broadcast state has none, as in Flink: only keyed state expires")
+        names = [d.name for d in descriptors]
+        if len(set(names)) != len(names):
+            raise InvalidConfigurationError("broadcast state descriptors", names, "each needs a name of its own")
+        return BroadcastStream(self._partition("broadcast"), descriptors)
 
     def forward(self) -> "DataStream":
         return self._partition("forward")
 
-    def get_side_output(self, tag: OutputTag) -> "DataStream":
-        """The records this operator sent to side output ``tag`` (e.g. late data)."""
+    def window_all(self, window_assigner: WindowAssigner) -> "AllWindowedStream":
+        """Windows over the whole stream, not per key: one subtask sees every record
+        (parallelism 1, as in Flink)."""
+        if not isinstance(window_assigner, WindowAssigner):
+            raise InvalidConfigurationError("window assigner", window_assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))")
+        return AllWindowedStream(self.key_by(_all_records), window_assigner)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> "AllWindowedStream":
+        """Windows of ``size`` records of the whole stream; with ``slide``, a window
+        of the last ``size`` records every ``slide`` records. Parallelism 1."""
+        windowed = self.window_all(GlobalWindows.create())
+        windowed._count(size, slide)
+        return windowed
+
+    def get_side_output(self, output_tag: OutputTag) -> "DataStream":
+        """The records this operator sent to side output ``output_tag``: what a
+        process function yielded as ``output_tag, value``, or a window's late data."""
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidConfigurationError("get_side_output() tag", output_tag, "use an OutputTag('name'), the one the function yields")
         t = self._own("get_side_output()")
-        return DataStream(self._env, [(t, PartitionSpec("", None, tag.name))], None)
+        if output_tag.type_info is not None:
+            t.record_types.sides[output_tag.tag_id] = output_tag.type_info
+        return DataStream(self._env, [(t, PartitionSpec("", None, output_tag.tag_id))], None)
 
     # ------------------------------------------------------------ sinks
     def sink_to(self, sink: Sink) -> "DataStream":
@@ -332,6 +572,41 @@ class DataStream:
 
     def print(self) -> "DataStream":
         return self.sink_to(PrintSink())
+
+    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None, executor: str | None = None) -> "CloseableIterator | list[Any]":
+        """Run the job and return its records here: a :class:`CloseableIterator`
+        that yields them while the job runs and cancels the job when closed (use
+        ``with``), or, with ``limit``, a list of the first ``limit`` records (the
+        job is cancelled then, if it still runs). The records come as completed
+        checkpoints commit them, so a failover never shows one twice: per
+        checkpoint interval, and at the end of a bounded job. Without periodic
+        checkpoints a bounded job's records all come at its end, and an unbounded
+        job is refused. Runs the environment's other sinks too, as ``execute``;
+        ``executor`` is weir's (``"local"`` runs in-process)."""
+        if limit is not None:
+            limit = _whole("execute_and_collect() limit", limit)
+        env = self._env
+        upstream = topological([*env._sinks, *(t for t, _ in self._inputs)])
+        endless = sorted({t.name for t in upstream if t.is_source and not t.bounded})
+        if endless and not env.checkpoint_config.enabled:
+            raise InvalidConfigurationError(
+                "checkpoint interval_ms", None,
+                f"execute_and_collect() hands out records as checkpoints commit them, and {', '.join(endless)} never ends: "
+                "call env.enable_checkpointing(interval_ms)")
+        ex = find_executor(executor)
+        channel = ex.collect_channel()
+        try:
+            publisher = channel.publisher()
+            collect = env._add("Sink: collect", lambda n, u: SinkOperator(n, u, CollectSink(publisher)), list(self._inputs))
+            collect.parallelism = 1  # one committable per checkpoint, records in the order they arrive
+            records = CloseableIterator(ex.submit(env._job_graph(job_execution_name or "collect", [*env._sinks, collect])), channel)
+        except BaseException:
+            channel.close()
+            raise
+        if limit is None:
+            return records
+        with records:
+            return list(itertools.islice(records, limit))
 
     def execute_and_collect_to_spark(self, job_name: str = "collect", spark: Any = None, path: str | None = None) -> Any:
         """Run this bounded job to its end and return its records as a Spark
@@ -355,14 +630,38 @@ class KeyedStream(DataStream):
         self._key_selector = key_selector
 
     def reduce(self, func: Callable[[Any, Any], Any] | Any) -> DataStream:
-        """A running reduce per key: emits the new aggregate for every record."""
+        """A running reduce per key: emits the new aggregate for every record
+        (in BATCH mode, as Flink's: each key's final aggregate once, at the end
+        of input). Its records have this stream's declared type, as in PyFlink."""
         call = as_callable(func, "reduce", "reduce()")
         ks = self._key_selector
-        return self._then("Reduce", lambda n, u: KeyedReduceOperator(n, u, func, call, ks))
+        return self._then("Reduce", lambda n, u: KeyedReduceOperator(n, u, func, call, ks), self._declared_type())
+
+    def map(self, func: Callable[[Any], Any] | Any, output_type: TypeInformation | None = None) -> DataStream:
+        """As :meth:`DataStream.map`, keyed as in PyFlink: the function has the
+        key's state (``get_state`` on the context ``open`` gets)."""
+        f = as_callable(func, "map", "map()")
+        return self._keyed("Map", func, lambda v, ctx: (f(v),), "map function", output_type)
+
+    def flat_map(self, func: Callable[[Any], Iterable[Any]] | Any, output_type: TypeInformation | None = None) -> DataStream:
+        """As :meth:`DataStream.flat_map`, with the key's state (see :meth:`map`)."""
+        f = as_callable(func, "flat_map", "flat_map()")
+        return self._keyed("FlatMap", func, lambda v, ctx: f(v), "flat_map function", output_type)
+
+    def filter(self, func: Callable[[Any], bool] | Any) -> DataStream:
+        """As :meth:`DataStream.filter`, with the key's state (see :meth:`map`)."""
+        f = as_callable(func, "filter", "filter()")
+        return self._keyed("Filter", func, lambda v, ctx: (v,) if f(v) else (), "filter function", None)
+
+    def _keyed(self, name: str, func: Any, call: Callable[[Any, Any], Any], role: str, output_type: Any) -> DataStream:
+        """An operator that calls ``call(record, ctx)`` with the record's key current."""
+        ks = self._key_selector
+        return self._then(name, lambda n, u: KeyedProcessOperator(n, u, func, call, ks, role), output_type)
 
     def sum(self, position: int | str = 0) -> DataStream:
         """Running sum of field ``position`` (tuple index or dict key) per key; the
-        other fields come from the key's first record."""
+        other fields come from the key's first record. In BATCH mode each key's
+        final sum only, as :meth:`reduce`."""
         def add(a: Any, b: Any) -> Any:
             if isinstance(a, tuple):
                 if not isinstance(position, int):
@@ -380,15 +679,136 @@ class KeyedStream(DataStream):
             raise InvalidConfigurationError("window assigner", assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))")
         return WindowedStream(self, assigner)
 
-    def process(self, func: Any) -> DataStream:
+    def count_window(self, size: int, slide: int | None = None) -> "WindowedStream":
+        """Per key, windows of ``size`` records (tumbling: each fires once it is full,
+        then empties); with ``slide``, a window of the key's last ``size`` records
+        every ``slide`` records. A window not yet full at the end does not fire."""
+        windowed = self.window(GlobalWindows.create())
+        windowed._count(size, slide)
+        return windowed
+
+    def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
         """A :class:`KeyedProcessFunction` (or a callable ``(value, ctx) -> iterable``)."""
         call = as_callable(func, "process_element", "process()")
-        ks = self._key_selector
-        return self._then("KeyedProcess", lambda n, u: KeyedProcessOperator(n, u, func, call, ks))
+        return self._keyed("KeyedProcess", func, call, "process function", output_type)
 
 
 def _tag(spec: PartitionSpec | None) -> str | None:
     return None if spec is None else spec.side_output
+
+
+def _all_records(record: Any) -> int:
+    """The key of ``window_all``: one for every record."""
+    return 0
+
+
+def _input(spec: PartitionSpec | None, index: int) -> PartitionSpec:
+    return replace(spec or PartitionSpec(""), input_index=index)
+
+
+def _methods(func: Any, names: tuple[str, str], role: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The two methods of a two-input function, or a clear error."""
+    found = [getattr(func, name, None) for name in names]
+    if not all(callable(m) for m in found):
+        raise TypeError(f"{role} takes an object with {names[0]}() and {names[1]}() methods, got {type(func).__name__}")
+    return found[0], found[1]  # type: ignore[return-value]
+
+
+class ConnectedStreams:
+    """``stream1.connect(stream2)``: two streams, of any two types, into one
+    operator that has a method per input (``map1``/``map2``,
+    ``process_element1``/``process_element2``, ...). Checkpoint barriers align
+    across both inputs and the operator's watermark is the smaller of theirs.
+    Keyed (``key_by(selector1, selector2)``, or two keyed streams), records of
+    both inputs with equal keys meet in one subtask and share its keyed state."""
+
+    def __init__(self, stream1: DataStream, stream2: DataStream) -> None:
+        self.stream1 = stream1
+        self.stream2 = stream2
+
+    def key_by(
+        self, key_selector1: Callable[[Any], Any] | Any, key_selector2: Callable[[Any], Any] | Any,
+        key_type: TypeInformation | None = None,
+    ) -> "ConnectedStreams":
+        """Key each input with its own selector (``key_type``: as :meth:`DataStream.key_by`'s)."""
+        return ConnectedStreams(self.stream1.key_by(key_selector1, key_type), self.stream2.key_by(key_selector2, key_type))
+
+    def map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A :class:`CoMapFunction`: ``map1(value)`` / ``map2(value)`` each give one record."""
+        m1, m2 = _methods(func, ("map1", "map2"), "ConnectedStreams.map()")
+        calls: Calls = (("map1", lambda v, ctx: (m1(v),)), ("map2", lambda v, ctx: (m2(v),)))
+        return self._apply("CoMap", func, calls, output_type)
+
+    def flat_map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A :class:`CoFlatMapFunction`: ``flat_map1`` / ``flat_map2`` each give an iterable (or None)."""
+        f1, f2 = _methods(func, ("flat_map1", "flat_map2"), "ConnectedStreams.flat_map()")
+        calls: Calls = (("flat_map1", lambda v, ctx: f1(v)), ("flat_map2", lambda v, ctx: f2(v)))
+        return self._apply("CoFlatMap", func, calls, output_type)
+
+    def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A :class:`CoProcessFunction`, or on keyed inputs a
+        :class:`KeyedCoProcessFunction` (keyed state, timers, ``on_timer``)."""
+        if isinstance(func, KeyedCoProcessFunction) and self._key_selectors() is None:
+            raise InvalidJobGraphError(
+                f"{type(func).__name__} is a KeyedCoProcessFunction: key both inputs first, connected.key_by(selector1, selector2)")
+        p1, p2 = _methods(func, ("process_element1", "process_element2"), "ConnectedStreams.process()")
+        name = "CoProcess" if self._key_selectors() is None else "KeyedCoProcess"
+        return self._apply(name, func, (("process_element1", p1), ("process_element2", p2)), output_type)
+
+    def _key_selectors(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+        s1, s2 = self.stream1, self.stream2
+        if isinstance(s1, KeyedStream) != isinstance(s2, KeyedStream):
+            raise InvalidJobGraphError(
+                "connect(): one input is keyed and the other is not; key both (connected.key_by(selector1, selector2)) or neither")
+        return (s1._key_selector, s2._key_selector) if isinstance(s1, KeyedStream) and isinstance(s2, KeyedStream) else None
+
+    def _apply(self, name: str, func: Any, calls: Calls, output_type: Any) -> DataStream:
+        keys = self._key_selectors()
+        if keys is None:
+            return self.stream1._two_inputs(self.stream2, name, lambda n, u: CoProcessOperator(n, u, func, calls), output_type)
+        return self.stream1._two_inputs(
+            self.stream2, name, lambda n, u: KeyedCoProcessOperator(n, u, func, calls, keys), output_type)
+
+
+class BroadcastStream:
+    """``stream.broadcast(descriptor, ...)``: a stream every subtask of the
+    operator it is connected to sees whole, and the broadcast states that
+    operator keeps. Only ``connect`` takes it."""
+
+    def __init__(self, stream: DataStream, descriptors: tuple[MapStateDescriptor[Any, Any], ...]) -> None:
+        self._stream = stream
+        self.broadcast_state_descriptors = descriptors
+
+
+class BroadcastConnectedStream:
+    """``stream.connect(broadcast_stream)``: ``process`` a
+    :class:`BroadcastProcessFunction`, or on a keyed stream a
+    :class:`KeyedBroadcastProcessFunction`. The broadcast state is checkpointed;
+    on restore and rescale each subtask takes one subtask's copy."""
+
+    def __init__(self, stream: DataStream, broadcast_stream: BroadcastStream) -> None:
+        self.non_broadcast_stream = stream
+        self.broadcast_stream = broadcast_stream
+
+    def process(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        stream, descriptors = self.non_broadcast_stream, self.broadcast_stream.broadcast_state_descriptors
+        keyed = isinstance(stream, KeyedStream)
+        wanted = KeyedBroadcastProcessFunction if keyed else BroadcastProcessFunction
+        other = BroadcastProcessFunction if keyed else KeyedBroadcastProcessFunction
+        if isinstance(func, other):
+            raise InvalidJobGraphError(
+                f"{type(func).__name__} is a {other.__name__}, but the stream connected to the broadcast stream is "
+                f"{'keyed' if keyed else 'not keyed'}: use a {wanted.__name__}")
+        p, b = _methods(func, ("process_element", "process_broadcast_element"), "BroadcastConnectedStream.process()")
+        calls: Calls = (("process_element", p), ("process_broadcast_element", b))
+        if isinstance(stream, KeyedStream):
+            ks = stream._key_selector
+            return stream._two_inputs(
+                self.broadcast_stream._stream, "KeyedBroadcastProcess",
+                lambda n, u: KeyedCoProcessOperator(n, u, func, calls, (ks, None), descriptors), output_type)
+        return stream._two_inputs(
+            self.broadcast_stream._stream, "BroadcastProcess",
+            lambda n, u: CoProcessOperator(n, u, func, calls, descriptors), output_type)
 
 
 class WindowedStream:
@@ -401,6 +821,15 @@ class WindowedStream:
         self._trigger: Trigger | None = None
         self._lateness = 0
         self._late: OutputTag | None = None
+        self._keep_last: int | None = None  # sliding count windows: evict all but the last n when firing
+
+    def _count(self, size: int, slide: int | None) -> None:
+        size = _whole("count window size", size)
+        if slide is None:
+            self._trigger = PurgingTrigger.of(CountTrigger.of(size))
+        else:
+            self._trigger = CountTrigger.of(_whole("count window slide", slide))
+            self._keep_last = size
 
     def trigger(self, trigger: Trigger) -> "WindowedStream":
         self._trigger = trigger
@@ -418,22 +847,70 @@ class WindowedStream:
         self._late = tag
         return self
 
-    def _apply(self, name: str, contents: _Contents) -> DataStream:
+    _takes_key = True  # its window functions take the key
+
+    def _apply(
+        self, name: str, contents: _Contents, output_type: Any, window_function: Any = None, where: str = "process()",
+    ) -> DataStream:
         ks, assigner, trigger, lateness, late = self._keyed._key_selector, self._assigner, self._trigger, self._lateness, self._late
-        if assigner.merging and isinstance(contents, AggregateContents) and type(contents.agg).merge is AggregateFunction.merge:
-            raise InvalidConfigurationError("aggregate function", contents.agg, "session windows merge: implement merge()")
-        return self._keyed._then(name, lambda n, u: WindowOperator(n, u, contents, ks, assigner, trigger, lateness, late))
+        if assigner.merging and isinstance(contents, AggregateContents) and type(contents.fn).merge is AggregateFunction.merge:
+            raise InvalidConfigurationError("aggregate function", contents.fn, "session windows merge: implement merge()")
+        if self._keep_last is not None:
+            contents = LastElements(contents, self._keep_last)
+        call = WindowCall(window_function, self._takes_key, where)
+        return self._keyed._then(
+            name, lambda n, u: WindowOperator(n, u, contents, call, ks, assigner, trigger, lateness, late), output_type)
 
-    def reduce(self, func: Callable[[Any, Any], Any] | Any) -> DataStream:
-        """Emits the reduced value of each window when it fires."""
-        return self._apply("Window(Reduce)", ReduceContents(as_callable(func, "reduce", "reduce()")))
+    def reduce(
+        self, reduce_function: Callable[[Any, Any], Any] | Any, window_function: Any = None,
+        output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        """Emits the reduced value of each window when it fires; with a
+        ``window_function`` (a :class:`WindowFunction` or :class:`ProcessWindowFunction`)
+        that value goes through it, with the key and the window. Each window keeps
+        one value, reduced as records come. ``output_type``: as :meth:`DataStream.map`'s;
+        without it and without a window function, the reduced stream's type, as in PyFlink."""
+        contents = ReduceContents(as_callable(reduce_function, "reduce", "reduce()"))
+        if output_type is None and window_function is None:
+            output_type = self._keyed._declared_type()
+        return self._apply("Window(Reduce)", contents, output_type, window_function, "reduce() window_function")
 
-    def aggregate(self, func: AggregateFunction[Any, Any, Any]) -> DataStream:
-        """Emits ``get_result`` of each window's accumulator when it fires."""
-        if not isinstance(func, AggregateFunction):
-            raise TypeError(f"aggregate() takes an AggregateFunction, got {type(func).__name__}")
-        return self._apply("Window(Aggregate)", AggregateContents(func))
+    def aggregate(
+        self, aggregate_function: AggregateFunction[Any, Any, Any], window_function: Any = None,
+        accumulator_type: TypeInformation | None = None, output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        """Emits ``get_result`` of each window's accumulator when it fires; with a
+        ``window_function`` that result goes through it, as for :meth:`reduce`. Each
+        window keeps one accumulator (``accumulator_type`` is checked to be a type
+        and not used: the accumulator stays the Python object ``add`` returns)."""
+        if not isinstance(aggregate_function, AggregateFunction):
+            raise TypeError(f"aggregate() takes an AggregateFunction, got {type(aggregate_function).__name__}")
+        type_arg(accumulator_type, "aggregate() accumulator_type")
+        contents = AggregateContents(aggregate_function)
+        return self._apply("Window(Aggregate)", contents, output_type, window_function, "aggregate() window_function")
 
-    def process(self, func: ProcessWindowFunction[Any, Any] | Callable[..., Any]) -> DataStream:
-        """``process(key, context, elements)`` on all records of a window when it fires."""
-        return self._apply("Window(Process)", ProcessContents(func))
+    def process(self, process_window_function: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A :class:`ProcessWindowFunction` (or a callable taking what its ``process``
+        takes) on all records of a window when it fires."""
+        return self._apply("Window(Process)", AllRecords(), output_type, process_window_function)
+
+    def apply(self, window_function: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A :class:`WindowFunction`'s ``apply(key, window, inputs)`` on all records of a window when it fires."""
+        if not callable(getattr(window_function, "apply", None)):
+            raise TypeError(f"apply() takes a WindowFunction, got {type(window_function).__name__}")
+        return self._apply("Window(Apply)", AllRecords(), output_type, window_function)
+
+
+class AllWindowedStream(WindowedStream):
+    """``stream.window_all(assigner)`` or ``count_window_all(n)``: as a
+    :class:`WindowedStream` over the whole stream, run by one subtask; its
+    window functions take no key: :class:`ProcessAllWindowFunction`
+    (``process(context, elements)``) and :class:`AllWindowFunction` (``apply(window, inputs)``)."""
+
+    _takes_key = False
+
+    def _apply(
+        self, name: str, contents: _Contents, output_type: Any, window_function: Any = None, where: str = "process()",
+    ) -> DataStream:
+        result = super()._apply(name.replace("Window", "AllWindow", 1), contents, output_type, window_function, where)
+        return result.set_parallelism(1).set_max_parallelism(1)

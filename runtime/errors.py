@@ -48,7 +48,8 @@ class InvalidJobGraphError(WeirError, ValueError):
     """The job's dataflow cannot be built (wrong parallelism, bad edge, ...)."""
 
 
-def _describe_record(record: Any, limit: int = 200) -> str:
+def describe_record(record: Any, limit: int = 200) -> str:
+    """A record's repr for an error message, cut to ``limit`` characters."""
     try:
         text = repr(record)
     except Exception:  # a user's __repr__ may itself raise
@@ -63,14 +64,14 @@ class UserFunctionError(WeirError):
 
     def __init__(self, operator: str, function: str, cause: BaseException, record: Any = None, has_record: bool = False) -> None:
         where = f"{function} of operator '{operator}'"
-        on = f" on record {_describe_record(record)}" if has_record else ""
+        on = f" on record {describe_record(record)}" if has_record else ""
         user_tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
         message = f"{where} raised {type(cause).__name__}: {cause}{on}\n\nUser traceback:\n{user_tb}"
         super().__init__(
             message,
             operator=operator,
             function=function,
-            record_repr=_describe_record(record) if has_record else None,
+            record_repr=describe_record(record) if has_record else None,
             user_traceback=user_tb,
             user_exception=_picklable_or_none(cause),
         )
@@ -96,10 +97,33 @@ class RecordSerializationError(WeirError):
 
     def __init__(self, operator: str, record: Any, cause: BaseException) -> None:
         super().__init__(
-            f"operator '{operator}' emitted a record that cannot be pickled: {_describe_record(record)} "
+            f"operator '{operator}' emitted a record that cannot be pickled: {describe_record(record)} "
             f"({type(cause).__name__}: {cause}). Records crossing tasks must be picklable.",
             operator=operator,
-            record_repr=_describe_record(record),
+            record_repr=describe_record(record),
+        )
+
+
+class MalformedInputError(WeirError, ValueError):
+    """A source read input it cannot parse. Names the input (a file), where in it
+    (a line, a row) and what is wrong; the bytes are data, never unpickled."""
+
+    def __init__(self, source: str, where: str, problem: str, text: Any = None) -> None:
+        quoted = "" if text is None else f": {describe_record(text)}"
+        super().__init__(f"{source}, {where}: {problem}{quoted}", source=source, where=where)
+
+
+class RecordTypeError(WeirError, TypeError):
+    """A record does not fit the type declared for it (PyFlink's ``output_type=``,
+    ``type_info=``, an ``OutputTag``'s type): names the operator, the type and the record."""
+
+    def __init__(self, operator: str, type_info: Any, record: Any, cause: BaseException) -> None:
+        super().__init__(
+            f"operator '{operator}' emitted a record that does not fit its declared type {type_info!r}: {cause} "
+            f"(the record: {describe_record(record)})",
+            operator=operator,
+            type_info=type_info,
+            record_repr=describe_record(record),
         )
 
 
@@ -117,7 +141,7 @@ class StateSerializationError(WeirError):
 class CheckpointFailureReason(enum.Enum):
     """Why a checkpoint did not complete. Each member carries its message."""
 
-    TIMEOUT = "the checkpoint expired before every task acknowledged it"
+    TIMEOUT = "the checkpoint expired before it completed"
     DECLINED_SUBSUMED = "a newer checkpoint barrier arrived before alignment finished"
     DECLINED_CANCELLED = "an upstream task cancelled the checkpoint"
     DECLINED_SNAPSHOT_FAILED = "a task failed to snapshot or write its state"
@@ -157,6 +181,16 @@ class TaskFailedError(WeirError):
 
     def __init__(self, task: str, detail: str) -> None:
         super().__init__(f"task {task} died: {detail}", task=task)
+
+
+class JobStatusError(WeirError):
+    """A job master tried a status change its transition table does not allow: a
+    bug in weir (the job fails with it)."""
+
+
+class NoResourceAvailableError(WeirError):
+    """Tasks found no room on the cluster within the slot request timeout (Flink's
+    NoResourceAvailableException); says what they ask for and what is free."""
 
 
 class JobExecutionError(WeirError):

@@ -13,10 +13,13 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import InvalidConfigurationError
 from runtime.graph import JobGraph
+
+if TYPE_CHECKING:
+    from runtime.collect import CollectChannel
 
 _BUILTIN = {"ray": "actors.executor:RayExecutor", "local": "runtime.local:LocalExecutor"}
 
@@ -35,6 +38,30 @@ class JobStatus(enum.Enum):
     @property
     def is_terminal(self) -> bool:
         return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.SUSPENDED)
+
+    def can_become(self, status: "JobStatus") -> bool:
+        return status in _NEXT[self]
+
+
+# What may follow each job status (Flink's JobStatus, plus STOPPING and SUSPENDED
+# for stop-with-savepoint). A job master that tries any other change has a bug:
+# it raises and the status stays as it was. Any live status may become FAILED
+# (a bug in weir fails the job loudly).
+_NEXT: dict[JobStatus, frozenset[JobStatus]] = {
+    # The first deployment; a restarted coordinator that finds the run's end recorded takes it over.
+    JobStatus.CREATED: frozenset({JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.SUSPENDED, JobStatus.FAILED}),
+    # A stop, savepoint-and-stop or rescale; a failure; a cancel; every task finished.
+    JobStatus.RUNNING: frozenset({JobStatus.STOPPING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.FAILED}),
+    # A rescale redeploys; a failed stop restarts; a cancel overtakes; drained or suspended.
+    JobStatus.STOPPING: frozenset({JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.SUSPENDED, JobStatus.FAILED}),
+    # Redeployed after the restart delay; cancelled while waiting; out of attempts.
+    JobStatus.RESTARTING: frozenset({JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}),
+    JobStatus.CANCELLING: frozenset({JobStatus.CANCELED, JobStatus.FAILED}),
+    JobStatus.FINISHED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.CANCELED: frozenset(),
+    JobStatus.SUSPENDED: frozenset(),
+}
 
 
 @dataclass
@@ -68,12 +95,20 @@ class JobClient(ABC):
         """End the job now (operators only close) and wait until it has ended."""
 
     @abstractmethod
+    def restarts(self) -> int:
+        """How often the job restarted so far (region restarts included)."""
+
+    @abstractmethod
     def checkpoints(self) -> list[dict[str, Any]]:
         """id, status, duration_ms, size_bytes, reason, location of each checkpoint."""
 
     @abstractmethod
     def tasks(self) -> list[str]:
         """The names of the task actors of the current attempt."""
+
+    @abstractmethod
+    def graph_svg(self) -> str:
+        """The job graph as it runs now (after rescales too), as an SVG picture."""
 
     @abstractmethod
     def metrics(self) -> list[dict[str, Any]]:
@@ -112,6 +147,10 @@ class JobClient(ABC):
 class Executor(ABC):
     @abstractmethod
     def submit(self, graph: JobGraph) -> JobClient: ...
+
+    @abstractmethod
+    def collect_channel(self) -> "CollectChannel":
+        """A channel from a job's collect sink to this process (``execute_and_collect``)."""
 
 
 def find_executor(name: str | None = None) -> Executor:

@@ -8,6 +8,7 @@ records by function call. Every other edge crosses tasks through channels.
 from __future__ import annotations
 
 import copy
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field, replace
@@ -15,9 +16,9 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM
+from runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM, RuntimeExecutionMode
 from runtime.coordination import OperatorCoordinator
-from runtime.errors import InvalidJobGraphError
+from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
 from runtime.network import (
     BroadcastPartitioner,
     ForwardPartitioner,
@@ -26,6 +27,9 @@ from runtime.network import (
     RebalancePartitioner,
 )
 from runtime.operators import StreamOperator
+from runtime.typeinfo import RecordTypes
+
+log = logging.getLogger("weir.graph")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class PartitionSpec:
     kind: str  # forward | rebalance | broadcast | hash | "" (forward or rebalance, by parallelism)
     key_selector: Callable[[Any], Any] | None = None
     side_output: str | None = None  # read this side output of the upstream operator
+    input_index: int = 0  # which input of the target operator the edge feeds: 1 is a two-input operator's second
 
 
 @dataclass(eq=False)
@@ -45,8 +50,10 @@ class Transformation:
     parallelism: int | None = None
     max_parallelism: int | None = None
     is_source: bool = False
+    bounded: bool = True  # a source's input ends
     resources: dict[str, float] = field(default_factory=dict)  # num_cpus, num_gpus, memory, or custom names
     make_coordinator: Callable[[], OperatorCoordinator] | None = None  # runs on the job master
+    record_types: RecordTypes = field(default_factory=RecordTypes)  # output_type=, a read side output's tag type
 
     @property
     def effective_uid(self) -> str:
@@ -59,6 +66,7 @@ class OperatorSpec:
     uid: str
     make: Callable[[str, str], StreamOperator]
     make_coordinator: Callable[[], OperatorCoordinator] | None = None
+    record_types: RecordTypes = field(default_factory=RecordTypes)
 
     def create(self) -> StreamOperator:
         return self.make(self.name, self.uid)
@@ -115,24 +123,35 @@ class JobGraph:
     checkpointing: CheckpointConfig
     sinks: list[Transformation] = field(default_factory=list)  # the user's dataflow, to rebuild from
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this submission: its checkpoints' folder
+    runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # STREAMING or BATCH, never AUTOMATIC
 
     def rescaled(self, parallelism: dict[str, int]) -> "JobGraph":
         """The same job with other parallelism for the operators named (by name or
         uid). Chaining is worked out anew; the max parallelism is the limit."""
         sinks = copy.deepcopy(self.sinks)
         by_name: dict[str, list[Transformation]] = {}
-        for t in _topological(sinks):
+        for t in topological(sinks):
             by_name.setdefault(t.name, []).append(t)
             by_name.setdefault(t.effective_uid, []).append(t)
         for name, p in parallelism.items():
             if name not in by_name:
-                known = sorted({t.name for t in _topological(sinks)})
+                known = sorted({t.name for t in topological(sinks)})
                 raise InvalidJobGraphError(f"job '{self.name}' has no operator named '{name}'; its operators: {', '.join(known)}")
             if not isinstance(p, int) or isinstance(p, bool) or p < 1:
                 raise InvalidJobGraphError(f"operator '{name}': parallelism {p!r} must be a whole number of at least 1")
             for t in by_name[name]:
                 t.parallelism = p
         return replace(build_job_graph(self.name, sinks, self.execution, self.checkpointing), run_id=self.run_id)
+
+    def to_svg(self) -> str:
+        """The job graph as a picture (SVG): vertices with their chained operators
+        and parallelism, edges with their partitioners. ``weir graph JOB`` writes it."""
+        from runtime.picture import job_graph_svg
+
+        return job_graph_svg(self)
+
+    def _repr_svg_(self) -> str:  # a notebook shows the graph as its picture
+        return self.to_svg()
 
     @property
     def sources(self) -> list[JobVertex]:
@@ -180,12 +199,35 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "op"
 
 
+def resolve_runtime_mode(mode: RuntimeExecutionMode, sources: list[Transformation]) -> RuntimeExecutionMode:
+    """What ``mode`` means for a job reading ``sources``: ``AUTOMATIC`` is
+    ``BATCH`` when every source is bounded, else ``STREAMING``; ``BATCH`` with an
+    unbounded source is refused, naming it (as Flink refuses it)."""
+    endless = [t.name for t in sources if not t.bounded]
+    if mode is RuntimeExecutionMode.AUTOMATIC:
+        return RuntimeExecutionMode.STREAMING if endless else RuntimeExecutionMode.BATCH
+    if mode is RuntimeExecutionMode.BATCH and endless:
+        which = ", ".join(f"'{name}'" for name in endless)
+        raise InvalidConfigurationError(
+            "runtime_mode", mode.name,
+            f"BATCH execution needs every source to end, and {which} {'does' if len(endless) == 1 else 'do'} not: "
+            "bound it (e.g. from_generator(..., count=n)) or use RuntimeExecutionMode.STREAMING or AUTOMATIC")
+    return mode
+
+
 def build_job_graph(
     name: str, sinks: list[Transformation], execution: ExecutionConfig, checkpointing: CheckpointConfig
 ) -> JobGraph:
+    """The job graph of the dataflow that ``sinks`` end. Its runtime mode is
+    resolved here (see :func:`resolve_runtime_mode`); in BATCH mode periodic
+    checkpoints are off, as in Flink (the final checkpoint still commits sinks)."""
     if not sinks:
         raise InvalidJobGraphError("the job has no sink: add sink_to(...) or print() before execute()")
-    order = _topological(sinks)
+    order = topological(sinks)
+    mode = resolve_runtime_mode(execution.runtime_mode, [t for t in order if t.is_source])
+    if mode is RuntimeExecutionMode.BATCH and checkpointing.enabled:
+        log.info("job %s runs in BATCH mode: no periodic checkpoints (as in Flink, neither supported nor needed)", name)
+        checkpointing = replace(checkpointing, interval_ms=None)
     par: dict[int, int] = {}
     maxp: dict[int, int] = {}
     uids: dict[str, Transformation] = {}
@@ -214,8 +256,8 @@ def build_job_graph(
 
     def resolved(u: Transformation, t: Transformation, spec: PartitionSpec | None) -> PartitionSpec:
         if spec is None or spec.kind == "":
-            tag = None if spec is None else spec.side_output
-            return PartitionSpec("forward" if par[u.id] == par[t.id] else "rebalance", side_output=tag)
+            kind = "forward" if par[u.id] == par[t.id] else "rebalance"
+            return PartitionSpec(kind) if spec is None else replace(spec, kind=kind)
         if spec.kind == "forward" and par[u.id] != par[t.id]:
             raise InvalidJobGraphError(
                 f"forward edge from '{u.name}' (parallelism {par[u.id]}) to '{t.name}' (parallelism {par[t.id]}): "
@@ -255,7 +297,7 @@ def build_job_graph(
             name=" -> ".join(t.name for t in chain),
             parallelism=par[head.id],
             max_parallelism=maxp[head.id],
-            operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator, t.make_coordinator) for t in chain],
+            operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator, t.make_coordinator, t.record_types) for t in chain],
             is_source=head.is_source,
             resources=_chain_resources(chain),
             resource_owners=[t.name for t in chain if t.resources],
@@ -268,13 +310,13 @@ def build_job_graph(
         for u, spec in head.inputs:
             r = resolved(u, head, spec)
             edge = JobEdge(
-                edge_id, vertex_ids[head_of[u.id]], target.id, r, 0, par[head.id], maxp[head.id], head.name,
+                edge_id, vertex_ids[head_of[u.id]], target.id, r, r.input_index, par[head.id], maxp[head.id], head.name,
                 u.effective_uid, r.side_output,
             )
             edge_id += 1
             target.inputs.append(edge)
             vertices[edge.source].outputs.append(edge)
-    return JobGraph(name, vertices, execution, checkpointing, list(sinks))
+    return JobGraph(name, vertices, execution, checkpointing, list(sinks), runtime_mode=mode)
 
 
 def _chain_resources(chain: list[Transformation]) -> dict[str, float]:
@@ -297,7 +339,8 @@ def _check_shippable(t: Transformation) -> None:
         ) from exc
 
 
-def _topological(sinks: list[Transformation]) -> list[Transformation]:
+def topological(sinks: list[Transformation]) -> list[Transformation]:
+    """Every transformation that ``sinks`` read from, and they themselves, inputs first."""
     seen: set[int] = set()
     order: list[Transformation] = []
 

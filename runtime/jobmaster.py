@@ -15,7 +15,10 @@ running, and the stop request fails with the reason.
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -24,13 +27,15 @@ from typing import Any, Callable, Protocol
 
 from runtime import faults
 from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
-from runtime.coordination import CoordinatorHolder
+from runtime.coordination import AsyncCall, CoordinatorHolder
 from runtime.errors import (
     CheckpointStorageError,
     CheckpointDeclinedError,
     CheckpointFailureReason,
     CorruptCheckpointError,
+    JobCancelledError,
     JobExecutionError,
+    JobStatusError,
     UserFunctionError,
     WeirError,
 )
@@ -54,7 +59,17 @@ from runtime.storage import (
     write_metadata,
     write_state,
 )
-from runtime.task import TaskDeployment, TaskResult, TaskState
+from runtime.task import (
+    Cancel,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    OperatorEvent,
+    TaskDeployment,
+    TaskLetter,
+    TaskResult,
+    TaskState,
+    TriggerCheckpoint,
+)
 
 log = logging.getLogger("weir.jobmaster")
 
@@ -76,15 +91,11 @@ class TaskGateway(Protocol):
         """Start these tasks: every task of the job, or a failed-over region's
         (their previous attempt is gone; the other tasks keep running)."""
 
-    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
-        """``stop_drain`` is set for the sources of a stop-with-savepoint."""
-
-    def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None: ...
-
-    def notify_checkpoint_aborted(self, task: TaskKey, checkpoint_id: int) -> None: ...
-
-    def cancel(self, task: TaskKey) -> None:
-        """Ask a task to stop now (close() only)."""
+    def send(self, task: TaskKey, letter: TaskLetter) -> None:
+        """Hand a letter to a task of the current attempt (late ones for a task that
+        is gone are dropped). An :class:`OperatorEvent` that cannot be delivered is
+        reported as that task's failure by ``poll_exits``; the task acknowledges
+        one it handled."""
 
     def kill(self, tasks: frozenset[TaskKey]) -> None:
         """Stop these tasks at once, whatever state they are in; they report nothing more."""
@@ -92,16 +103,15 @@ class TaskGateway(Protocol):
     def kill_all(self) -> None:
         """Stop every task at once, whatever state it is in; none reports anything more."""
 
+    def stop_deploying(self) -> None:
+        """The job is cancelled (any thread): a ``deploy`` waiting for room on the
+        cluster gives up at once, and so does every later one."""
+
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         """Tasks of the current attempt that ended since the last poll, and how."""
 
     def metrics(self) -> list[dict[str, Any]]:
         """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
-
-    def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
-        """Deliver a coordinator's event to a task of the current attempt; the task
-        acknowledges it once handled. One that cannot be delivered is reported as
-        that task's failure by ``poll_exits``."""
 
 
 # Letters to the job master.
@@ -148,6 +158,63 @@ class EventAcknowledged:
 @dataclass(frozen=True)
 class CancelJob:
     pass
+
+
+@dataclass(frozen=True)
+class MetadataWritten:
+    """The storage thread wrote a checkpoint's metadata (``error``: or failed to)."""
+
+    checkpoint_id: int
+    metadata: dict[str, Any]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CoordinatorCallDone:
+    """An operator coordinator's async call returned (``error``: or raised)."""
+
+    holder: CoordinatorHolder
+    call: AsyncCall
+    result: Any
+    error: BaseException | None
+
+
+class StorageThread:
+    """Runs the job master's checkpoint storage writes and deletes in order, off
+    its loop: slow or hanging storage must not keep the loop from timing out
+    checkpoints, failing over or taking a cancel. Being one thread, a delete of
+    a location always comes after a write to it that was handed over first."""
+
+    CLOSE_TIMEOUT_S = 5.0
+
+    def __init__(self, name: str) -> None:
+        self._work: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=f"storage-{name}", daemon=True)
+        self._thread.start()
+
+    def __call__(self, work: Callable[[], None]) -> None:
+        self._work.put(work)
+
+    def _run(self) -> None:
+        while (work := self._work.get()) is not None:
+            try:
+                work()
+            except Exception:  # a delete that failed leaves a folder behind, nothing worse
+                log.exception("checkpoint storage work failed")
+
+    def close(self) -> None:
+        """Finish what was handed over before the job's end is reported, waiting at
+        most ``CLOSE_TIMEOUT_S``: a hanging storage must not hold up a cancel."""
+        self._work.put(None)
+        self._thread.join(self.CLOSE_TIMEOUT_S)
+        if self._thread.is_alive():
+            log.warning("checkpoint storage is slow: %d write(s) or delete(s) go on after the job's end", self._work.qsize())
+
+
+def inline(work: Callable[[], None]) -> None:
+    """Storage work done at once, on the caller's thread: for tests that drive a
+    job master by hand and replay it by seed."""
+    work()
 
 
 class MasterPorts:
@@ -249,7 +316,8 @@ class JobMaster:
     def __init__(
         self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False,
         event_valve: bool = True, first_attempt: int = 0, on_end: Callable[[JobStatus], None] | None = None,
-        tick_s: float = TICK_S,
+        tick_s: float = TICK_S, storage_io: Callable[[Callable[[], None]], None] | None = None,
+        coordinator_io: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         """``recovering``: this job master replaces one that died; it picks the job
         up from the latest completed checkpoint in storage. ``event_valve=False``
@@ -259,7 +327,10 @@ class JobMaster:
         ``on_end``: records the job's end where a restarted job master would look,
         before the end is reported to anyone (an ended job never runs again).
         ``tick_s``: the longest the loop waits for a letter before it polls the
-        gateway for task exits."""
+        gateway for task exits. ``storage_io``: runs checkpoint storage writes and
+        deletes (default: a :class:`StorageThread`; :func:`inline` for tests).
+        ``coordinator_io``: runs operator coordinators' async calls (default: a
+        small thread pool; :func:`inline` for tests)."""
         self.recovering = recovering
         self.event_valve = event_valve
         self.graph = graph
@@ -287,12 +358,16 @@ class JobMaster:
         self._coordinators: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder), this deployment's
         self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
         self._task_attempts: dict[TaskKey, int] = {}  # the attempt each task's letters must carry
+        self._killed: set[TaskKey] = set()  # killed while this tick's exits are handled
         self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
         self._restarting: dict[frozenset[TaskKey], float] = {}  # regions failed over -> when to redeploy
         self._done = threading.Event()
         self._on_end = on_end
         self._tick_s = tick_s
         self.final_metrics: list[dict[str, Any]] = []
+        self._storage_io = storage_io or StorageThread(graph.name)
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._coordinator_io = coordinator_io or self._in_pool
 
     # ------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -304,22 +379,36 @@ class JobMaster:
                     self._handle(letter)
                 self._tick()
         except WeirError as exc:  # e.g. a savepoint that does not fit the job
-            self.failure = exc
-            self._end(JobStatus.FAILED)
+            self._fail_now(exc)
         except BaseException as exc:  # a bug in weir itself: fail the job loudly
             log.exception("job master of %s failed", self.graph.name)
-            self.failure = exc
-            self._end(JobStatus.FAILED)
+            self._fail_now(exc)
         finally:
             try:
                 self.final_metrics = self.gateway.metrics()
             except Exception:
                 log.warning("could not collect the final metrics of %s", self.graph.name)
             self.gateway.kill_all()
+            if isinstance(self._storage_io, StorageThread):
+                self._storage_io.close()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)  # a call blocked on a broker ends on its own
             if self._on_end is not None:
                 self._on_end(self.status)
             self._refuse_leftover_requests()
             self._done.set()
+
+    def _fail_now(self, error: BaseException) -> None:
+        if not self.status.is_terminal:
+            self.failure = error
+            self._end(JobStatus.FAILED)
+
+    def _become(self, status: JobStatus) -> None:
+        """Change the job's status along :data:`runtime.executor._NEXT`; any other
+        change is a bug in weir, refused before anything changes."""
+        if not self.status.can_become(status):
+            raise JobStatusError(f"job '{self.graph.name}': {self.status.value} cannot become {status.value}")
+        self.status = status
 
     def start(self) -> None:
         """Restore (or recover) and deploy the first attempt; ``run`` does this first.
@@ -340,6 +429,7 @@ class JobMaster:
 
     def cancel(self) -> None:
         """Ask the job to cancel (any thread); nothing to do once it has ended."""
+        self.gateway.stop_deploying()  # the loop may be waiting in one
         try:
             self.mailbox.put_control(CancelJob())
         except MailboxClosedError:
@@ -376,7 +466,8 @@ class JobMaster:
             result = self.storage.recorded_result()
             if result is not None:
                 log.warning("job %s had ended %s before its job master restarted; it is not run again", self.graph.name, result["status"])
-                self.status, self.ended = JobStatus(result["status"]), self.clock()
+                self._become(JobStatus(result["status"]))
+                self.ended = self.clock()
                 if self.status is JobStatus.FAILED:
                     self.failure = WeirError(result["detail"])
                 return
@@ -461,6 +552,13 @@ class JobMaster:
         if isinstance(letter, RescaleJob):
             self._on_rescale(letter)
             return
+        if isinstance(letter, MetadataWritten):
+            self._on_metadata_written(letter)
+            return
+        if isinstance(letter, CoordinatorCallDone):
+            if any(holder is letter.holder for _, holder in self._coordinators.values()):  # else: from a closed one
+                self._coordinator_call(letter.holder, "async call", letter.holder.call_done, letter.call, letter.result, letter.error, self.clock())
+            return
         if letter.attempt != self._task_attempts.get(letter.task):
             return  # from a previous attempt of its task
         if isinstance(letter, Ack):
@@ -481,8 +579,12 @@ class JobMaster:
 
     def _tick(self) -> None:
         now = self.clock()
+        self._killed = set()
         for key, result in self.gateway.poll_exits():
-            self._on_exit(key, result)
+            # An earlier exit of this batch may have failed the job (or a region)
+            # over: the tasks it killed report nothing more, as the gateway promises.
+            if key not in self._killed:
+                self._on_exit(key, result)
         if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
             self._deploy()
         for region, at in list(self._restarting.items()):
@@ -493,11 +595,16 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
         if self.status not in (JobStatus.RUNNING, JobStatus.STOPPING):
             return
+        for _, holder in list(self._coordinators.values()):
+            for call in holder.due_calls(now):
+                self._coordinator_io(functools.partial(self._run_async_call, holder, call))
         for cid in self.coordinator.expired(now):
             # Name who held it up: a task stuck in a user function never acknowledges.
-            late = sorted(self.coordinator.pending[cid].not_yet_acknowledged)
+            pending = self.coordinator.pending[cid]
+            late = sorted(pending.not_yet_acknowledged)
             names = ", ".join(f"{task_name(k)} ({self.graph.vertices[k[0]].name})" for k in late[:5])
-            self._abort(cid, CheckpointFailureReason.TIMEOUT, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}")
+            self._abort(cid, CheckpointFailureReason.TIMEOUT, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}" if late
+                        else f"every task acknowledged it, but its metadata was still being written to {pending.location}")
         if self.status is JobStatus.STOPPING or self._restarting:
             return  # the stop's savepoint is the last one; a region on its way back would decline
         if self._all_sources_ended():
@@ -507,6 +614,22 @@ class JobMaster:
                 self._final_checkpoint = self._trigger(now)
         elif self.coordinator.due(now):
             self._trigger(now)
+
+    def _run_async_call(self, holder: CoordinatorHolder, call: AsyncCall) -> None:
+        """Off the loop: a coordinator's call; its end goes back to the loop as a letter."""
+        try:
+            done = CoordinatorCallDone(holder, call, call.call(), None)
+        except Exception as exc:
+            done = CoordinatorCallDone(holder, call, None, exc)
+        try:
+            self.mailbox.put_control(done)
+        except MailboxClosedError:
+            pass  # the job ended meanwhile
+
+    def _in_pool(self, work: Callable[[], None]) -> None:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix=f"coordinator-{self.graph.name}")
+        self._pool.submit(work)
 
     def _all_sources_ended(self) -> bool:
         sources = [(v.id, i) for v in self.graph.sources for i in range(v.parallelism)]
@@ -542,7 +665,7 @@ class JobMaster:
             barrier, stop_drain, keys = self._held_triggers.pop(cid)
             for key in keys:
                 source = self.graph.vertices[key[0]].is_source
-                self.gateway.trigger_checkpoint(key, barrier, stop_drain if source else None)
+                self.gateway.send(key, TriggerCheckpoint(barrier, stop_drain if source else None))
 
     def _coordinator_call(self, holder: CoordinatorHolder, what: str, call: Callable[..., Any], *args: Any) -> Any:
         """A call into a coordinator's code: its failure restarts the job like a
@@ -581,7 +704,7 @@ class JobMaster:
 
     def _event_sender(self, vertex_id: str) -> Callable[[int, str, int, Any], None]:
         def send(subtask: int, uid: str, event_id: int, event: Any) -> None:
-            self.gateway.send_operator_event((vertex_id, subtask), uid, event_id, event)
+            self.gateway.send((vertex_id, subtask), OperatorEvent(uid, event_id, event))
 
         return send
 
@@ -625,7 +748,7 @@ class JobMaster:
             request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
         elif isinstance(letter, StopJob):
             self._stopping = _Stopping(cid, letter.drain, self.coordinator.pending[cid].location, request)
-            self.status = JobStatus.STOPPING
+            self._become(JobStatus.STOPPING)
         else:
             self._requests[cid] = request
 
@@ -646,13 +769,13 @@ class JobMaster:
             letter.request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
             return
         self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, letter.request, new_graph, now)
-        self.status = JobStatus.STOPPING
+        self._become(JobStatus.STOPPING)
 
     def _finish_rescale(self, stopping: _Stopping) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
         assert stopping.rescale_to is not None
         self._stopping = None
-        self.gateway.kill_all()
+        self._kill()
         self.graph = self.coordinator.graph = stopping.rescale_to
         self._deploy()
         pause = self.clock() - stopping.started
@@ -669,23 +792,39 @@ class JobMaster:
             faults.point("checkpoint-half-acknowledged")
 
     def _complete(self, checkpoint_id: int) -> None:
+        """Every task acknowledged: the storage thread writes the coordinators'
+        state and the metadata, and the checkpoint completes when it reports back."""
         union = self.coordinator.union_state_partially_finished(checkpoint_id, self._exited)
         if union is not None:
             self._abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, f"operator '{union}'")
             return
         metadata = self.coordinator.metadata(checkpoint_id, self._exited)
         pending = self.coordinator.pending[checkpoint_id]
-        location = pending.location
-        try:
-            metadata["coordinators"] = {
-                uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload))
-                for uid, payload in pending.coordinator_states.items()
-            }
-            faults.point("checkpoint-before-metadata")
-            write_metadata(location, metadata)
-        except Exception as exc:
-            self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, str(exc))
+        location, states, mailbox = pending.location, dict(pending.coordinator_states), self.mailbox
+
+        def write() -> None:
+            error = None
+            try:
+                metadata["coordinators"] = {uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload)) for uid, payload in states.items()}
+                faults.point("checkpoint-before-metadata")
+                write_metadata(location, metadata)
+            except Exception as exc:
+                error = str(exc) or type(exc).__name__
+            try:
+                mailbox.put_control(MetadataWritten(checkpoint_id, metadata, error))
+            except MailboxClosedError:
+                pass  # the job ended meanwhile; its abort discards the location
+
+        self._storage_io(write)
+
+    def _on_metadata_written(self, letter: MetadataWritten) -> None:
+        checkpoint_id, metadata = letter.checkpoint_id, letter.metadata
+        if checkpoint_id not in self.coordinator.pending:
+            return  # aborted while it was written (timed out, a failover): its location is discarded after the write
+        if letter.error is not None:
+            self._abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, letter.error)
             return
+        location = self.coordinator.pending[checkpoint_id].location
         pending = self.coordinator.complete(checkpoint_id, self.clock())
         # A savepoint commits no side effects (Flink >= 1.15, FLINK-25191): what its
         # sinks pre-committed is committed by the next checkpoint, and recovery,
@@ -698,7 +837,7 @@ class JobMaster:
             self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, commits)
         for key in pending.plan.to_ack if commits else ():
             if key not in self._exited:
-                self.gateway.notify_checkpoint_complete(key, checkpoint_id)
+                self.gateway.send(key, NotifyCheckpointComplete(checkpoint_id))
         request = self._requests.pop(checkpoint_id, None)
         if request is not None:
             request.reply(location)
@@ -712,7 +851,7 @@ class JobMaster:
         )
         for cid in completed[: -self.graph.checkpointing.retained]:
             location = self.coordinator.history[cid].location
-            discard(location)
+            self._storage_io(functools.partial(discard, location))
             self.coordinator.history[cid].discarded = True
             self._restore_points = [p for p in self._restore_points if p[0] != location]
 
@@ -721,7 +860,7 @@ class JobMaster:
         if pending is None:
             return
         log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
-        discard(pending.location)
+        self._storage_io(functools.partial(discard, pending.location))
         self._held_triggers.pop(checkpoint_id, None)
         for _, holder in self._coordinators.values():
             holder.on_checkpoint_ended(checkpoint_id, False)
@@ -729,7 +868,7 @@ class JobMaster:
             self._final_checkpoint = None  # try again
         for key in pending.plan.to_ack:
             if key not in self._exited:
-                self.gateway.notify_checkpoint_aborted(key, checkpoint_id)
+                self.gateway.send(key, NotifyCheckpointAborted(checkpoint_id))
         request = self._requests.pop(checkpoint_id, None)
         stopping = self._stopping if self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id else None
         if (request or stopping) and reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK:
@@ -771,14 +910,11 @@ class JobMaster:
                 if vid == key[0]:
                     holder.on_subtask_gone(key[1])
             self._release_triggers()
+            if len(self._exited) == len(self.graph.task_names()):
+                self._all_finished()
+                return
             for cid in self.coordinator.waiting_on(key):
                 self._abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, task_name(key))
-            if len(self._exited) == len(self.graph.task_names()):
-                stopping = self._stopping
-                if stopping is not None and stopping.rescale_to is not None:
-                    self._finish_rescale(stopping)
-                else:
-                    self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
         elif self.status is JobStatus.CANCELLING:
             self._exited.add(key)
             if len(self._exited) == len(self.graph.task_names()):
@@ -788,6 +924,32 @@ class JobMaster:
         else:
             error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
             self._fail(error, task=key)
+
+    def _all_finished(self) -> None:
+        """Every task finished. A stop or rescale whose savepoint had not completed
+        did not happen (the job's input ended first): the job is FINISHED and the
+        request fails, rather than the aborted savepoint restarting a finished job."""
+        stopping = self._stopping
+        if self.status is JobStatus.CANCELLING:  # the last tasks finished as the cancel came
+            self._end(JobStatus.CANCELED)
+        elif stopping is not None and stopping.checkpoint_id in self.coordinator.pending:
+            self._stopping = None
+            stopping.request.reply(error=WeirError(
+                f"{stopping.what} of job '{self.graph.name}' did not happen: the job finished before its savepoint completed"))
+            self._end(JobStatus.FINISHED)
+        elif stopping is not None and stopping.rescale_to is not None:
+            self._finish_rescale(stopping)
+        else:
+            self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
+
+    def _kill(self, tasks: frozenset[TaskKey] | None = None) -> None:
+        """Kill these tasks (None: all); exits of them already polled are dropped."""
+        if tasks is None:
+            self.gateway.kill_all()
+            self._killed |= set(self._task_attempts)
+        else:
+            self.gateway.kill(tasks)
+            self._killed |= tasks
 
     def _fail(self, error: BaseException, restartable: bool = True, count: bool = True, task: TaskKey | None = None) -> None:
         """Restart from the latest checkpoint under the restart strategy (``count``:
@@ -803,14 +965,15 @@ class JobMaster:
         if region is not None and self._restart_region(region, headline, count):
             return
         log.warning("job %s: %s", self.graph.name, headline)
-        self.status = JobStatus.RESTARTING  # no stop reacts to the aborts below
+        if self.status is not JobStatus.CANCELLING:
+            self._become(JobStatus.RESTARTING)  # no stop reacts to the aborts below
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
         self._close_coordinators()
         if self._stopping is not None:
             self._stopping.request.reply(error=WeirError(f"{self._stopping.what} of job '{self.graph.name}' failed: {error}"))
             self._stopping = None
-        self.gateway.kill_all()
+        self._kill()
         self._restarting.clear()
         if self._cancel_requested is not None:
             self._end(JobStatus.CANCELED)
@@ -840,7 +1003,7 @@ class JobMaster:
         log.warning("job %s: %s; restarting its region of %d task(s)", self.graph.name, headline, len(region))
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
-        self.gateway.kill(region)
+        self._kill(region)
         self._exited -= region
         self._ended_input -= region
         self._final_checkpoint = None
@@ -857,8 +1020,8 @@ class JobMaster:
         return True
 
     def _cancel(self) -> None:
-        if self.status.is_terminal:
-            return
+        if self.status.is_terminal or self.status is JobStatus.CANCELLING:
+            return  # a second cancel must not put off the kill of tasks that do not close
         self._cancel_requested = self.clock()
         for cid in list(self.coordinator.pending):  # a cancel wins over savepoints in flight
             self._abort(cid, CheckpointFailureReason.JOB_STOPPING, "the job was cancelled")
@@ -867,7 +1030,7 @@ class JobMaster:
         if self.status is JobStatus.RESTARTING:
             self._end(JobStatus.CANCELED)
             return
-        self.status = JobStatus.CANCELLING
+        self._become(JobStatus.CANCELLING)
         for region in self._restarting:  # not deployed: nothing to cancel
             self._exited |= region
         self._restarting.clear()
@@ -876,14 +1039,14 @@ class JobMaster:
             return
         for key in self.graph.task_names():
             if key not in self._exited:
-                self.gateway.cancel(key)
+                self.gateway.send(key, Cancel())
 
     def _end(self, status: JobStatus) -> None:
         try:  # before anyone hears of the end: a job master recovering this run reads it first
             self.storage.record_result(status.value, str(self.failure or ""))
         except OSError as exc:
             log.warning("job %s: could not record its end (%s) in %s: %s", self.graph.name, status.value, self.storage.root, exc)
-        self.status = status
+        self._become(status)
         self.ended = self.clock()
         self._close_coordinators()
         for request in self._requests.values():
@@ -930,6 +1093,7 @@ class JobMaster:
                     checkpointing=g.checkpointing,
                     transport=g.execution.transport,
                     restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
+                    runtime_mode=g.runtime_mode,
                 )
                 deployments.append(Deployment((v.id, i), self.attempt, td, []))
         by_key = {d.key: d for d in deployments}
@@ -947,10 +1111,15 @@ class JobMaster:
             # The first checkpoint comes one interval after the job starts (as in
             # Flink), not at once: there is nothing to snapshot yet.
             self.coordinator.last_trigger = self.clock()
-        self.status = JobStatus.RUNNING
+        if region is None:
+            self._become(JobStatus.RUNNING)
         try:
             self.gateway.deploy(deployments)
-        except Exception as exc:  # e.g. a task killed while it was being set up
+        except JobCancelledError:  # a cancel stopped it waiting for room on the cluster
+            self._cancel_requested = self.clock()
+            self._fail(WeirError("cancelled while deploying"), count=False)
+            return
+        except Exception as exc:  # e.g. a task killed while it was being set up, no room on the cluster
             self._fail(exc)
             return
         self._start_coordinators(region)

@@ -13,22 +13,13 @@ from typing import Any
 import cloudpickle
 
 from runtime.checkpointing import TaskKey, task_name
+from runtime.collect import LocalCollectChannel
 from runtime.errors import JobCancelledError, WeirError
-from runtime.events import CheckpointBarrier
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 from runtime.jobmaster import Deployment, JobMaster, MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.mailbox import MailboxClosedError
-from runtime.task import (
-    Cancel,
-    NotifyCheckpointAborted,
-    NotifyCheckpointComplete,
-    OperatorEvent,
-    StreamTask,
-    TaskResult,
-    TaskState,
-    TriggerCheckpoint,
-)
+from runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
 
 
 class _Ports(MasterPorts):
@@ -79,34 +70,16 @@ class LocalGateway:
             if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
 
-    def _put(self, key: TaskKey, letter: Any) -> None:
-        task = self.tasks.get(key)
-        if task is not None:
-            try:
-                task.put_letter(letter)
-            except MailboxClosedError:
-                pass  # it ended meanwhile; its exit is on its way
-
-    def trigger_checkpoint(self, task: TaskKey, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
-        self._put(task, TriggerCheckpoint(barrier, stop_drain))
-
-    def notify_checkpoint_complete(self, task: TaskKey, checkpoint_id: int) -> None:
-        self._put(task, NotifyCheckpointComplete(checkpoint_id))
-
-    def notify_checkpoint_aborted(self, task: TaskKey, checkpoint_id: int) -> None:
-        self._put(task, NotifyCheckpointAborted(checkpoint_id))
-
-    def cancel(self, task: TaskKey) -> None:
-        self._put(task, Cancel())
-
-    def send_operator_event(self, task: TaskKey, operator_uid: str, event_id: int, event: Any) -> None:
+    def send(self, task: TaskKey, letter: TaskLetter) -> None:
         t = self.tasks.get(task)
         try:
             if t is None:
                 raise MailboxClosedError("no such task")
-            t.put_letter(OperatorEvent(operator_uid, event_id, event))
-        except MailboxClosedError:
-            with self._lock:  # lost: the task fails over (if its exit is not reported already)
+            t.put_letter(letter)
+        except MailboxClosedError:  # it ended meanwhile: its exit is on its way
+            if not isinstance(letter, OperatorEvent):
+                return
+            with self._lock:  # an event lost: the task fails over (if its exit is not reported already)
                 if task in self.attempts:
                     self._exits.append((task, TaskResult(TaskState.FAILED, WeirError(f"task {task_name(task)} is gone: an operator event to it was lost"))))
 
@@ -130,6 +103,9 @@ class LocalGateway:
         deadline = time.monotonic() + 2
         for _, th in victims:
             th.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def stop_deploying(self) -> None:
+        pass  # a deploy here starts threads: it never waits for room
 
     def kill_all(self) -> None:
         self.kill(frozenset(self.tasks))
@@ -174,11 +150,17 @@ class LocalJobClient(JobClient):
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
         return self._master.ask(RescaleJob(dict(parallelism), Request()), timeout_s)
 
+    def restarts(self) -> int:
+        return self._master.restarts
+
     def checkpoints(self) -> list[dict[str, Any]]:
         return self._master.checkpoint_stats()
 
     def tasks(self) -> list[str]:
         return [task_name(k) for k in self._gateway.tasks]
+
+    def graph_svg(self) -> str:
+        return self._master.graph.to_svg()
 
     def metrics(self) -> list[dict[str, Any]]:
         if self._master.status.is_terminal:
@@ -193,6 +175,9 @@ class LocalJobClient(JobClient):
 
 
 class LocalExecutor(Executor):
+    def collect_channel(self) -> LocalCollectChannel:
+        return LocalCollectChannel()
+
     def submit(self, graph: JobGraph) -> LocalJobClient:
         gateway = LocalGateway()
         master = JobMaster(graph, gateway)

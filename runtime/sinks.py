@@ -37,6 +37,14 @@ class SinkWriter(ABC):
         """Every subtask's restored committables are published by now; a writer may
         clean up leftovers of earlier attempts here."""
 
+    def finish(self) -> None:
+        """End of input (FLIP-147's ``SinkFunction#finish``): write out what is
+        buffered. The final checkpoint's ``prepare_commit`` and ``commit`` follow."""
+
+    def abort(self, committables: list[Any]) -> None:
+        """A finished sink is closing: these were pre-committed by checkpoints
+        after the final one the task waited for, and nothing will commit them."""
+
     def close(self) -> None:
         pass
 
@@ -59,14 +67,18 @@ class SinkOperator(StreamOperator):
         self.sink = sink
         self.writer: SinkWriter | None = None
         self._pending: dict[int, list[Any]] = {}
+        self._finished = False
 
     def initialize_state(self, restored: RestoredState) -> None:
         super().initialize_state(restored)
         try:
             self.writer = self.sink.create_writer(self.ctx)
-            recovered = self.operator_state.lists.pop(self.PENDING, [])
+            # One entry per subtask that wrote them: a restore, whatever its
+            # parallelism, hands each writer's committables to one subtask, which
+            # recovers them in order (a Kafka transactional id is one writer's).
+            recovered = [c for entry in self.operator_state.lists.pop(self.PENDING, []) for _, c in entry]
             if recovered:
-                self.writer.recover([c for _, c in recovered])
+                self.writer.recover(recovered)
         except Exception as exc:
             raise self.fail("sink writer", exc) from exc
 
@@ -84,7 +96,7 @@ class SinkOperator(StreamOperator):
         if prepared:
             self._pending[checkpoint_id] = prepared
         snap = super().snapshot_state(checkpoint_id)
-        snap.lists[self.PENDING] = [(cid, c) for cid, cs in sorted(self._pending.items()) for c in cs]
+        snap.lists[self.PENDING] = [[(cid, c) for cid, cs in sorted(self._pending.items()) for c in cs]] if self._pending else []
         return snap
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -99,9 +111,22 @@ class SinkOperator(StreamOperator):
         for cid in done:
             del self._pending[cid]
 
+    def finish(self) -> None:
+        try:
+            self.writer.finish()  # type: ignore[union-attr]
+        except Exception as exc:
+            raise self.fail("sink writer finish", exc) from exc
+        self._finished = True
+
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """After a finish, what is still pending came after the final checkpoint
+        (FLIP-147: the task exits on 43, so 44's transaction is aborted). After a
+        failure or a cancel nothing is aborted: the restore commits it."""
+        if self.writer is None:
+            return
+        if self._finished and self._pending:
+            self.writer.abort([c for _, cs in sorted(self._pending.items()) for c in cs])
+        self.writer.close()
 
 
 class DiscardingSink(Sink):

@@ -16,14 +16,18 @@ polled by the task's loop thread in batches.
 
 from __future__ import annotations
 
+import pickle
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
+import cloudpickle
+
 from runtime.coordination import CoordinatorContext, OperatorCoordinator
-from runtime.eventtime import WatermarkGenerator, WatermarkStrategy
-from runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
+from runtime.errors import InvalidJobGraphError, describe_record
+from runtime.eventtime import WatermarkEmitter, WatermarkStrategy
+from runtime.events import MAX_WATERMARK, Watermark
 from runtime.operators import RestoredState, StreamOperator
 
 T = TypeVar("T")
@@ -38,6 +42,8 @@ class Poll:
     end: bool = False
     wait_s: float = 0.0
     split_id: Any = None  # the split the records come from
+    timestamps: list[int] | None = None  # the records' own event times (Kafka's), if they have them
+    side: dict[str, list[Any]] | None = None  # side output tag id -> records (a dead-letter output)
 
 
 class SourceReader(ABC):
@@ -50,6 +56,15 @@ class SourceReader(ABC):
     @abstractmethod
     def snapshot_splits(self) -> list[Any]:
         """The reader's unfinished splits with their current positions."""
+
+    def snapshot_state(self, checkpoint_id: int) -> list[Any]:
+        """The splits to checkpoint for ``checkpoint_id`` (a reader that acts when
+        that checkpoint completes remembers them here)."""
+        return self.snapshot_splits()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """The checkpoint that holds this reader's snapshot completed (a Kafka
+        reader commits its offsets back to the consumer group here)."""
 
     def close(self) -> None:
         pass
@@ -79,9 +94,17 @@ class SplitEnumeratorContext(Protocol):
 
     def signal_no_more_splits(self, subtask: int) -> None: ...
 
+    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+        """See :meth:`runtime.coordination.CoordinatorContext.call_async`."""
+
 
 class SplitEnumerator(ABC):
     """Hands out a source's splits; runs on the job master."""
+
+    def start(self, context: SplitEnumeratorContext) -> None:
+        """Called once before any request: an enumerator that discovers splits
+        while the job runs (new Kafka partitions, new files) schedules it here
+        with ``context.call_async(..., period_s=...)``."""
 
     @abstractmethod
     def handle_split_request(self, subtask: int, context: SplitEnumeratorContext) -> None: ...
@@ -128,9 +151,15 @@ class StaticSplitEnumerator(SplitEnumerator):
 class Source(ABC, Generic[T]):
     bounded = True
     dynamic_splits = False  # the default enumerator's policy (see StaticSplitEnumerator)
+    has_timestamps = False  # its reader's polls carry each record's event time
 
     @abstractmethod
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader: ...
+
+    def size_hint(self) -> int | None:
+        """How many records this source reads in all, when it knows (a progress
+        bar's total); None when unbounded or unknown."""
+        return None
 
     def create_splits(self, parallelism: int) -> list[Any]:
         """All splits, for the default enumerator."""
@@ -157,6 +186,7 @@ class SourceCoordinator(OperatorCoordinator):
     def start(self, context: CoordinatorContext, restored: Any | None) -> None:
         self._context = context
         self._enumerator = self.source.create_enumerator(context.parallelism, restored)
+        self._enumerator.start(self)
 
     def handle_event(self, subtask: int, event: Any) -> None:
         if isinstance(event, RequestSplit):
@@ -191,6 +221,9 @@ class SourceCoordinator(OperatorCoordinator):
 
     def signal_no_more_splits(self, subtask: int) -> None:
         self._context.send_event(subtask, NoMoreSplits())
+
+    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+        self._context.call_async(call, handler, period_s)
 
 
 @dataclass(frozen=True)
@@ -259,6 +292,9 @@ class SequenceSource(Source[int]):
             raise ValueError(f"from_sequence: end {end} is below start {start}")
         self.start, self.end = start, end
 
+    def size_hint(self) -> int | None:
+        return self.end - self.start + 1
+
     def create_splits(self, parallelism: int) -> list[Any]:
         return _ranges(self.end - self.start + 1, parallelism)
 
@@ -268,17 +304,42 @@ class SequenceSource(Source[int]):
 
 
 class CollectionSource(Source[T]):
-    """The elements of a list, shipped with the job; split into contiguous ranges."""
+    """The elements of a list, split into contiguous ranges. They are pickled
+    once, here (a snapshot: Flink's ``from_collection`` serializes its elements
+    when called, too), and every copy of the job carries that one pickle: the
+    shipping check, the job master and each task do not pickle a million rows
+    again, and only readers unpickle them. An element that cannot be pickled is
+    refused here, naming it."""
 
     def __init__(self, elements: Sequence[T]) -> None:
-        self.elements = list(elements)
+        self._count = len(elements)
+        try:
+            self._pickled = cloudpickle.dumps(list(elements), protocol=5)
+        except Exception as exc:
+            i, element = _first_unpicklable(elements)
+            raise InvalidJobGraphError(
+                f"from_collection(): element {i}, {describe_record(element)}, cannot be pickled "
+                f"({type(exc).__name__}: {exc}); the collection travels with the job to the tasks that read it"
+            ) from exc
+
+    def size_hint(self) -> int | None:
+        return self._count
 
     def create_splits(self, parallelism: int) -> list[Any]:
-        return _ranges(len(self.elements), parallelism)
+        return _ranges(self._count, parallelism)
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
-        els = self.elements
+        els: list[T] = pickle.loads(self._pickled)  # pickled above, from the user's own objects
         return IndexedReader(els.__getitem__, batch_values=lambda a, b: els[a:b])
+
+
+def _first_unpicklable(elements: Sequence[Any]) -> tuple[int, Any]:
+    for i, element in enumerate(elements):
+        try:
+            cloudpickle.dumps(element)
+        except Exception:
+            return i, element
+    return -1, elements  # only the list as a whole fails (e.g. too deep)
 
 
 class GeneratorSource(Source[T]):
@@ -294,6 +355,9 @@ class GeneratorSource(Source[T]):
         self.count = count
         self.records_per_second = records_per_second
         self.bounded = count is not None
+
+    def size_hint(self) -> int | None:
+        return self.count
 
     def create_splits(self, parallelism: int) -> list[Any]:
         if self.count is None:
@@ -314,7 +378,8 @@ class SourceOperator(StreamOperator):
     watermark generator per split, and every ``watermark_interval_ms`` emits the
     minimum watermark over its splits that are not idle; when every split is idle
     it tells downstream so (``WatermarkStatus``), and the channel stops holding
-    back the watermark there."""
+    back the watermark there. In BATCH mode it only stamps: no watermark until
+    ``MAX_WATERMARK`` at the end of input."""
 
     SPLITS = "splits"
     WAIT_FOR_SPLITS_S = 0.05  # an arriving split wakes the task's loop sooner
@@ -323,13 +388,10 @@ class SourceOperator(StreamOperator):
         super().__init__(name, uid)
         self.source = source
         self.reader: SourceReader
-        self._strategy = strategy
-        self._interval_s = watermark_interval_ms / 1000
-        self._generators: dict[Any, WatermarkGenerator] = {}
-        self._last_active: dict[Any, float] = {}
-        self._last_check = 0.0
-        self._emitted = MIN_WATERMARK
-        self._idle = False
+        # Without a timestamp assigner, and records with no time of their own, the source emits plain records.
+        stamps = strategy is not None and (strategy.timestamp_assigner is not None or source.has_timestamps)
+        self._watermarks = WatermarkEmitter(strategy, watermark_interval_ms) if stamps else None  # type: ignore[arg-type]
+        self._last_check_ms = 0.0
         self._asked = False          # a split request is on its way
         self._no_more_splits = False
 
@@ -339,10 +401,13 @@ class SourceOperator(StreamOperator):
         entries = restored.lists.get(self.SPLITS, [])
         for split, generator_state in entries:
             if generator_state is not None:
-                self._generator(_split_id(split)).restore(generator_state)
+                assert self._watermarks is not None
+                self._watermarks.generator(_split_id(split)).restore(generator_state)
         self.reader.add_splits([split for split, _ in entries])
 
     def open(self) -> None:
+        if self.ctx.batch and self._watermarks is not None:
+            self._watermarks.for_batch()
         if not self.reader.snapshot_splits():
             self._request_split()
 
@@ -361,13 +426,6 @@ class SourceOperator(StreamOperator):
         else:
             super().handle_operator_event(event)
 
-    def _generator(self, split_id: Any) -> WatermarkGenerator:
-        gen = self._generators.get(split_id)
-        if gen is None:
-            assert self._strategy is not None and self._strategy.generator_factory is not None
-            gen = self._generators[split_id] = self._strategy.generator_factory()
-        return gen
-
     def poll(self, max_records: int) -> Poll:
         try:
             result = self.reader.poll(max_records)
@@ -377,65 +435,46 @@ class SourceOperator(StreamOperator):
             # Out of splits: ask for one, unless asked already; the answer is an event.
             self._request_split()
             result = Poll([], wait_s=self.WAIT_FOR_SPLITS_S)
-        strategy = self._strategy
-        if strategy is None or strategy.timestamp_assigner is None:
+        if result.side:
+            for tag_id, records in result.side.items():
+                self.output.collect_side(tag_id, records)
+        wm = self._watermarks
+        if wm is None:
             if result.records:
-                self.output.collect(result.records)
+                self.output.collect(result.records, result.timestamps)
             return result
-        now = time.monotonic()
         if result.records:
-            assign = strategy.timestamp_assigner
-            timestamps: list[int] = []
-            append = timestamps.append
-            r = None
-            try:
-                for r in result.records:
-                    append(assign(r))
-            except Exception as exc:
-                raise self.fail("timestamp assigner", exc, r, True) from exc
-            if strategy.generator_factory is not None:
-                self._generator(result.split_id).on_batch(timestamps)
-                self._last_active[result.split_id] = now
+            timestamps = wm.stamp(result.records, result.timestamps, self.name, self.fail)
+            wm.on_batch(result.split_id, timestamps)
             self.output.collect(result.records, timestamps)
-        if strategy.generator_factory is not None and now - self._last_check >= self._interval_s:
-            self._last_check = now
-            self._emit_watermark(now)
+        now_ms = time.monotonic() * 1000
+        if wm.generates and now_ms - self._last_check_ms >= wm.interval_ms:
+            self._last_check_ms = now_ms
+            splits = self.reader.snapshot_splits()
+            # Waiting for a split: no watermark. Not idle at once (its records may be
+            # early), but after the strategy's idle timeout, as any split would be: a
+            # subtask with no Kafka partition must not hold event time back for ever.
+            wm.emit(now_ms, [_split_id(split) for split in splits] or [_NO_SPLIT], self.output)
         return result
-
-    def _emit_watermark(self, now: float) -> None:
-        idleness = self._strategy.idleness_ms if self._strategy is not None else None
-        splits = self.reader.snapshot_splits()
-        if not splits:
-            return  # waiting for a split: no watermark, and not idle (its records may be early)
-        watermarks = []
-        for split in splits:
-            sid = _split_id(split)
-            last = self._last_active.setdefault(sid, now)
-            if idleness is None or (now - last) * 1000 < idleness:
-                watermarks.append(self._generator(sid).current_watermark())
-        if not watermarks:
-            if not self._idle:
-                self._idle = True
-                self.output.emit_watermark_status(WatermarkStatus(idle=True))
-            return
-        if self._idle:
-            self._idle = False
-            self.output.emit_watermark_status(WatermarkStatus(idle=False))
-        wm = min(watermarks)
-        if wm > self._emitted:
-            self._emitted = wm
-            self.output.emit_watermark(Watermark(wm))
 
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         raise RuntimeError("a source has no input")
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        super().notify_checkpoint_complete(checkpoint_id)
+        try:
+            self.reader.notify_checkpoint_complete(checkpoint_id)
+        except Exception as exc:
+            raise self.fail("source reader", exc) from exc
 
     def end_of_input(self) -> None:
         self.output.emit_watermark(Watermark(MAX_WATERMARK))
 
     def snapshot_state(self, checkpoint_id: int):  # type: ignore[no-untyped-def]
+        generators = {} if self._watermarks is None else self._watermarks.generators
         self.operator_state.lists[self.SPLITS] = [
-            (split, self._generators[_split_id(split)].snapshot() if _split_id(split) in self._generators else None)
-            for split in self.reader.snapshot_splits()
+            (split, generators[_split_id(split)].snapshot() if _split_id(split) in generators else None)
+            for split in self.reader.snapshot_state(checkpoint_id)
         ]
         return super().snapshot_state(checkpoint_id)
 
@@ -443,6 +482,9 @@ class SourceOperator(StreamOperator):
         reader = getattr(self, "reader", None)
         if reader is not None:
             reader.close()
+
+
+_NO_SPLIT = ("no split",)  # stands for a reader's empty hands in the idleness check
 
 
 def _split_id(split: Any) -> Any:

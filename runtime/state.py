@@ -6,14 +6,23 @@ restore (also with another parallelism) picks up. Operator list state is split
 evenly on restore, or handed out whole to every subtask for union list state.
 
 State values must be picklable: a snapshot pickles them.
+
+Keyed state may have a time to live (:class:`StateTtlConfig`, processing time):
+each entry (a value, a list element, a map entry) is kept as
+``TtlValue(value, last_access_ms)``, so its timestamp travels in snapshots and
+moves with its key group on restore and rescale.
 """
 
 from __future__ import annotations
 
+import enum
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar, overload
 
+from runtime.errors import InvalidConfigurationError
 from runtime.keygroups import KeyGroupRange, key_group_for
+from runtime.typeinfo import TypeInformation, type_arg
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -22,20 +31,203 @@ V = TypeVar("V")
 _MISSING = object()
 
 
-@dataclass(frozen=True)
-class ValueStateDescriptor(Generic[T]):
-    name: str
-    default: Any = None
+def processing_time_ms() -> int:
+    """The clock of state TTL: wall-clock milliseconds (tests put their own clock here)."""
+    return int(time.time() * 1000)
+
+
+class StateTtlConfig:
+    """How long keyed state lives after it was written (or read), PyFlink's
+    ``StateTtlConfig``: ``StateTtlConfig.new_builder(Time.days(1)).build()``, then
+    ``descriptor.enable_time_to_live(config)``. Time is processing time, the only
+    kind Flink has for TTL.
+
+    Cleanup: an expired entry is removed when it is read, and (unless
+    ``disable_cleanup_in_background()`` without ``cleanup_full_snapshot()``) at
+    every checkpoint, which leaves it out of the snapshot and out of the state
+    the job keeps. That sweep is weir's background cleanup: Flink's heap backend
+    checks a few entries per access instead (``cleanup_incrementally``), which
+    weir accepts and serves with the sweep; ``cleanup_in_rocksdb_compact_filter``
+    has no effect (weir keeps state on the heap, as Flink's heap backend)."""
+
+    class UpdateType(enum.Enum):
+        """When an entry's time to live starts again."""
+
+        Disabled = 0
+        OnCreateAndWrite = 1
+        OnReadAndWrite = 2
+
+    class StateVisibility(enum.Enum):
+        """Whether a read may still see an expired entry not yet cleaned up (and then removes it)."""
+
+        ReturnExpiredIfNotCleanedUp = 0
+        NeverReturnExpired = 1
+
+    class TtlTimeCharacteristic(enum.Enum):
+        ProcessingTime = 0
+
+    def __init__(self, ttl_ms: int, update_type: "StateTtlConfig.UpdateType",
+                 state_visibility: "StateTtlConfig.StateVisibility", cleanup_at_snapshot: bool) -> None:
+        self.ttl_ms = ttl_ms
+        self.update_type = update_type
+        self.state_visibility = state_visibility
+        self.cleanup_at_snapshot = cleanup_at_snapshot
+
+    @staticmethod
+    def new_builder(ttl: int) -> "StateTtlConfig.Builder":
+        """``ttl`` in milliseconds (``Time.seconds(1)`` is 1000)."""
+        return StateTtlConfig.Builder(ttl)
+
+    def get_ttl(self) -> int:
+        return self.ttl_ms
+
+    def get_update_type(self) -> "StateTtlConfig.UpdateType":
+        return self.update_type
+
+    def get_state_visibility(self) -> "StateTtlConfig.StateVisibility":
+        return self.state_visibility
+
+    def get_ttl_time_characteristic(self) -> "StateTtlConfig.TtlTimeCharacteristic":
+        return StateTtlConfig.TtlTimeCharacteristic.ProcessingTime
+
+    def is_enabled(self) -> bool:
+        return self.update_type is not StateTtlConfig.UpdateType.Disabled
+
+    def __repr__(self) -> str:
+        return (f"StateTtlConfig(ttl_ms={self.ttl_ms}, update_type={self.update_type.name}, "
+                f"state_visibility={self.state_visibility.name}, cleanup_at_snapshot={self.cleanup_at_snapshot})")
+
+    class Builder:
+        def __init__(self, ttl: int) -> None:
+            self.set_ttl(ttl)
+            self._update_type = StateTtlConfig.UpdateType.OnCreateAndWrite
+            self._visibility = StateTtlConfig.StateVisibility.NeverReturnExpired
+            self._in_background = True
+            self._at_snapshot = False
+
+        def set_ttl(self, ttl: int) -> "StateTtlConfig.Builder":
+            if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+                raise InvalidConfigurationError("state TTL", ttl, "must be a positive number of milliseconds, e.g. Time.seconds(1)")
+            self._ttl_ms = ttl
+            return self
+
+        def set_update_type(self, update_type: "StateTtlConfig.UpdateType") -> "StateTtlConfig.Builder":
+            self._update_type = _member(StateTtlConfig.UpdateType, update_type, "state TTL update type")
+            return self
+
+        def update_ttl_on_create_and_write(self) -> "StateTtlConfig.Builder":
+            return self.set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
+
+        def update_ttl_on_read_and_write(self) -> "StateTtlConfig.Builder":
+            return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
+
+        def set_state_visibility(self, state_visibility: "StateTtlConfig.StateVisibility") -> "StateTtlConfig.Builder":
+            self._visibility = _member(StateTtlConfig.StateVisibility, state_visibility, "state TTL visibility")
+            return self
+
+        def return_expired_if_not_cleaned_up(self) -> "StateTtlConfig.Builder":
+            return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
+
+        def never_return_expired(self) -> "StateTtlConfig.Builder":
+            return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+
+        def set_ttl_time_characteristic(self, characteristic: "StateTtlConfig.TtlTimeCharacteristic") -> "StateTtlConfig.Builder":
+            _member(StateTtlConfig.TtlTimeCharacteristic, characteristic, "state TTL time characteristic")
+            return self
+
+        def use_processing_time(self) -> "StateTtlConfig.Builder":
+            return self
+
+        def cleanup_full_snapshot(self) -> "StateTtlConfig.Builder":
+            """Leave expired entries out of checkpoints (weir: and out of the state kept)."""
+            self._at_snapshot = True
+            return self
+
+        def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool) -> "StateTtlConfig.Builder":
+            """Flink's heap backend checks ``cleanup_size`` entries per access; weir
+            sweeps every expired entry at each checkpoint instead."""
+            self._at_snapshot = True
+            return self
+
+        def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int, periodic_compaction_time: int = 30 * 86_400_000) -> "StateTtlConfig.Builder":
+            """No effect: weir keeps state on the heap (as Flink's heap backend, which ignores it too)."""
+            return self
+
+        def disable_cleanup_in_background(self) -> "StateTtlConfig.Builder":
+            """Expired entries then go only when read, unless ``cleanup_full_snapshot()``."""
+            self._in_background = False
+            return self
+
+        def build(self) -> "StateTtlConfig":
+            return StateTtlConfig(self._ttl_ms, self._update_type, self._visibility, self._at_snapshot or self._in_background)
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _member(kind: type[E], value: Any, setting: str) -> E:
+    if not isinstance(value, kind):
+        raise InvalidConfigurationError(setting, value, f"use one of {', '.join(f'StateTtlConfig.{kind.__name__}.{m.name}' for m in kind)}")
+    return value
 
 
 @dataclass(frozen=True)
-class ListStateDescriptor(Generic[T]):
+class StateDescriptor:
+    """A keyed state's name, and the time to live of its entries (none by default)."""
+
     name: str
+    ttl_config: StateTtlConfig | None = field(default=None, compare=False, repr=False, kw_only=True)
+
+    def get_name(self) -> str:
+        return self.name
+
+    def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
+        """Entries of this state expire ``ttl_config.get_ttl()`` ms after they were
+        written (or read, with ``UpdateType.OnReadAndWrite``). Keyed state only.
+        Keep one setting for a state across restores: a state checkpointed
+        without TTL is not readable with it, nor the reverse (Flink refuses that change)."""
+        if not isinstance(ttl_config, StateTtlConfig):
+            raise InvalidConfigurationError(
+                f"time to live of state '{self.name}'", ttl_config, "use StateTtlConfig.new_builder(Time.seconds(n)).build()")
+        object.__setattr__(self, "ttl_config", ttl_config if ttl_config.is_enabled() else None)
 
 
 @dataclass(frozen=True)
-class MapStateDescriptor(Generic[K, V]):
-    name: str
+class ValueStateDescriptor(StateDescriptor, Generic[T]):
+    """Keyed value state: PyFlink's ``ValueStateDescriptor(name, value_type_info)``;
+    ``default`` (weir's, by keyword) is what ``value()`` gives before any update.
+    The type is checked to be a type and not used: state keeps Python objects."""
+
+    value_type_info: TypeInformation | None = field(default=None, compare=False)
+    default: Any = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        type_arg(self.value_type_info, f"value_type_info of state '{self.name}'", "; a default value goes by keyword: default=...")
+
+
+@dataclass(frozen=True)
+class ListStateDescriptor(StateDescriptor, Generic[T]):
+    """Keyed or operator list state: PyFlink's ``ListStateDescriptor(name, elem_type_info)``
+    (the type is checked and not used)."""
+
+    elem_type_info: TypeInformation | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        type_arg(self.elem_type_info, f"elem_type_info of state '{self.name}'")
+
+
+@dataclass(frozen=True)
+class MapStateDescriptor(StateDescriptor, Generic[K, V]):
+    """Keyed map state, or (given to ``stream.broadcast(...)``) broadcast state:
+    PyFlink's ``MapStateDescriptor(name, key_type_info, value_type_info)`` (the
+    types are checked and not used)."""
+
+    key_type_info: TypeInformation | None = field(default=None, compare=False)
+    value_type_info: TypeInformation | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        type_arg(self.key_type_info, f"key_type_info of state '{self.name}'")
+        type_arg(self.value_type_info, f"value_type_info of state '{self.name}'")
 
 
 @dataclass
@@ -45,12 +237,13 @@ class OperatorSnapshot:
     keyed: dict[int, dict[str, dict[Any, Any]]] = field(default_factory=dict)  # key group -> name -> key -> value
     lists: dict[str, list[Any]] = field(default_factory=dict)
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
+    broadcast: dict[str, dict[Any, Any]] = field(default_factory=dict)  # name -> entries
     finished: bool = False
 
     def summary(self) -> "SnapshotSummary":
         return SnapshotSummary(
             self.finished,
-            bool(self.keyed) or any(self.lists.values()) or any(self.union_lists.values()),
+            bool(self.keyed) or any(self.lists.values()) or any(self.union_lists.values()) or any(self.broadcast.values()),
             any(self.union_lists.values()),
         )
 
@@ -66,13 +259,16 @@ class SnapshotSummary:
 
 class KeyedStateBackend:
     """Holds every keyed state of one operator subtask. The loop thread sets the
-    current key before it calls a user function; the state objects read it."""
+    current key before it calls a user function; the state objects read it.
+    ``clock`` is the processing time state TTL reads."""
 
-    def __init__(self, max_parallelism: int, key_groups: KeyGroupRange) -> None:
+    def __init__(self, max_parallelism: int, key_groups: KeyGroupRange, clock: Callable[[], int] | None = None) -> None:
         self.max_parallelism = max_parallelism
         self.key_groups = key_groups
         self.tables: dict[str, dict[Any, Any]] = {}
         self.current_key: Any = None
+        self.clock = clock or processing_time_ms
+        self._swept: dict[str, _Ttl] = {}  # TTL states whose expired entries go at each snapshot
 
     def table(self, name: str) -> dict[Any, Any]:
         t = self.tables.get(name)
@@ -80,7 +276,29 @@ class KeyedStateBackend:
             t = self.tables[name] = {}
         return t
 
+    def ttl(self, descriptor: StateDescriptor) -> "_Ttl | None":
+        config = descriptor.ttl_config
+        if config is None:
+            return None
+        ttl = _Ttl(config, self.clock)
+        if config.cleanup_at_snapshot:
+            self._swept[descriptor.name] = ttl
+        return ttl
+
+    def drop_expired(self) -> None:
+        """Remove the expired entries of the TTL states that clean up at snapshots."""
+        now = self.clock()
+        for name, ttl in self._swept.items():
+            table = self.table(name)
+            for key, stored in list(table.items()):
+                kept = ttl.unexpired(stored, now)
+                if kept is None:
+                    del table[key]
+                else:
+                    table[key] = kept
+
     def snapshot(self) -> dict[int, dict[str, dict[Any, Any]]]:
+        self.drop_expired()
         out: dict[int, dict[str, dict[Any, Any]]] = {}
         groups: dict[Any, int] = {}
         for name, table in self.tables.items():
@@ -99,6 +317,55 @@ class KeyedStateBackend:
                         self.table(name).update(entries)
 
 
+class TtlValue(NamedTuple):
+    """A state entry with a time to live: its value and when it was last written (or read)."""
+
+    value: Any
+    last_access_ms: int
+
+
+class _Ttl:
+    """The time to live of one keyed state, over its ``TtlValue`` entries."""
+
+    def __init__(self, config: StateTtlConfig, clock: Callable[[], int]) -> None:
+        self.ttl_ms = config.ttl_ms
+        self.renew_on_read = config.update_type is StateTtlConfig.UpdateType.OnReadAndWrite
+        self.return_expired = config.state_visibility is StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
+        self.clock = clock
+
+    def wrap(self, value: Any) -> TtlValue:
+        return TtlValue(value, self.clock())
+
+    def read(self, store: dict[Any, TtlValue], keys: Iterable[Any]) -> list[tuple[Any, Any]]:
+        """A read of the entries of ``store`` under ``keys`` (those it has): the
+        ``(key, value)`` pairs it sees. Expired entries are removed, and seen only
+        with ``ReturnExpiredIfNotCleanedUp``; the others start their time to live
+        again with ``OnReadAndWrite``."""
+        now = self.clock()
+        seen = []
+        for k in list(keys):
+            entry = store.get(k)
+            if entry is None:
+                continue
+            if entry.last_access_ms + self.ttl_ms <= now:
+                del store[k]
+                if not self.return_expired:
+                    continue
+            elif self.renew_on_read:
+                store[k] = TtlValue(entry.value, now)
+            seen.append((k, entry.value))
+        return seen
+
+    def unexpired(self, stored: Any, now: int) -> Any:
+        """What is left of a key's stored state (an entry, or a list or map of them) without its expired entries; None: nothing."""
+        ttl_ms = self.ttl_ms
+        if isinstance(stored, TtlValue):
+            return stored if stored.last_access_ms + ttl_ms > now else None
+        if isinstance(stored, list):
+            return [e for e in stored if e.last_access_ms + ttl_ms > now] or None
+        return {k: e for k, e in stored.items() if e.last_access_ms + ttl_ms > now} or None
+
+
 class ValueState(Generic[T]):
     def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor[T]) -> None:
         self._backend = backend
@@ -113,6 +380,19 @@ class ValueState(Generic[T]):
 
     def clear(self) -> None:
         self._table.pop(self._backend.current_key, None)
+
+
+class TtlValueState(ValueState[T]):
+    def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor[T], ttl: _Ttl) -> None:
+        super().__init__(backend, descriptor)
+        self._ttl = ttl
+
+    def value(self) -> T:
+        seen = self._ttl.read(self._table, (self._backend.current_key,))
+        return seen[0][1] if seen else self._default  # type: ignore[no-any-return]
+
+    def update(self, value: T) -> None:
+        self._table[self._backend.current_key] = self._ttl.wrap(value)
 
 
 class ListState(Generic[T]):
@@ -145,13 +425,60 @@ class ListState(Generic[T]):
         return iter(self.get())
 
 
-def keyed_list_state(backend: KeyedStateBackend, name: str) -> ListState[Any]:
-    table = backend.table(name)
-    return ListState(
-        lambda: table.get(backend.current_key),
-        lambda items: table.__setitem__(backend.current_key, items),
-        lambda: table.pop(backend.current_key, None),
-    )
+class TtlListState(ListState[T]):
+    """Keyed list state whose elements each have a time to live."""
+
+    def __init__(self, get: Callable[[], list[T] | None], put: Callable[[list[T]], None], drop: Callable[[], None], ttl: _Ttl) -> None:
+        super().__init__(get, put, drop)
+        self._ttl = ttl
+
+    def get(self) -> Iterable[T]:
+        items: list[Any] = self._get() or []
+        by_index = dict(enumerate(items))
+        seen = self._ttl.read(by_index, range(len(items)))
+        if len(by_index) < len(items) or self._ttl.renew_on_read:
+            if by_index:
+                self._put(list(by_index.values()))
+            else:
+                self._drop()
+        return [value for _, value in seen]
+
+    def add(self, value: T) -> None:
+        super().add(self._ttl.wrap(value))  # type: ignore[arg-type]
+
+    def update(self, values: Iterable[T]) -> None:
+        self._put([self._ttl.wrap(v) for v in values])  # type: ignore[misc]
+
+
+@overload
+def keyed_state(backend: KeyedStateBackend, descriptor: ValueStateDescriptor[T]) -> "ValueState[T]": ...
+
+
+@overload
+def keyed_state(backend: KeyedStateBackend, descriptor: ListStateDescriptor[T]) -> "ListState[T]": ...
+
+
+@overload
+def keyed_state(backend: KeyedStateBackend, descriptor: MapStateDescriptor[K, V]) -> "MapState[K, V]": ...
+
+
+def keyed_state(backend: KeyedStateBackend, descriptor: Any) -> "ValueState[Any] | ListState[Any] | MapState[Any, Any]":
+    """The state object a descriptor names, reading the backend's current key
+    (with the descriptor's time to live, if it has one)."""
+    ttl = backend.ttl(descriptor) if isinstance(descriptor, StateDescriptor) else None
+    if isinstance(descriptor, ValueStateDescriptor):
+        return ValueState(backend, descriptor) if ttl is None else TtlValueState(backend, descriptor, ttl)
+    if isinstance(descriptor, ListStateDescriptor):
+        table = backend.table(descriptor.name)
+        access = (
+            lambda: table.get(backend.current_key),
+            lambda items: table.__setitem__(backend.current_key, items),
+            lambda: table.pop(backend.current_key, None),
+        )
+        return ListState(*access) if ttl is None else TtlListState(*access, ttl)
+    if isinstance(descriptor, MapStateDescriptor):
+        return MapState(backend, descriptor) if ttl is None else TtlMapState(backend, descriptor, ttl)
+    raise TypeError(f"{descriptor!r} is not a ValueStateDescriptor, ListStateDescriptor or MapStateDescriptor")
 
 
 class MapState(Generic[K, V]):
@@ -199,12 +526,141 @@ class MapState(Generic[K, V]):
         self._table.pop(self._backend.current_key, None)
 
 
+class TtlMapState(MapState[K, V]):
+    """Keyed map state whose entries each have a time to live."""
+
+    def __init__(self, backend: KeyedStateBackend, descriptor: MapStateDescriptor[K, V], ttl: _Ttl) -> None:
+        super().__init__(backend, descriptor)
+        self._ttl = ttl
+
+    def _read(self, keys: Iterable[K] | None = None) -> list[tuple[K, V]]:
+        m: Any = self._map()
+        if m is None:
+            return []
+        seen = self._ttl.read(m, m if keys is None else keys)
+        if not m:
+            self._table.pop(self._backend.current_key, None)
+        return seen
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        seen = self._read((key,))
+        return seen[0][1] if seen else default
+
+    def put(self, key: K, value: V) -> None:
+        m: Any = self._map(create=True)
+        m[key] = self._ttl.wrap(value)
+
+    def contains(self, key: K) -> bool:
+        return bool(self._read((key,)))
+
+    def items(self) -> list[tuple[K, V]]:
+        return self._read()
+
+    def keys(self) -> list[K]:
+        return [k for k, _ in self._read()]
+
+    def values(self) -> list[V]:
+        return [v for _, v in self._read()]
+
+    def is_empty(self) -> bool:
+        return not self._read()
+
+
+class ReadOnlyBroadcastState(Generic[K, V]):
+    """What ``process_element`` sees of a broadcast state: reads only, since only
+    the broadcast side, which every subtask sees alike, may change it (Flink's
+    rule: subtasks never talk to each other, so this keeps their copies equal).
+    Values are not copied: do not change what ``get`` returns."""
+
+    def __init__(self, name: str, entries: dict[K, V]) -> None:
+        self._name = name
+        self._entries = entries
+
+    def get(self, key: K) -> V | None:
+        return self._entries.get(key)
+
+    def contains(self, key: K) -> bool:
+        return key in self._entries
+
+    def items(self) -> list[tuple[K, V]]:
+        return list(self._entries.items())
+
+    def keys(self) -> list[K]:
+        return list(self._entries)
+
+    def values(self) -> list[V]:
+        return list(self._entries.values())
+
+    def is_empty(self) -> bool:
+        return not self._entries
+
+    def __getitem__(self, key: K) -> V | None:
+        return self.get(key)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.keys())
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        self.remove(key)
+
+    def put(self, key: K, value: V) -> None:
+        raise self._read_only()
+
+    def put_all(self, dict_value: dict[K, V]) -> None:
+        raise self._read_only()
+
+    def remove(self, key: K) -> None:
+        raise self._read_only()
+
+    def clear(self) -> None:
+        raise self._read_only()
+
+    def _read_only(self) -> TypeError:
+        return TypeError(
+            f"broadcast state '{self._name}' is read-only in process_element: change it in "
+            "process_broadcast_element, which every subtask runs alike, so their copies stay equal")
+
+
+class BroadcastState(ReadOnlyBroadcastState[K, V]):
+    """What ``process_broadcast_element`` sees of a broadcast state: a map it may
+    change. Change it only from the broadcast element (and what every subtask
+    holds alike), never from this subtask's own data: each subtask keeps a copy."""
+
+    def put(self, key: K, value: V) -> None:
+        self._entries[key] = value
+
+    def put_all(self, dict_value: dict[K, V]) -> None:
+        self._entries.update(dict_value)
+
+    def remove(self, key: K) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 class OperatorStateStore:
-    """Operator (non-keyed) list state of one subtask."""
+    """Operator (non-keyed) state of one subtask: list state, union list state,
+    and the broadcast states (name -> entries) its operator declared."""
 
     def __init__(self) -> None:
         self.lists: dict[str, list[Any]] = {}
         self.union_lists: dict[str, list[Any]] = {}
+        self.broadcast: dict[str, dict[Any, Any]] = {}
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor[Any, Any], writable: bool) -> ReadOnlyBroadcastState[Any, Any]:
+        entries = self.broadcast.get(descriptor.name)
+        if entries is None:
+            raise ValueError(
+                f"no broadcast state named '{descriptor.name}': give its descriptor to stream.broadcast(...); "
+                f"this operator has {sorted(self.broadcast) or 'none'}")
+        return (BroadcastState if writable else ReadOnlyBroadcastState)(descriptor.name, entries)
 
     def get_list_state(self, name: str) -> ListState[Any]:
         return self._state(self.lists, name)
@@ -236,3 +692,14 @@ def union_lists(previous: list[dict[str, list[Any]]]) -> dict[str, list[Any]]:
         for name, items in lists.items():
             merged.setdefault(name, []).extend(items)
     return merged
+
+
+def broadcast_copy(previous: list[OperatorSnapshot], subtask: int) -> dict[str, dict[Any, Any]]:
+    """The broadcast state subtask ``subtask`` restores: every subtask held the
+    same, so it takes one copy: subtask i the copy of old subtask i, round robin
+    when there are more now (Flink's rule: no one copy is read by all). A subtask
+    still running at the checkpoint is preferred to a finished one (FLIP-147)."""
+    running = [s for s in previous if not s.finished] or previous
+    if not running:
+        return {}
+    return {name: dict(entries) for name, entries in running[subtask % len(running)].broadcast.items()}

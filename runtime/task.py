@@ -6,16 +6,22 @@ thread that touches operators and state. The task talks to the outside only
 through its :class:`TaskPorts` (channels out, the job master), so the same task
 runs in a Ray actor, in the in-process executor and in test harnesses.
 
-Finishing (FLIP-147): at the end of input the chain finishes (``end_input``,
-``finish``, first to last) and ``EndOfData`` goes downstream; the finished task
-keeps taking part in checkpoints and exits once a checkpoint it snapshotted
-after finishing has completed and every delivery it sent was acknowledged.
-Then ``close()``, ``EndOfPartition``, and :meth:`run` returns.
+The task is the loop that routes letters between its protocols, each in a
+module of its own: barrier alignment (``runtime.barriers``), the input watermark
+(``runtime.watermark_valve``), the lifecycle (``runtime.lifecycle``) and the
+snapshot writer (``runtime.snapshot_writer``).
+
+Finishing (FLIP-147): at the end of input processing-time timers stop, and the
+chain finishes first to last, each operator ``end_input`` then ``finish()``;
+``EndOfData`` goes downstream and from then on any output is an error. The
+finished task keeps taking part in checkpoints and exits once a checkpoint it
+snapshotted after finishing has completed and every producer has exited. Then
+``close()``, ``EndOfPartition``, and :meth:`run` returns. Operators restored as
+fully finished are neither opened nor fed nor finished again.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import enum
 import time
 import traceback
@@ -24,10 +30,9 @@ from typing import Any, Callable, Protocol
 
 from runtime import faults
 from runtime.barriers import Abort, BarrierHandler, Snapshot
-from runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
+from runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode, TransportConfig
 from runtime.errors import CheckpointFailureReason, WeirError
 from runtime.events import (
-    MAX_WATERMARK,
     MIN_WATERMARK,
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -37,12 +42,15 @@ from runtime.events import (
     WatermarkStatus,
 )
 from runtime.graph import JobVertex
+from runtime.lifecycle import Lifecycle, Phase
 from runtime.mailbox import DataLetter, Mailbox
 from runtime.network import RecordWriter, Timestamped, decode
-from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator
+from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
 from runtime.sources import SourceOperator
+from runtime.snapshot_writer import SnapshotWriter
 from runtime.state import OperatorSnapshot, SnapshotSummary
-from runtime.storage import StateHandle, pickle_state, read_state, write_state
+from runtime.storage import StateHandle, pickle_state, read_state
+from runtime.watermark_valve import WatermarkValve
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class TaskDeployment:
     checkpointing: CheckpointConfig
     transport: TransportConfig
     restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
+    runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # the job's, resolved
 
     @property
     def name(self) -> str:
@@ -124,6 +133,10 @@ class Cancel:
     pass
 
 
+# What a job master sends a task (through its gateway's ``send``).
+TaskLetter = TriggerCheckpoint | NotifyCheckpointComplete | NotifyCheckpointAborted | OperatorEvent | Cancel
+
+
 class TaskState(enum.Enum):
     RUNNING = "RUNNING"
     FINISHING = "FINISHING"  # finished, waiting for a final checkpoint
@@ -161,15 +174,19 @@ class _WriterOutput(Output):
             w.broadcast_event(status)
 
 
-class _ClosedOutput(Output):
-    def __init__(self, operator: str) -> None:
+class _RefusingOutput(Output):
+    """An operator's output once it may not emit: after its input ended (EndOfData
+    went downstream) and in ``close()``."""
+
+    def __init__(self, operator: str, when: str) -> None:
         self._operator = operator
+        self._when = when
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
-        raise WeirError(f"operator '{self._operator}' emitted records in close(); emit them in finish()")
+        raise WeirError(f"operator '{self._operator}' emitted records {self._when}; emit them in finish()")
 
     def emit_watermark(self, watermark: Watermark) -> None:
-        raise WeirError(f"operator '{self._operator}' emitted a watermark in close()")
+        raise WeirError(f"operator '{self._operator}' emitted a watermark {self._when}")
 
     def emit_watermark_status(self, status: WatermarkStatus) -> None:
         pass
@@ -199,34 +216,37 @@ class StreamTask:
             for i, edge in enumerate(d.vertex.outputs)
         ]
         ctx = OperatorContext(
-            d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id, ports.send_operator_event
+            d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id,
+            ports.send_operator_event, d.runtime_mode,
         )
         edges = d.vertex.outputs
         main = [w for w, e in zip(self.writers, edges) if e.side_output is None]
-        for op, nxt in zip(self.operators, self.operators[1:] + [None]):
+        for spec, op, nxt in zip(d.vertex.operators, self.operators, self.operators[1:] + [None]):
             side: dict[str, list[RecordWriter]] = {}
             for w, e in zip(self.writers, edges):
                 if e.side_output is not None and e.source_operator == op.uid:
                     side.setdefault(e.side_output, []).append(w)
-            op.setup(ctx, ChainedOutput(nxt, side) if nxt is not None else _WriterOutput(main, side))
+            out: Output = ChainedOutput(nxt, side) if nxt is not None else _WriterOutput(main, side)
+            op.setup(ctx, TypedOutput(out, spec.record_types, op.name) if spec.record_types.declared else out)
         exactly_once = d.checkpointing.mode is CheckpointingMode.EXACTLY_ONCE
         self.barriers = BarrierHandler(len(d.input_channels), exactly_once)
         self._input_of_channel = [_input_index(d, edge_id) for edge_id, _ in d.input_channels]
+        # Records of a two-input operator's second input go to its process_batch2.
+        self._process_of_channel = [
+            self.head.process_batch2 if i == 1 else self.head.process_batch  # type: ignore[attr-defined]
+            for i in self._input_of_channel
+        ]
         self._end_of_data: set[int] = set()
         self._drain = True
-        self._watermarks = [MIN_WATERMARK] * len(d.input_channels)
-        self._watermark = MIN_WATERMARK
-        self._idle_channels: set[int] = set()
-        self._idle = False
+        self.valve = WatermarkValve(len(d.input_channels))
+        self.life = Lifecycle(d.name)
         self.state = TaskState.RUNNING
         self._source_active = self.is_source
-        self._first_checkpoint_after_finish: int | None = None
-        self._final_checkpoint_done = False
-        self._operators_finished = False  # finish() ran (a drained end): snapshots say so
+        self._finished_ops: set[str] = set()  # uids whose finish() ran, or that were restored fully finished
+        self._never_opened: frozenset[str] = frozenset()  # restored fully finished
         self._deferred_trigger: CheckpointBarrier | None = None
         self._exit = False
-        self._writer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{d.name}")
-        self._writes: list[concurrent.futures.Future[None]] = []
+        self.snapshots = SnapshotWriter(d.name, ports)
         self.first_record_at: float | None = None  # wall clock, for throughput figures
         self.last_record_at: float | None = None
 
@@ -244,6 +264,7 @@ class StreamTask:
             "records_out": sum(w.records_out for w in self.writers),
             "batches_out": sum(w.batches_out for w in self.writers),
             "backpressured_s": round(self.ports.backpressured_s, 3),
+            "watermark": None if self.valve.watermark == MIN_WATERMARK else self.valve.watermark,
             "first_record_at": self.first_record_at,
             "last_record_at": self.last_record_at,
         }
@@ -275,10 +296,18 @@ class StreamTask:
             w.flush()
         return self._handle_available()
 
+    def fire_processing_timers(self, now_ms: int) -> TaskResult | None:
+        """Harness mode: fire the processing-time timers due at ``now_ms``."""
+        def fire() -> bool:
+            self._fire_processing_timers(now_ms)
+            for w in self.writers:
+                w.flush()
+            return self._handle_available()
+        return self._guarded(fire)
+
     def wait_for_snapshots(self) -> None:
         """Harness mode: wait until every snapshot is written and acknowledged."""
-        for f in self._writes:
-            f.result()
+        self.snapshots.wait()
 
     def _run_loop(self) -> bool:
         self._initialize()
@@ -310,7 +339,7 @@ class StreamTask:
             text = str(exc) if isinstance(exc, WeirError) else "".join(traceback.format_exception(exc))
             result = TaskResult(TaskState.FAILED, exc, text)
         self.mailbox.close()
-        self._writer_pool.shutdown(wait=False, cancel_futures=True)
+        self.snapshots.shutdown()
         return result
 
     def _step(self) -> None:
@@ -341,14 +370,17 @@ class StreamTask:
         if letter is not None:
             self._handle(letter)
 
-    def _fire_processing_timers(self) -> float | None:
-        """Fire the processing-time timers that are due; seconds until the next one."""
+    def _fire_processing_timers(self, now_ms: int | None = None) -> float | None:
+        """Fire the processing-time timers that are due (only while RUNNING);
+        seconds until the next one."""
+        if not self.life.fires_processing_timers:
+            return None
         wait_s = None
         for op in self.operators:
             next_ms = op.next_processing_timer()
             if next_ms is None:
                 continue
-            now_ms = int(time.time() * 1000)
+            now_ms = int(time.time() * 1000) if now_ms is None else now_ms
             if next_ms <= now_ms:
                 op.on_processing_time(now_ms)
                 next_ms = op.next_processing_timer()
@@ -368,23 +400,34 @@ class StreamTask:
         if result.end:
             self._source_active = False
             head.end_of_input()
-            self._finish(drain=True)
+            self._end_input(drain=True)
             return 0
         return 0 if result.records else max(result.wait_s, 0.0005)
 
     def _initialize(self) -> None:
+        """Restore, then open the chain last to first. An operator restored fully
+        finished is not opened; when the head is one, the chain's input is over,
+        so the task finishes the rest of the chain and starts FINISHED."""
         d = self.deployment
+        self._never_opened = frozenset(op.uid for op in self.operators if d.restore.get(op.uid, OperatorRestore([])).fully_finished)
+        self._finished_ops = set(self._never_opened)
         restored = self._read_restored_state()
         for op in self.operators:
             op.initialize_state(restored.get(op.uid, RestoredState()))
         for op in reversed(self.operators):
-            op.open()
-        if any(r.fully_finished for r in d.restore.values()) and all(
-            d.restore.get(op.uid, OperatorRestore([])).fully_finished for op in self.operators
-        ):
-            # Every operator of this chain had finished before the checkpoint: start finished.
+            if op.uid not in self._never_opened:
+                op.open()
+        if self.head.uid in self._finished_ops:
             self._source_active = False
-            self._finish(drain=True, call_operators=False)
+            refuse = self._refuse_input(self.head.name)
+            self._process_of_channel = [refuse] * len(self._process_of_channel)
+            self._end_input(drain=True)
+
+    @staticmethod
+    def _refuse_input(operator: str) -> Callable[..., None]:
+        def refuse(records: list[Any], timestamps: list[int] | None = None) -> None:
+            raise WeirError(f"operator '{operator}' had fully finished before the restore, yet got {len(records)} records")
+        return refuse
 
     def _read_restored_state(self) -> dict[str, RestoredState]:
         d = self.deployment
@@ -394,7 +437,7 @@ class StreamTask:
             snaps = []
             for h in where.handles:
                 if h is None:
-                    snaps.append(OperatorSnapshot())
+                    snaps.append(OperatorSnapshot(finished=True))  # that subtask had finished and exited
                     continue
                 if h.uri not in files:
                     files[h.uri] = read_state(h)
@@ -426,14 +469,15 @@ class StreamTask:
 
     def _on_delivery(self, channel: int, messages: list[Any]) -> None:
         head = self.head
+        process = self._process_of_channel[channel]
         for m in messages:
             if type(m) is list:
                 head.records_in += len(m)
-                head.process_batch(m)
+                process(m)
                 self._saw_records()
             elif type(m) is Timestamped:
                 head.records_in += len(m.records)
-                head.process_batch(m.records, m.timestamps)
+                process(m.records, m.timestamps)
                 self._saw_records()
             elif isinstance(m, CheckpointBarrier):
                 self._apply(self.barriers.on_barrier(channel, m))
@@ -466,45 +510,31 @@ class StreamTask:
                     w.broadcast_event(CancelCheckpointMarker(a.checkpoint_id))
                 self.ports.decline_checkpoint(a.checkpoint_id, a.reason, "")
 
+    def _to_head(self, events: list[Watermark | WatermarkStatus]) -> None:
+        for e in events:
+            if isinstance(e, Watermark):
+                self.head.process_watermark(e)
+            else:
+                self.head.process_watermark_status(e)
+
     def _on_watermark(self, channel: int, timestamp: int) -> None:
-        self._watermarks[channel] = timestamp
-        self._idle_channels.discard(channel)  # a watermark makes a channel active again
-        self._advance_watermark()
+        self._to_head(self.valve.on_watermark(channel, timestamp))
 
     def _on_watermark_status(self, channel: int, idle: bool) -> None:
-        if idle:
-            self._idle_channels.add(channel)
-        else:
-            self._idle_channels.discard(channel)
-        self._advance_watermark()
-
-    def _advance_watermark(self) -> None:
-        """The task's watermark: the minimum over channels neither idle nor ended.
-        When every open channel is idle, the task is idle itself."""
-        open_channels = [ch for ch in range(len(self._watermarks)) if ch not in self._end_of_data]
-        live = [self._watermarks[ch] for ch in open_channels if ch not in self._idle_channels]
-        idle = bool(open_channels) and not live
-        if idle != self._idle:
-            self._idle = idle
-            self.head.process_watermark_status(WatermarkStatus(idle))
-        if idle:
-            return
-        new = min(live) if live else max(self._watermarks, default=MAX_WATERMARK)
-        if new > self._watermark:
-            self._watermark = new
-            self.head.process_watermark(Watermark(new))
+        self._to_head(self.valve.on_status(channel, idle))
 
     def _on_end_of_data(self, channel: int, event: EndOfData) -> None:
         self._end_of_data.add(channel)
-        if self.state is TaskState.FINISHING:
-            return  # restored as fully finished: nothing more to end
+        if self.life.input_ended:
+            return  # restored with a fully finished head: nothing more to end
+        self._to_head(self.valve.on_end_of_data(channel, event.drain))
         if not event.drain:
             self._drain = False
         index = self._input_of_channel[channel]
         if self._drain and all(ch in self._end_of_data for ch, i in enumerate(self._input_of_channel) if i == index):
             self.head.end_input(index)
         if len(self._end_of_data) == len(self._input_of_channel):
-            self._finish(drain=self._drain)
+            self._end_input(drain=self._drain)
 
     def _stop_source(self, drain: bool) -> None:
         """Stop-with-savepoint reached this source: stop reading; with drain, end the
@@ -515,20 +545,30 @@ class StreamTask:
         if drain:
             assert isinstance(self.head, SourceOperator)
             self.head.end_of_input()
-        self._finish(drain)
+        self._end_input(drain)
 
-    def _finish(self, drain: bool, call_operators: bool = True) -> None:
-        """End of all input: finish the chain first to last, then EndOfData downstream.
-        Without drain (a suspend) nothing is finished or flushed."""
-        if self.state is TaskState.FINISHING:
-            return
+    def _end_input(self, drain: bool) -> None:
+        """End of all input (DRAINING), or a stop without drain (SUSPENDING, where
+        nothing is finished or flushed). Draining quiesces the timers, then finishes
+        the chain first to last: each operator ``end_input`` (a non-source head had
+        it as each of its inputs ended), then ``finish()``. Then EndOfData goes
+        downstream and the task is FINISHED: no operator may emit from here on."""
+        self.life.end_input(drain)
         faults.point("task-finishing")
-        if drain and call_operators:
-            for op in self.operators:
+        if drain:
+            for n, op in enumerate(self.operators):
+                if op.uid in self._finished_ops:
+                    continue
+                op.quiesce_timers()
+                if n > 0 or self.is_source:
+                    op.end_input(0)
                 op.finish()
-        self._operators_finished = drain
+                self._finished_ops.add(op.uid)
+        for op in self.operators:
+            op.output = _RefusingOutput(op.name, "after the end of its input")
         for w in self.writers:
             w.broadcast_event(EndOfData(drain))
+        self.life.to(Phase.FINISHED)
         self.state = TaskState.FINISHING
         self.ports.report_end_of_input()
 
@@ -554,39 +594,23 @@ class StreamTask:
                 error = exc if isinstance(exc, WeirError) else op.fail("snapshot_state()", exc)
                 self.ports.decline_checkpoint(cid, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, str(error))
                 raise error from exc
-        if self._operators_finished:
-            for s in snapshots.values():
-                s.finished = True
-        if self.state is TaskState.FINISHING and self._first_checkpoint_after_finish is None:
-            self._first_checkpoint_after_finish = cid
+        for uid in self._finished_ops:
+            snapshots[uid].finished = True
+        self.life.on_snapshot(cid)
         for w in self.writers:
             w.broadcast_event(barrier)
         payload = pickle_state(snapshots, self.deployment.name)
-        summaries = {uid: s.summary() for uid, s in snapshots.items()}
-        self._writes = [f for f in self._writes if not f.done()]
-        self._writes.append(self._writer_pool.submit(self._write_and_ack, barrier, payload, summaries))
-
-    def _write_and_ack(self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary]) -> None:
-        faults.point("task-writing-snapshot")
-        try:
-            handle = write_state(barrier.location, self.deployment.name.replace("/", "-"), payload)
-        except Exception as exc:
-            self.ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"writing its state failed: {exc}")
-            return
-        self.ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries)
+        self.snapshots.submit(barrier, payload, {uid: s.summary() for uid, s in snapshots.items()})
 
     def _on_complete(self, checkpoint_id: int) -> None:
         for op in self.operators:
             op.notify_checkpoint_complete(checkpoint_id)
-        first = self._first_checkpoint_after_finish
-        if first is not None and checkpoint_id >= first:
-            self._final_checkpoint_done = True
-            self._maybe_exit()
+        self.life.on_complete(checkpoint_id)
+        self._maybe_exit()
 
     def _maybe_exit(self) -> None:
-        """The exit gate: a checkpoint taken after finish() completed, and every
-        producer has exited (so nothing more can arrive on any channel)."""
-        self._exit = self._final_checkpoint_done and not self.barriers.live_channels
+        """The exit gate (see ``runtime.lifecycle``)."""
+        self._exit = self.life.may_exit(bool(self.barriers.live_channels))
 
     # ------------------------------------------------------------------ the end
     def _close_and_leave(self) -> None:
@@ -598,18 +622,28 @@ class StreamTask:
         for w in self.writers:
             w.broadcast_event(EndOfPartition())
         self.ports.drain_outputs()
+        self.life.to(Phase.ENDED)
         self.state = TaskState.FINISHED
 
     def _close_operators(self) -> None:
+        """CLOSING: ``close()`` of every operator but those restored fully finished,
+        first to last; after a failure or a cancel this is all that runs."""
+        self.life.to(Phase.CLOSING)
         for op in self.operators:
-            op.output = _ClosedOutput(op.name)  # close() releases resources; it may not emit
+            if op.uid in self._never_opened:
+                continue
+            op.output = _RefusingOutput(op.name, "in close()")  # close() releases resources; it may not emit
             op.close()
 
     def _close_quietly(self) -> None:
+        """After a failure or a cancel (a failing close() may have left CLOSING begun)."""
         try:
-            self._close_operators()
+            if self.life.phase is not Phase.CLOSING:
+                self._close_operators()
         except Exception:
             pass  # the failure that brought us here is the one to report
+        if self.life.phase is Phase.CLOSING:
+            self.life.to(Phase.ENDED)
 
     def put_letter(self, letter: Any) -> None:
         self.mailbox.put_control(letter)

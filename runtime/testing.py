@@ -1,6 +1,7 @@
 """Test your own operators and tasks without a job, as Flink's test harnesses do.
 :class:`TaskHarness` drives a whole task (alignment, finishing, the exit gate) by
-hand.  An :class:`OperatorHarness` runs one operator subtask through the
+hand; a :class:`SimulatedJob` drives a whole job (its job master and every task)
+from one seed.  An :class:`OperatorHarness` runs one operator subtask through the
 lifecycle a task would (setup, initialize_state, open, process, snapshot, notify,
 finish, close) and collects what it emits::
 
@@ -14,11 +15,20 @@ finish, close) and collects what it emits::
 
 from __future__ import annotations
 
+import random
 from typing import Any, Callable
 
-from runtime.errors import CheckpointFailureReason
+import cloudpickle
+
+from runtime.checkpointing import TaskKey, task_name
+from runtime.config import RuntimeExecutionMode
+from runtime.errors import CheckpointFailureReason, WeirError
 from runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
+from runtime.executor import JobStatus
 from runtime.functions import as_callable
+from runtime.graph import JobGraph
+from runtime.jobmaster import Deployment, JobMaster, MasterPorts, inline
+from runtime.mailbox import MailboxClosedError
 from runtime.network import decode, encode
 from runtime.operators import (
     KeyedProcessOperator,
@@ -28,16 +38,22 @@ from runtime.operators import (
     Output,
     RestoredState,
     StreamOperator,
+    TwoInputOperator,
 )
 from runtime.sinks import Sink, SinkOperator
 from runtime.state import OperatorSnapshot, SnapshotSummary
 from runtime.storage import StateHandle
 from runtime.task import (
+    Cancel,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
+    OperatorEvent,
+    OperatorRestore,
     StreamTask,
     TaskDeployment,
+    TaskLetter,
     TaskResult,
+    TaskState,
     TriggerCheckpoint,
 )
 
@@ -73,11 +89,15 @@ class OperatorHarness:
         parallelism: int = 1,
         max_parallelism: int = 128,
         attempt_id: str = "harness",
+        runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING,
     ) -> None:
+        """``runtime_mode``: the job's, STREAMING or BATCH (see :class:`RuntimeExecutionMode`)."""
         self.operator = operator
         self._out = _Collect()
         self._taken = 0
-        operator.setup(OperatorContext("harness", operator.name, subtask, parallelism, max_parallelism, attempt_id), self._out)
+        ctx = OperatorContext(
+            "harness", operator.name, subtask, parallelism, max_parallelism, attempt_id, runtime_mode=runtime_mode)
+        operator.setup(ctx, self._out)
         restored = RestoredState() if restore is None else RestoredState.from_snapshots(restore, subtask, parallelism)
         operator.initialize_state(restored)
         operator.open()
@@ -108,6 +128,13 @@ class OperatorHarness:
         self.operator.process_batch(list(records), timestamps)
         return self._new_output()
 
+    def process2(self, *records: Any, timestamps: list[int] | None = None) -> list[Any]:
+        """As :meth:`process`, into a two-input operator's second input."""
+        assert isinstance(self.operator, TwoInputOperator), f"operator '{self.operator.name}' has one input"
+        self.operator.records_in += len(records)
+        self.operator.process_batch2(list(records), timestamps)
+        return self._new_output()
+
     def processing_time(self, now_ms: int) -> list[Any]:
         """Fire the processing-time timers due at ``now_ms``."""
         self.operator.on_processing_time(now_ms)
@@ -115,6 +142,11 @@ class OperatorHarness:
 
     def watermark(self, timestamp: int) -> list[Any]:
         self.operator.process_watermark(Watermark(timestamp))
+        return self._new_output()
+
+    def watermark_status(self, idle: bool) -> list[Any]:
+        """The operator's input went idle (or active again)."""
+        self.operator.process_watermark_status(WatermarkStatus(idle))
         return self._new_output()
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
@@ -139,6 +171,11 @@ class OperatorHarness:
     @property
     def watermarks(self) -> list[int]:
         return list(self._out.watermarks)
+
+    @property
+    def watermark_statuses(self) -> list[bool]:
+        """Each idleness status the operator emitted: True idle, False active."""
+        return list(self._out.statuses)
 
     def side_output(self, tag: str) -> list[Any]:
         """Everything emitted to side output ``tag`` so far."""
@@ -209,7 +246,13 @@ class TaskHarness:
         subtask: int = 0,
         parallelism: int = 1,
         exactly_once: bool = True,
+        second_input_channels: int = 0,
+        restore: dict[str, OperatorRestore] | None = None,
     ) -> None:
+        """``channels`` input channels, and for a two-input operator
+        ``second_input_channels`` more (numbered after them) of its second input;
+        ``restore``: where each operator's state comes from (by operator name,
+        which is also its uid here), as a job master's restore plan says."""
         from runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
         from runtime.graph import JobEdge, JobVertex, OperatorSpec, PartitionSpec
 
@@ -217,16 +260,19 @@ class TaskHarness:
         specs = [OperatorSpec(name, name, make) for name, make in operators]
         vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False)
         vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
+        if second_input_channels:
+            vertex.inputs.append(JobEdge(2, "upstream-2", "task", PartitionSpec("rebalance"), 1, parallelism, 128, specs[0].name))
         # One output channel: what the task sends shows up in ``ports.sent``.
         vertex.outputs = [JobEdge(1, "task", "downstream", PartitionSpec("forward"), 0, 1, 128, "downstream")]
         mode = CheckpointingMode.EXACTLY_ONCE if exactly_once else CheckpointingMode.AT_LEAST_ONCE
         deployment = TaskDeployment(
-            "harness", "harness", vertex, subtask, [(0, ch) for ch in range(channels)],
-            CheckpointConfig(storage=storage, mode=mode), TransportConfig(mailbox_capacity=1 << 30),
+            "harness", "harness", vertex, subtask,
+            [(0, ch) for ch in range(channels)] + [(2, ch) for ch in range(second_input_channels)],
+            CheckpointConfig(storage=storage, mode=mode), TransportConfig(mailbox_capacity=1 << 30), dict(restore or {}),
         )
         self.ports = _HarnessPorts()
         self.task = StreamTask(deployment, self.ports)
-        self._seq = [0] * channels
+        self._seq = [0] * (channels + second_input_channels)
         self.result: TaskResult | None = None
         self.task.start()
 
@@ -248,6 +294,20 @@ class TaskHarness:
         self.task.put_letter(NotifyCheckpointComplete(checkpoint_id))
         self._run()
 
+    def processing_time(self, now_ms: int) -> None:
+        """The wall clock reads ``now_ms``: fire the processing-time timers due."""
+        if self.result is None:
+            self.result = self.task.fire_processing_timers(now_ms)
+
+    def cancel(self) -> None:
+        self.task.put_letter(Cancel())
+        self._run()
+
+    @property
+    def records_sent(self) -> list[Any]:
+        """Every record the task sent downstream, in order."""
+        return [r for _, _, messages in self.ports.sent for m in messages if type(m) is list for r in m]
+
     def notify_aborted(self, checkpoint_id: int) -> None:
         self.task.put_letter(NotifyCheckpointAborted(checkpoint_id))
         self._run()
@@ -256,3 +316,175 @@ class TaskHarness:
         if self.result is None:
             self.result = self.task.run_until_idle()
             self.task.wait_for_snapshots()
+
+
+# ---------------------------------------------------------------- a simulated job
+class SimulatedNetwork:
+    """Messages in flight, delivered one at a time in an order the seed picks:
+    the deliveries of one channel in the order they were sent (one connection),
+    everything else in any order (Ray calls from several threads may overtake)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        # (kind, target, channel lane or None, deliver)
+        self.in_flight: list[tuple[str, Any, Any, Callable[[], None]]] = []
+
+    def post(self, kind: str, target: Any, deliver: Callable[[], None], lane: Any = None) -> None:
+        self.in_flight.append((kind, target, lane, deliver))
+
+    def deliver_one(self) -> None:
+        heads: dict[Any, int] = {}
+        for n, (_, _, lane, _) in enumerate(self.in_flight):
+            heads.setdefault(lane if lane is not None else ("any", n), n)
+        _, _, _, deliver = self.in_flight.pop(self.rng.choice(sorted(heads.values())))
+        deliver()
+
+    def lose(self, n: int) -> tuple[str, Any]:
+        """Drop message ``n`` (an operator event lost with its connection)."""
+        kind, target, _, _ = self.in_flight.pop(n)
+        return kind, target
+
+
+class _SimPorts(MasterPorts):
+    """A task's reports and deliveries, through the simulated network."""
+
+    def __init__(self, sim: "SimulatedJob", d: Deployment) -> None:
+        super().__init__(d)
+        self._sim, self._d = sim, d
+        self.backpressured_s = 0.0
+
+    def post(self, letter: Any) -> None:
+        self._sim.net.post("to-master", None, lambda: self._sim.master.mailbox.put_control(letter))
+
+    def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
+        target, target_channel = self._d.routes[output][channel]
+        if self._sim.attempts.get(target) != self._d.attempt:
+            raise MailboxClosedError(f"task {task_name(target)} is gone")  # a broken connection: the sender fails over
+
+        def deliver() -> None:
+            task = self._sim.tasks.get(target)
+            if task is None or self._sim.attempts.get(target) != self._d.attempt:
+                return  # the receiver's attempt is gone: it refuses the connection
+            task.mailbox.put_data(target_channel, seq, payload)
+            self._sim.after(target, task.run_until_idle())
+
+        self._sim.net.post("data", target, deliver, lane=(self._d.key, output, channel, self._d.attempt))
+
+    def drain_outputs(self) -> None:
+        pass
+
+
+class SimulatedJob:
+    """A real :class:`JobMaster` and real :class:`StreamTask` s, driven by hand on
+    the calling thread from one seed, so that a race found once replays by seed::
+
+        sim = SimulatedJob(env.get_job_graph("race"), seed=7)
+        assert sim.run() is JobStatus.FINISHED
+
+    It is the job master's gateway. Each step the seed picks one of: deliver a
+    message in flight (any control letter or report, the next delivery of a
+    channel), poll a source task, advance the clock and let the job master handle
+    its letters, or (up to ``max_failures`` times) kill a task or lose an operator
+    event on its way. Storage work runs inline; tasks hold no thread. Records may
+    cross channels from a source's task (a poll flushes its buffers); a task that
+    is not a source must end in its chained sink."""
+
+    def __init__(self, graph: JobGraph, seed: int, event_valve: bool = True, max_failures: int = 3, failure_rate: float = 0.015) -> None:
+        self.rng = random.Random(seed)
+        self.net = SimulatedNetwork(self.rng)
+        self.now = 0.0
+        graph.execution.transport.mailbox_capacity = 1 << 30  # a delivery never blocks the one thread
+        self.master = JobMaster(graph, self, clock=lambda: self.now, event_valve=event_valve, storage_io=inline, coordinator_io=inline)
+        self.max_failures, self.failure_rate = max_failures, failure_rate
+        self.tasks: dict[TaskKey, StreamTask] = {}
+        self.attempts: dict[TaskKey, int] = {}
+        self.exits: list[tuple[TaskKey, TaskResult]] = []
+        self.failures = 0
+        self.region_restarts = 0
+
+    # ------------------------------------------------------------ TaskGateway
+    def deploy(self, deployments: list[Deployment]) -> None:
+        self.region_restarts += len(deployments) < len(self.master.graph.task_names())
+        for d in deployments:  # each its own copy of the user functions, as on a task actor
+            self.tasks[d.key] = StreamTask(cloudpickle.loads(cloudpickle.dumps(d.task)), _SimPorts(self, d))
+            self.attempts[d.key] = d.attempt
+        for d in deployments:
+            self.tasks[d.key].start()
+
+    def send(self, task: TaskKey, letter: TaskLetter) -> None:
+        attempt = self.attempts.get(task)
+
+        def deliver() -> None:
+            t = self.tasks.get(task)
+            if t is None or attempt != self.attempts.get(task):
+                return  # the task is gone; its exit was reported
+            try:
+                t.put_letter(letter)
+            except MailboxClosedError:
+                return
+            self.after(task, t.run_until_idle())
+
+        self.net.post("event" if isinstance(letter, OperatorEvent) else type(letter).__name__, task, deliver)
+
+    def kill(self, tasks: frozenset[TaskKey]) -> None:
+        self.tasks = {k: t for k, t in self.tasks.items() if k not in tasks}
+        self.attempts = {k: a for k, a in self.attempts.items() if k not in tasks}
+        self.exits = [e for e in self.exits if e[0] not in tasks]
+
+    def kill_all(self) -> None:
+        self.kill(frozenset(self.attempts))
+
+    def stop_deploying(self) -> None:
+        pass
+
+    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
+        out, self.exits = self.exits, []
+        return out
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return []
+
+    # ------------------------------------------------------------ driving
+    def after(self, key: TaskKey, result: TaskResult | None) -> None:
+        """What a task did when it last ran: its snapshots are written (the one
+        thread waits for them), or it ended."""
+        if result is None:
+            task = self.tasks.get(key)
+            if task is not None:
+                task.wait_for_snapshots()
+            return
+        self.tasks.pop(key, None)
+        self.exits.append((key, result))
+
+    def fail(self, key: TaskKey, why: str) -> None:
+        self.tasks.pop(key, None)
+        self.exits.append((key, TaskResult(TaskState.FAILED, WeirError(why))))
+        self.failures += 1
+
+    def step(self) -> None:
+        r = self.rng.random()
+        sources = sorted(k for k in self.tasks if self.master.graph.vertices[k[0]].is_source)
+        if r < 0.5 and self.net.in_flight:
+            self.net.deliver_one()
+        elif r < 0.75 and sources:
+            key = self.rng.choice(sources)
+            self.after(key, self.tasks[key].poll_source())
+        elif r < 1 - self.failure_rate or self.failures >= self.max_failures or not self.tasks:
+            self.now += self.rng.uniform(0.0, 0.03)
+            self.master.run_until_idle()
+        else:
+            events = [n for n, (kind, target, _, _) in enumerate(self.net.in_flight) if kind == "event" and target in self.tasks]
+            if events and self.rng.random() < 0.5:
+                _, key = self.net.lose(self.rng.choice(events))
+                self.fail(key, "an operator event to it was lost")
+            else:
+                self.fail(self.rng.choice(sorted(self.tasks)), "killed")
+
+    def run(self, max_steps: int = 200_000) -> JobStatus:
+        """Start the job and step until it ends (or ``max_steps``); its status."""
+        self.master.start()
+        for _ in range(max_steps):
+            if self.master.status.is_terminal:
+                break
+            self.step()
+        return self.master.status

@@ -33,13 +33,26 @@ class InternalTimerService:
         self._heaps: dict[TimeDomain, list[tuple[int, int, Any, Any]]] = {d: [] for d in TimeDomain}
         self._seq = itertools.count()
         self.watermark = MIN_WATERMARK
+        self._quiesced = False
         for domain, table in self._tables.items():  # after a restore
             for key, timers in table.items():
                 for ts, ns in timers:
                     self._heaps[domain].append((ts, next(self._seq), key, ns))
             heapq.heapify(self._heaps[domain])
 
+    def quiesce(self) -> None:
+        """From now on :meth:`register` ignores new timers (a BATCH job's end of
+        input, where every timer fires once)."""
+        self._quiesced = True
+
+    def clear(self, domain: TimeDomain) -> None:
+        """Drop every timer of ``domain``."""
+        self._tables[domain].clear()
+        self._heaps[domain].clear()
+
     def register(self, domain: TimeDomain, timestamp: int, namespace: Any = None, key: Any = None) -> None:
+        if self._quiesced:
+            return
         key = self._backend.current_key if key is None else key
         timers = self._tables[domain].setdefault(key, set())
         if (timestamp, namespace) not in timers:

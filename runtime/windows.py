@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from runtime.errors import InvalidConfigurationError
-from runtime.events import MAX_WATERMARK
-from runtime.functions import Function
-from runtime.operators import TimerOperator, now_ms
+from runtime.events import MAX_WATERMARK, MIN_WATERMARK
+from runtime.functions import Function, OutputTag, as_callable
+from runtime.operators import Emitted, TimerOperator, now_ms
 from runtime.timers import TimeDomain
 
 IN = TypeVar("IN")
@@ -42,13 +42,6 @@ class TimeWindow:
 
     def cover(self, other: "TimeWindow") -> "TimeWindow":
         return TimeWindow(min(self.start, other.start), max(self.end, other.end))
-
-
-@dataclass(frozen=True)
-class OutputTag:
-    """Names a side output: ``result.get_side_output(tag)``."""
-
-    name: str
 
 
 def _positive_ms(setting: str, value: int) -> int:
@@ -131,6 +124,25 @@ class EventTimeSessionWindows(WindowAssigner):
 
 class ProcessingTimeSessionWindows(EventTimeSessionWindows):
     event_time = False
+
+
+class GlobalWindows(WindowAssigner):
+    """One window per key over all time, fired only by its trigger (by default
+    never): ``count_window`` is this with a count trigger. Records need no
+    timestamps, and what the window emits carries the end of time as its own."""
+
+    event_time = False
+    WINDOW = TimeWindow(MIN_WATERMARK, MAX_WATERMARK + 1)  # max_timestamp(): the end of time
+
+    @classmethod
+    def create(cls) -> "GlobalWindows":
+        return cls()
+
+    def assign(self, timestamp: int | None, now_ms: int) -> list[TimeWindow]:
+        return [self.WINDOW]
+
+    def default_trigger(self) -> "Trigger":
+        return NeverTrigger()
 
 
 def _event_time(timestamp: int | None) -> int:
@@ -242,6 +254,13 @@ class ProcessingTimeTrigger(Trigger):
         ctx.delete_processing_time_timer(window.max_timestamp())
 
 
+class NeverTrigger(Trigger):
+    """Never fires: the trigger of :class:`GlobalWindows` until you give another."""
+
+    def on_element(self, element: Any, timestamp: int | None, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+
 class CountTrigger(Trigger):
     """Fires every ``count`` records of a window."""
 
@@ -312,8 +331,28 @@ class AggregateFunction(Function, Generic[IN, ACC, OUT]):
         raise NotImplementedError("merge() is needed for session windows")
 
 
+class WindowFunction(Function, Generic[IN, OUT]):
+    """``apply(key, window, inputs)`` when a window fires: all its records
+    (``apply``), or its one reduced or aggregated value (``reduce(f, window_function=...)``,
+    ``aggregate(agg, window_function=...)``). Yields the records to emit."""
+
+    @abstractmethod
+    def apply(self, key: Any, window: TimeWindow, inputs: Iterable[IN]) -> Iterable[OUT]: ...
+
+
+class AllWindowFunction(Function, Generic[IN, OUT]):
+    """As a :class:`WindowFunction`, for ``window_all``: ``apply(window, inputs)``."""
+
+    @abstractmethod
+    def apply(self, window: TimeWindow, inputs: Iterable[IN]) -> Iterable[OUT]: ...
+
+
 class ProcessWindowFunction(Function, Generic[IN, OUT]):
-    """Sees every record of a window when it fires (they are kept until then)."""
+    """``process(key, context, elements)`` when a window fires: all its records
+    (``process``), or its one reduced or aggregated value (``reduce(f,
+    window_function=...)``, ``aggregate(agg, window_function=...)``). Yields the
+    records to emit, and ``tag, value`` for a side output. ``clear(context)``
+    runs when the window is dropped, at its end plus the allowed lateness."""
 
     class Context:
         def __init__(self, window: TimeWindow, watermark: int) -> None:
@@ -326,14 +365,67 @@ class ProcessWindowFunction(Function, Generic[IN, OUT]):
         def current_watermark(self) -> int:
             return self._watermark
 
+        def current_processing_time(self) -> int:
+            return now_ms()
+
     @abstractmethod
     def process(self, key: Any, context: "ProcessWindowFunction.Context", elements: Iterable[IN]) -> Iterable[OUT]: ...
 
+    def clear(self, context: "ProcessWindowFunction.Context") -> None:
+        """The window is gone (its cleanup time passed): release what you kept for it."""
+
+
+class ProcessAllWindowFunction(Function, Generic[IN, OUT]):
+    """``window_all(...).process(f)``: as a :class:`ProcessWindowFunction`, without a key."""
+
+    Context = ProcessWindowFunction.Context
+
+    @abstractmethod
+    def process(self, context: "ProcessWindowFunction.Context", elements: Iterable[IN]) -> Iterable[OUT]: ...
+
+    def clear(self, context: "ProcessWindowFunction.Context") -> None:
+        """The window is gone (its cleanup time passed): release what you kept for it."""
+
+
+class WindowCall:
+    """What a firing window's elements (its records, or its one reduced or
+    aggregated value) go through: a :class:`WindowFunction` (``apply``), a
+    :class:`ProcessWindowFunction` (``process``, and ``clear`` when the window
+    is dropped) or a callable taking what ``process`` takes; their all-window
+    forms take no key. ``None`` emits the elements as they are."""
+
+    def __init__(self, fn: Any, keyed: bool, where: str) -> None:
+        self.fn = fn
+        self.keyed = keyed
+        apply, process = getattr(fn, "apply", None), getattr(fn, "process", None)
+        if fn is None:
+            self._call: Callable[..., Any] | None = None
+        elif callable(process) or not callable(apply):
+            self._call = as_callable(fn, "process", where)
+        else:
+            self._call = apply
+        self._with_window = self._call is apply and apply is not None
+        clear = getattr(fn, "clear", None)
+        self._clear = clear if callable(clear) and not self._with_window else None
+        self.role = "window function" if self._with_window else "process window function"
+
+    def emit(self, key: Any, window: TimeWindow, watermark: int, elements: list[Any]) -> Iterable[Any] | None:
+        if self._call is None:
+            return elements
+        where = window if self._with_window else ProcessWindowFunction.Context(window, watermark)
+        return self._call(key, where, elements) if self.keyed else self._call(where, elements)
+
+    def clear(self, window: TimeWindow, watermark: int) -> None:
+        if self._clear is not None:
+            self._clear(ProcessWindowFunction.Context(window, watermark))
+
 
 class _Contents(ABC):
-    """How a window keeps its records: reduced, aggregated, or all of them."""
+    """How a window keeps its records until it fires: reduced, aggregated, or all
+    of them; ``result`` is what the window function then gets."""
 
     role = "window function"
+    fn: Any = None
 
     @abstractmethod
     def add(self, state: Any, value: Any) -> Any: ...
@@ -342,7 +434,7 @@ class _Contents(ABC):
     def merge(self, a: Any, b: Any) -> Any: ...
 
     @abstractmethod
-    def emit(self, key: Any, window: TimeWindow, state: Any, watermark: int) -> list[Any]: ...
+    def result(self, state: Any) -> list[Any]: ...
 
 
 _EMPTY = ("weir-empty-window",)
@@ -360,46 +452,70 @@ class ReduceContents(_Contents):
     def merge(self, a: Any, b: Any) -> Any:
         return a if b is _EMPTY else b if a is _EMPTY else self.fn(a, b)
 
-    def emit(self, key: Any, window: TimeWindow, state: Any, watermark: int) -> list[Any]:
-        return [] if state is _EMPTY else [state]
+    def result(self, state: Any) -> list[Any]:
+        return [state]
 
 
 class AggregateContents(_Contents):
     role = "aggregate function"
 
     def __init__(self, agg: AggregateFunction[Any, Any, Any]) -> None:
-        self.agg = agg
+        self.fn = agg
 
     def add(self, state: Any, value: Any) -> Any:
-        return self.agg.add(value, self.agg.create_accumulator() if state is _EMPTY else state)
+        return self.fn.add(value, self.fn.create_accumulator() if state is _EMPTY else state)
 
     def merge(self, a: Any, b: Any) -> Any:
-        return a if b is _EMPTY else b if a is _EMPTY else self.agg.merge(a, b)
+        return a if b is _EMPTY else b if a is _EMPTY else self.fn.merge(a, b)
 
-    def emit(self, key: Any, window: TimeWindow, state: Any, watermark: int) -> list[Any]:
-        return [] if state is _EMPTY else [self.agg.get_result(state)]
+    def result(self, state: Any) -> list[Any]:
+        return [self.fn.get_result(state)]
 
 
-class ProcessContents(_Contents):
-    role = "process window function"
+def _append(state: Any, value: Any) -> list[Any]:
+    if state is _EMPTY:
+        return [value]
+    state.append(value)
+    return state  # type: ignore[no-any-return]
 
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        self._call = fn.process if hasattr(fn, "process") else fn
+
+class AllRecords(_Contents):
+    """Keeps every record of a window, for a window function that sees them all."""
 
     def add(self, state: Any, value: Any) -> Any:
-        if state is _EMPTY:
-            return [value]
-        state.append(value)
-        return state
+        return _append(state, value)
 
     def merge(self, a: Any, b: Any) -> Any:
         return a if b is _EMPTY else b if a is _EMPTY else a + b
 
-    def emit(self, key: Any, window: TimeWindow, state: Any, watermark: int) -> list[Any]:
-        if state is _EMPTY:
-            return []
-        return list(self._call(key, ProcessWindowFunction.Context(window, watermark), list(state)) or [])
+    def result(self, state: Any) -> list[Any]:
+        return list(state)
+
+
+class LastElements(_Contents):
+    """Keeps a window's records and, when it fires, evicts all but the last
+    ``count`` before ``inner`` computes the result over them (Flink's
+    ``CountEvictor``): sliding count windows. Records stay in state until then,
+    whatever ``inner`` is."""
+
+    def __init__(self, inner: _Contents, count: int) -> None:
+        self.inner = inner
+        self.count = count
+        self.role = inner.role
+        self.fn = inner.fn
+
+    def add(self, state: Any, value: Any) -> Any:
+        return _append(state, value)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError("count windows never merge")
+
+    def result(self, state: Any) -> list[Any]:
+        del state[: -self.count]
+        folded: Any = _EMPTY
+        for value in state:
+            folded = self.inner.add(folded, value)
+        return self.inner.result(folded)
 
 
 # --------------------------------------------------------------------- the operator
@@ -412,16 +528,19 @@ class WindowOperator(TimerOperator):
     TRIGGER_STATE = "_trigger"
 
     def __init__(
-        self, name: str, uid: str, contents: _Contents, key_selector: Callable[[Any], Any], assigner: WindowAssigner,
-        trigger: Trigger | None, allowed_lateness_ms: int, late_tag: OutputTag | None,
+        self, name: str, uid: str, contents: _Contents, window_function: WindowCall, key_selector: Callable[[Any], Any],
+        assigner: WindowAssigner, trigger: Trigger | None, allowed_lateness_ms: int, late_tag: OutputTag | None,
     ) -> None:
-        function = getattr(contents, "fn", None) or getattr(contents, "agg", None)
-        super().__init__(name, uid, function, contents.add, key_selector)
+        super().__init__(name, uid, contents.fn, contents.add, key_selector)
         self.contents = contents
+        self.window_function = window_function
         self.assigner = assigner
         self.trigger = trigger or assigner.default_trigger()
         self.lateness = allowed_lateness_ms if assigner.event_time else 0
         self.late_tag = late_tag
+
+    def user_functions(self) -> tuple[Any, ...]:
+        return (self.function, self.window_function.fn)
 
     def open(self) -> None:
         super().open()
@@ -449,10 +568,7 @@ class WindowOperator(TimerOperator):
         assert backend is not None
         key_of = self.key_selector
         now = now_ms()
-        out: list[Any] = []
-        out_ts: list[int] = []
-        late: list[Any] = []
-        late_ts: list[int] = []
+        emitted = Emitted(timed=True)
         for i, r in enumerate(records):
             t = None if timestamps is None else timestamps[i]
             try:
@@ -471,15 +587,11 @@ class WindowOperator(TimerOperator):
                 kept = True
                 self._add(k, w, r)
                 self._tctx.window = w
-                self._act(k, w, self.trigger.on_element(r, t, w, self._tctx), out, out_ts)
+                self._act(k, w, self.trigger.on_element(r, t, w, self._tctx), emitted)
                 self._register_cleanup(w)
-            if not kept:
-                late.append(r)
-                late_ts.append(t)  # type: ignore[arg-type]
-        if out:
-            self.output.collect(out, out_ts)
-        if late and self.late_tag is not None:
-            self.output.collect_side(self.late_tag.name, late, None if timestamps is None else late_ts)
+            if not kept and self.late_tag is not None:
+                emitted.to_side(self.late_tag.tag_id, r, t)
+        emitted.flush(self.output)
 
     def _add(self, key: Any, window: TimeWindow, value: Any) -> None:
         per_key = self._windows.get(key)
@@ -522,22 +634,33 @@ class WindowOperator(TimerOperator):
 
     def _register_cleanup(self, window: TimeWindow) -> None:
         """A timer at the window's cleanup time, namespaced by the window: when the
-        trigger's own timer falls on the same time it is the same timer (as in Flink)."""
-        self.timers.register(self._domain, self._cleanup_time(window), window)
+        trigger's own timer falls on the same time it is the same timer (as in Flink).
+        A window that never ends (a global one) gets none, as in Flink."""
+        cleanup = self._cleanup_time(window)
+        if cleanup != MAX_WATERMARK:
+            self.timers.register(self._domain, cleanup, window)
 
-    def _act(self, key: Any, window: TimeWindow, result: TriggerResult, out: list[Any], out_ts: list[int]) -> None:
+    def _act(self, key: Any, window: TimeWindow, result: TriggerResult, emitted: Emitted) -> None:
         if result.fire:
-            state = self._windows.get(key, {}).get(window, _EMPTY)
-            try:
-                produced = self.contents.emit(key, window, state, self.timers.watermark)
-            except Exception as exc:
-                raise self.fail(self.contents.role, exc) from exc
-            out.extend(produced)
-            out_ts.extend([window.max_timestamp()] * len(produced))
+            self._emit(key, window, emitted)
         if result.purge:
             per_key = self._windows.get(key)
             if per_key is not None and window in per_key:
                 per_key[window] = _EMPTY
+
+    def _emit(self, key: Any, window: TimeWindow, emitted: Emitted) -> None:
+        """The window's result, through the window function (an empty window emits nothing, as in Flink)."""
+        state = self._windows.get(key, {}).get(window, _EMPTY)
+        if state is _EMPTY:
+            return
+        try:
+            elements = self.contents.result(state)
+        except Exception as exc:
+            raise self.fail(self.contents.role, exc) from exc
+        try:
+            emitted.add(self.window_function.emit(key, window, self.timers.watermark, elements), window.max_timestamp())
+        except Exception as exc:
+            raise self.fail(self.window_function.role, exc) from exc
 
     def _clear(self, key: Any, window: TimeWindow) -> None:
         per_key = self._windows.get(key)
@@ -545,6 +668,10 @@ class WindowOperator(TimerOperator):
             per_key.pop(window, None)
             if not per_key:
                 del self._windows[key]
+        try:
+            self.window_function.clear(window, self.timers.watermark)
+        except Exception as exc:
+            raise self.fail("clear()", exc) from exc
         self._tctx.window = window
         self.trigger.clear(window, self._tctx)
         trigger_state = self._trigger_state.get(key)
@@ -557,8 +684,7 @@ class WindowOperator(TimerOperator):
     def _fire(self, domain: TimeDomain, time_ms: int) -> None:
         backend = self.keyed_backend
         assert backend is not None
-        out: list[Any] = []
-        out_ts: list[int] = []
+        emitted = Emitted(timed=True)
         for ts, key, window in self.timers.due(domain, time_ms):
             backend.current_key = key
             if window not in self._windows.get(key, {}):
@@ -568,9 +694,8 @@ class WindowOperator(TimerOperator):
                 result = self.trigger.on_event_time(ts, window, self._tctx)
             else:
                 result = self.trigger.on_processing_time(ts, window, self._tctx)
-            self._act(key, window, result, out, out_ts)
+            self._act(key, window, result, emitted)
             if domain is self._domain and ts == self._cleanup_time(window):
                 self._clear(key, window)
-        if out:
-            self.output.collect(out, out_ts)
+        emitted.flush(self.output)
 

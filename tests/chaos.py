@@ -1,22 +1,26 @@
-"""Killing task actors of a running job at seeded random moments: ``ray.kill`` or
-SIGKILL of the worker process, in bursts, and timing each recovery (from the last
-kill of a burst to the first output a new attempt committed)."""
+"""Chaos on Ray. Killing task actors of a running job at seeded random moments
+(``ray.kill`` or SIGKILL of the worker process, in bursts), timing each recovery
+(from the last kill of a burst to the first output a new attempt committed); and
+a mixed schedule of every control and death a job meets (:func:`mixed_chaos`)."""
 
 from __future__ import annotations
 
 import os
+import pathlib
 import random
 import re
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import ray
 
 from connectors.files import FileSink, committed_files, read_committed
 from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment
 from runtime.errors import WeirError
-from tests.checker import Verdict, check_running_sums
+from tests.checker import SequenceVerdict, Verdict, check_running_sums, check_sequences
+from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 
 _ATTEMPT = re.compile(r"part-([0-9a-f]+)-")
 RECORDS = 600_000
@@ -102,4 +106,122 @@ def keyed_sum_with_kills(
     print(f"seed={seed} kills={len(run.killed)} restarts={run.restarts} lost={run.verdict.lost} "
           f"duplicated={run.verdict.duplicated} conclusive={run.conclusive} "
           f"recovery_s={[round(r, 2) for r in run.recovery_s]}")
+    return run
+
+
+# ---------------------------------------------------------------- mixed chaos
+# Every control a user has, and every death, in one seeded schedule against one
+# job: task kills, coordinator kills, savepoints, rescales, stops (resumed from
+# their savepoint), cancels (resumed from the latest retained checkpoint), and
+# sometimes a drained stop to end it. Records carry (partition, sequence), so the
+# committed output is checked record by record (Jepsen's total queue).
+ACTIONS = {"kill task": 3, "kill coordinator": 2, "savepoint": 2, "rescale": 2, "stop": 1, "cancel": 1, "stop with drain": 0.4}
+
+
+@dataclass
+class MixedRun:
+    seed: int
+    actions: list[tuple[str, str]] = field(default_factory=list)  # (action, outcome)
+    incarnations: int = 1
+    ending: str = ""
+    verdict: SequenceVerdict | None = None
+
+
+def _latest_checkpoint(job_folder: pathlib.Path) -> str | None:
+    """The newest complete checkpoint of one job (ids start again with each run)."""
+    done = [p for p in job_folder.rglob("chk-*") if (p / "_metadata").exists()]
+    return str(max(done, key=lambda p: int(p.name[4:]))) if done else None
+
+
+def _wait_reading(client: Any) -> None:
+    deadline = time.monotonic() + 120
+    while not any(m.get("records_in") for m in _quietly(client.metrics, [])):
+        assert not client.status().is_terminal and time.monotonic() < deadline, "the job never started reading"
+        time.sleep(0.05)
+
+
+def _quietly(call: Any, default: Any) -> Any:
+    try:
+        return call()
+    except WeirError:  # the coordinator is being restarted
+        return default
+
+
+def _ended(client: Any, timeout_s: float = 120) -> JobStatus:
+    deadline = time.monotonic() + timeout_s
+    while not (status := _quietly(client.status, JobStatus.RUNNING)).is_terminal:
+        assert time.monotonic() < deadline, f"the job hangs {status.value}"
+        time.sleep(0.1)
+    return status
+
+
+def mixed_chaos(seed: int, tmp: pathlib.Path, n: int = 30_000, rate: float = 3_000, actions: int = 6) -> MixedRun:
+    rng = random.Random(seed)
+    run = MixedRun(seed)
+    out, root = str(tmp / "out"), tmp / "checkpoints"
+
+    def start(restore: str | None) -> Any:
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+        env.enable_checkpointing(300)
+        env.get_checkpoint_config().set_checkpoint_storage(f"file://{root}")
+        env.set_restart_strategy(RestartStrategy.fixed_delay(20, 0.2))
+        if restore is not None:
+            env.restore_from_savepoint(restore)
+        sequence_job(env, out, n, rate)
+        client = env.execute_async(f"mixed-{seed}-{run.incarnations}")
+        _wait_reading(client)
+        return client
+
+    client, restore = start(None), None
+    for step in range(actions):
+        time.sleep(rng.uniform(0.3, 1.2))
+        action = rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
+        try:
+            if action == "kill task":
+                outcome = kill_random_task(client, rng) or "no task to kill"
+            elif action == "kill coordinator":
+                ray.kill(client.coordinator, no_restart=False)
+                outcome = "killed"
+            elif action == "savepoint":
+                outcome = client.savepoint(str(tmp / f"savepoint-{step}"), timeout_s=30)
+            elif action == "rescale":
+                p = rng.choice([1, 2, 3])
+                outcome = f"to {p}, paused {client.rescale({'count': p}, timeout_s=60):.2f} s"
+            elif action in ("stop", "stop with drain"):
+                outcome = client.stop(str(tmp / f"stop-{step}"), drain=action == "stop with drain", timeout_s=30)
+            else:
+                client.cancel(timeout_s=30)
+                outcome = "cancelled"
+        except WeirError as exc:  # refused, or the coordinator died under the call: the job goes on
+            outcome = f"refused: {str(exc).splitlines()[0][:120]}"
+        run.actions.append((action, outcome))
+        status = _quietly(client.status, JobStatus.RUNNING)
+        if not status.is_terminal:
+            continue
+        if status is JobStatus.FINISHED:  # drained (or the input ran out): the end
+            break
+        # Suspended or cancelled: resume from the stop's savepoint, else from the latest checkpoint.
+        stopped = tmp / f"stop-{step}"
+        restore = (str(stopped) if action == "stop" and any(stopped.glob("savepoint-*/_metadata"))
+                   else _latest_checkpoint(root / f"mixed-{seed}-{run.incarnations}") or restore)
+        run.incarnations += 1
+        client = start(restore)
+    run.ending = _ended(client, 300).value
+    if run.ending == JobStatus.FINISHED.value and rng.random() < 0.5:
+        # A coordinator that dies after its job ended must not bring the job back.
+        files = committed_files(out)
+        ray.kill(client.coordinator, no_restart=False)
+        time.sleep(3)
+        assert committed_files(out) == files, f"seed {seed}: the ended job ran again after its coordinator restarted"
+        assert _quietly(client.status, JobStatus.FINISHED) is JobStatus.FINISHED
+        run.actions.append(("kill coordinator of the ended job", "stayed FINISHED"))
+    files = committed_sequences(out)
+    drained = any(a == "stop with drain" and not o.startswith("refused") for a, o in run.actions)
+    # A drained job ends early by design: per partition, what it committed must be a whole prefix.
+    expected = {p: n // PARTITIONS for p in range(PARTITIONS)}
+    if drained:
+        expected = {p: 1 + max((s for f in files for q, s in f if q == p), default=-1) for p in range(PARTITIONS)}
+    run.verdict = check_sequences(files, expected)
+    print(f"seed={seed} ending={run.ending} incarnations={run.incarnations} verdict={run.verdict.lost}/{run.verdict.duplicated}"
+          f"/{run.verdict.unexpected}/{run.verdict.out_of_order} actions={run.actions}")
     return run

@@ -49,6 +49,16 @@ def spark(ray_cluster):
     stop_spark()
 
 
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """A real single-node Kafka broker for the test session (tests/kafka_broker.py)."""
+    from tests.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker().start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def out_dir(tmp_path):
     return str(tmp_path / "out")

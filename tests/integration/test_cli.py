@@ -36,7 +36,7 @@ def running_job(ray_cluster, checkpoint_dir):
         client.cancel()
 
 
-def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job):
+def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job, tmp_path):
     listed = json.loads(weir(ray_cluster, "--json", "list").stdout)
     assert {"job": "cli-job", "status": "RUNNING"}.items() <= next(j for j in listed if j["job"] == "cli-job").items()
 
@@ -45,6 +45,10 @@ def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job):
 
     chks = json.loads(weir(ray_cluster, "--json", "checkpoints", "cli-job").stdout)
     assert any(c["status"] == "COMPLETED" and c["size_bytes"] > 0 for c in chks)
+
+    picture = json.loads(weir(ray_cluster, "--json", "graph", "cli-job", "-o", str(tmp_path / "g.svg")).stdout)
+    svg = open(picture["graph"]).read()
+    assert svg.startswith("<svg") and ">count</text>" in svg and ">hash</text>" in svg
 
     killed = weir(ray_cluster, "--json", "kill", "cli-job", "count", "1")
     assert json.loads(killed.stdout) == {"killed": "cli-job/count/1"}
@@ -108,7 +112,7 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
     script.write_text(JOB)
     out = str(tmp_path / "out")
     env = {**os.environ, "RAY_ADDRESS": ray_cluster}
-    first = subprocess.Popen([sys.executable, "-m", "actors.cli", "run", "--parallelism", "2", str(script), out, checkpoint_dir, "2000"],
+    first = subprocess.Popen([sys.executable, "-m", "actors.cli", "run", "--parallelism", "2", str(script), out, checkpoint_dir, "1000"],  # 40 s of input: the stop lands before its end
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
@@ -121,7 +125,9 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
         sp1 = json.loads(weir(ray_cluster, "--json", "savepoint", "cli-sp", "--path", str(tmp_path / "sp1")).stdout)
         assert sp1["savepoint"].startswith(f"file://{tmp_path}/sp1/savepoint-")
         assert (tmp_path / "sp1" / sp1["savepoint"].rsplit("/", 1)[1] / "_metadata").exists()
-        stopped = json.loads(weir(ray_cluster, "--json", "stop", "cli-sp", "--savepoint-path", str(tmp_path / "sp2")).stdout)
+        stop = weir(ray_cluster, "--json", "stop", "cli-sp", "--savepoint-path", str(tmp_path / "sp2"))
+        assert stop.returncode == 0, stop.stderr
+        stopped = json.loads(stop.stdout)
         assert stopped["status"] == JobStatus.SUSPENDED.value
         assert "STATUS SUSPENDED" in first.communicate(timeout=120)[0]
     finally:
@@ -167,3 +173,28 @@ def test_pool_shows_leased_and_idle_task_actors_and_refuses_to_stop_under_a_runn
     stop = weir(ray_cluster, "pool", "stop")
     assert stop.returncode == 1
     assert "jobs are running on the pool:" in stop.stderr and "cli-job" in stop.stderr, stop.stderr
+
+
+def test_commands_that_look_at_jobs_never_start_a_cluster():
+    """Issue #16: `weir list` with no cluster reachable started an empty local one
+    and reported no jobs. It fails at once, naming where it looked."""
+    started = time.monotonic()
+    for command in (["list"], ["status", "some-job"], ["pool"]):
+        r = weir("127.0.0.1:1", *command)
+        assert r.returncode == 1, (command, r.stdout, r.stderr)
+        assert "no Ray cluster found at 127.0.0.1:1" in r.stderr, r.stderr
+    assert time.monotonic() - started < 60  # Ray alone waits minutes for an address that does not answer
+
+
+def test_a_job_prints_no_deprecation_warning(ray_cluster, tmp_path):
+    """Every job's coordinator printed Ray's `actor_id` deprecation warning."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from runtime import DiscardingSink, StreamExecutionEnvironment\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection(list(range(100))).map(lambda x: x).sink_to(DiscardingSink())\n"
+        "print(env.execute('quiet').status.value)\n"
+    )
+    r = weir(ray_cluster, "run", str(script))
+    assert r.returncode == 0 and "FINISHED" in r.stdout, r.stderr
+    assert "DeprecationWarning" not in r.stdout + r.stderr, r.stdout + r.stderr

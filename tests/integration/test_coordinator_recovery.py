@@ -3,13 +3,14 @@ latest completed checkpoint in storage; the output stays exact."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 import ray
 
-from connectors.files import FileSink, read_committed
-from runtime import JobStatus, StreamExecutionEnvironment
+from connectors.files import FileSink, committed_files, read_committed
+from runtime import JobStatus, StreamExecutionEnvironment, WeirError
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
@@ -92,3 +93,74 @@ def test_the_coordinator_dying_mid_checkpoint_never_uses_that_checkpoint(ray_clu
         assert half_written, "the checkpoint it died in should be left without metadata"
     v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(n)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
+
+
+def _exact(out_dir: str, n: int) -> None:
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(n)))
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
+
+
+def _running_with_a_checkpoint(client) -> None:
+    deadline = time.monotonic() + 90
+    while not _completed_after(client, 0):
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("call", ["savepoint", "rescale"])
+def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(ray_cluster, checkpoint_dir, out_dir, tmp_path, call):
+    """The call in flight fails or completes; the job recovers from its latest
+    checkpoint either way, and what the user keeps beside the savepoint folder stays."""
+    (tmp_path / "sp").mkdir()
+    (tmp_path / "sp" / "precious.txt").write_text("the user's")
+    n = N // 2
+    client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async(f"dies-during-{call}")
+    _running_with_a_checkpoint(client)
+    answers: list = []
+
+    def ask() -> None:
+        try:
+            answers.append(client.savepoint(str(tmp_path / "sp")) if call == "savepoint" else client.rescale({"sums": 3}))
+        except Exception as exc:  # noqa: BLE001 - judged below
+            answers.append(exc)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    time.sleep(0.05)
+    ray.kill(client.coordinator, no_restart=False)
+    asking.join(150)
+    assert not asking.is_alive(), f"the {call} call hangs after its coordinator died"
+    assert isinstance(answers[0], (str, float, WeirError)), answers
+    assert client.wait(180).status is JobStatus.FINISHED
+    _exact(out_dir, n)
+    assert (tmp_path / "sp" / "precious.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize("moment", ["checkpoint-half-acknowledged", "checkpoint-before-metadata"])
+def test_the_coordinator_dying_in_the_final_checkpoint_of_a_bounded_job_duplicates_nothing(
+        ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, moment):
+    """No periodic checkpoint comes (60 s interval): the one it dies in is the
+    bounded job's final checkpoint, which commits everything. The restarted
+    coordinator, with no complete checkpoint to go back to, runs the job again
+    from the start, and the sinks, which committed nothing, end exact."""
+    mark = tmp_path / "fault-mark"
+    monkeypatch.setenv("WEIR_FAULT", moment)
+    monkeypatch.setenv("WEIR_FAULT_MARK", str(mark))
+    n = 20_000
+    result = _keyed_sum(checkpoint_dir, out_dir, n, interval_ms=60_000).execute(f"dies-finishing-{moment}")
+    assert mark.read_text() == moment
+    assert result.status is JobStatus.FINISHED
+    _exact(out_dir, n)
+
+
+def test_a_coordinator_restarted_after_its_job_ended_does_not_run_it_again(ray_cluster, checkpoint_dir, out_dir):
+    """Issue #13 item 3, on Ray: the ended job's coordinator lingers; Ray restarts it
+    after it dies; it must not redeploy the job and commit again."""
+    n = 20_000
+    client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async("ended-then-killed")
+    assert client.wait(120).status is JobStatus.FINISHED
+    files = committed_files(out_dir)
+    ray.kill(client.coordinator, no_restart=False)
+    time.sleep(5)  # a redeployed job would have committed output by now
+    assert committed_files(out_dir) == files
+    _exact(out_dir, n)

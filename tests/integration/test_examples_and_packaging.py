@@ -32,8 +32,13 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     validate_config(prepare_config(copy.deepcopy(config)))  # what `ray up` does before it starts
     assert config["provider"]["type"] == "local"
-    assert any("pip install" in c and "-e ." in c for c in config["setup_commands"])
+    assert any("pip install" in c and "-e ~/weir" in c and ".venv" in c for c in config["setup_commands"])
+    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    assert all(c.startswith(". ~/weir/.venv/bin/activate && ") for c in starts)  # the venv's ray and python
     assert all("RAY_AUTH_MODE=token" in c for c in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:])
+    # One token for every node, at the path Ray reads by default; made by the user before `ray up`.
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    assert "ray get-auth-token --generate" in (ROOT / "ray_cluster.yaml").read_text()
 
 
 @pytest.mark.ray
@@ -62,3 +67,12 @@ def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expe
     out = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     assert expected in out.stdout, out.stdout[-2000:]
+
+
+def test_the_license_file_is_the_one_pyproject_names():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == {"text": "Apache-2.0"}
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text

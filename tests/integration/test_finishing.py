@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import pytest
 import ray
 
 from connectors.files import FileSink, read_committed
-from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment
+from runtime import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnvironment
 from runtime.events import MAX_WATERMARK
 from runtime.operators import StreamOperator
 from tests.checker import check_running_sums
@@ -21,14 +22,30 @@ SHORT = [(k, 1) for k in range(20)]
 LONG_N = 150_000
 
 
-def _two_sources(checkpoint_dir: str, out_dir: str, interval_ms: int = 200):
+class _MarksOpen(MapFunction):
+    """Leaves a file in ``folder`` each time a subtask opens it."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def open(self, runtime_context) -> None:
+        open(os.path.join(self.folder, f"opened-{runtime_context.get_index_of_this_subtask()}-{uuid.uuid4().hex}"), "w").close()
+
+    def map(self, value):
+        return value
+
+
+def _two_sources(checkpoint_dir: str, out_dir: str, interval_ms: int = 200, opened_dir: str | None = None):
     """The shape of FLIP-147's Figure 3: sources of different lengths feeding one
-    two-input task (a union of two edges), then a two-phase-commit sink."""
+    two-input task (a union of two edges), then a two-phase-commit sink; the short
+    source's map marks each open() in ``opened_dir``."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(3, 0.2))
     short = env.from_collection(SHORT).uid("short")
+    if opened_dir is not None:
+        short = short.map(_MarksOpen(opened_dir)).uid("short-map")
     long = env.from_generator(lambda i: (i % 20, 1), count=LONG_N, records_per_second=50_000).uid("long")
     short.union(long).key_by(lambda kv: kv[0]).sum(1).uid("sum").sink_to(FileSink(out_dir)).uid("sink")
     return env
@@ -62,16 +79,17 @@ def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
 
-def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(ray_cluster, checkpoint_dir, out_dir):
-    client = _two_sources(checkpoint_dir, out_dir).execute_async("finished-then-kill")
+def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+    opened = tmp_path / "opened"
+    opened.mkdir()
+    client = _two_sources(checkpoint_dir, out_dir, opened_dir=str(opened)).execute_async("finished-then-kill")
     _wait(lambda: _short_source_exited(client), client)
     first = max(c["checkpoint_id"] for c in client.checkpoints())
     _wait(lambda: any(c["status"] == "COMPLETED" and c["checkpoint_id"] > first for c in client.checkpoints()), client)
     ray.kill(client.task_actor("sum", 0))
     result = client.wait(120)
     assert result.restarts == 1
-    short = {m["task"]: m for m in result.metrics if m["task"].startswith("source-collection")}
-    assert all(m["records_out"] == 0 for m in short.values()), "a fully finished source must not run again"
+    assert sorted(n.split("-")[1] for n in os.listdir(opened)) == ["0", "1"], "a fully finished operator was opened again"
     v = _verdict(out_dir)
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
@@ -103,6 +121,26 @@ def test_stop_and_resume_at_2_then_3_then_1_equals_an_uninterrupted_run(ray_clus
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
 
 
+def test_a_suspended_job_with_two_event_time_sources_resumes_on_ray_as_if_never_stopped(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+    """The lifecycle's suspend rule on Ray (tests/unit/test_lifecycle_jobs.py has
+    it in-process): a source channel that stopped first keeps holding the window
+    task's watermark, so no window fires half full before the savepoint."""
+    from tests.unit.test_lifecycle_jobs import _env, _expected, _windows_job
+
+    env = _windows_job(_env(checkpoint_dir), out_dir, rate=2_000)  # 2 s of input: deploying on Ray takes a while
+    env.get_config().set_auto_watermark_interval(1)
+    client = env.execute_async("suspend-sources")
+    _wait(lambda: read_committed(out_dir), client)  # some windows fired and were committed
+    savepoint = client.stop(str(tmp_path / "sp"), drain=False)
+    assert client.wait(60).status is JobStatus.SUSPENDED
+    before = len(read_committed(out_dir))
+    resumed = _windows_job(_env(checkpoint_dir), out_dir, rate=None)
+    resumed.restore_from_savepoint(savepoint)
+    assert resumed.execute("suspend-sources").status is JobStatus.FINISHED
+    rows = sorted(tuple(r) for r in read_committed(out_dir))
+    assert 0 < before < len(rows) and rows == _expected()
+
+
 class _Recorder(StreamOperator):
     """Writes the lifecycle calls it sees to the file named by WEIR_TEST_EVENTS."""
 
@@ -115,14 +153,17 @@ class _Recorder(StreamOperator):
 
     def process_watermark(self, watermark):
         if watermark.timestamp == MAX_WATERMARK:
-            self._note("MAX_WATERMARK")
+            self._note(f"MAX_WATERMARK:{self.name}")
         super().process_watermark(watermark)
 
+    def end_input(self, input_index):
+        self._note(f"end_input({input_index}):{self.name}")
+
     def finish(self):
-        self._note("finish")
+        self._note(f"finish:{self.name}")
 
 
-def test_stop_with_drain_delivers_max_watermark_to_every_operator_before_finish(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+def test_stop_with_drain_delivers_max_watermark_then_end_input_and_finish_to_every_operator_of_a_chain(ray_cluster, checkpoint_dir, out_dir, tmp_path):
     events = str(tmp_path / "events")
     os.environ["WEIR_TEST_EVENTS"] = events  # reaches the task actors through the pickled operator factory below
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -134,13 +175,16 @@ def test_stop_with_drain_delivers_max_watermark_to_every_operator_before_finish(
         return _Recorder(name, uid)
 
     (env.from_generator(lambda i: i, records_per_second=2_000).key_by(lambda i: i % 7)
-        .transform("recorder", make).sink_to(FileSink(out_dir)))
+        .transform("first", make).transform("second", make).sink_to(FileSink(out_dir)))
     client = env.execute_async("drain")
     _wait(lambda: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
     client.stop(str(tmp_path / "sp"), drain=True)
     assert client.wait(60).status is JobStatus.FINISHED
     for subtask in (0, 1):
-        assert open(f"{events}.{subtask}").read().split() == ["MAX_WATERMARK", "finish"]
+        assert open(f"{events}.{subtask}").read().split() == [
+            "MAX_WATERMARK:first", "MAX_WATERMARK:second",
+            "end_input(0):first", "finish:first", "end_input(0):second", "finish:second",  # each of the chain, in order
+        ]
 
 
 def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, checkpoint_dir, out_dir):

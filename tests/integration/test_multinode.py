@@ -23,6 +23,10 @@ pytestmark = pytest.mark.ray
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# The `ray` command of the Python running the tests (a virtual environment's, not PATH's).
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # never the test session's cluster
     # Ray's job CLI sends the cluster's token (~/.ray/auth_token) only in token mode.
@@ -53,29 +57,29 @@ def _free_port() -> int:
 
 
 def test_ray_job_submit_to_a_cluster_started_with_ray_start(tmp_path):
-    subprocess.run(["ray", "get-auth-token", "--generate"], env=_env(), capture_output=True, check=True)  # a fresh machine has none
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=_env(), capture_output=True, check=True)  # a fresh machine has none
     temp = tempfile.mkdtemp(prefix="wr", dir="/tmp")  # short: Ray's socket paths live there
     port, dashboard = _free_port(), _free_port()
     # Ports of their own: the defaults (e.g. the job agent's 52365) are the test session's cluster's.
     own = [f"--{name}={_free_port()}" for name in (
         "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")]
     head = subprocess.Popen(
-        ["ray", "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}", "--include-dashboard=true",
+        [RAY, "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}", "--include-dashboard=true",
          "--num-cpus=2", f"--temp-dir={temp}", "--disable-usage-stats", *own],
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     address = f"http://127.0.0.1:{dashboard}"
     try:
         deadline = time.monotonic() + 120
-        while subprocess.run(["ray", "job", "list", "--address", address], env=_env(), capture_output=True).returncode != 0:
+        while subprocess.run([RAY, "job", "list", "--address", address], env=_env(), capture_output=True).returncode != 0:
             assert head.poll() is None, "ray start --head exited"
             assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
             time.sleep(1)
         out = str(tmp_path / "out")
         while True:
             proc = subprocess.run(
-                ["ray", "job", "submit", "--address", address, "--working-dir", ROOT, "--",
-                 "python", "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
+                [RAY, "job", "submit", "--address", address, "--working-dir", ROOT, "--",
+                 sys.executable, "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
                 env=_env(), capture_output=True, text=True, timeout=600,
             )
             # The job server answers before the node's agent that runs jobs has registered.

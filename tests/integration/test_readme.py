@@ -1,4 +1,4 @@
-"""README's Python examples run, in order, as one script: none may rot."""
+"""README's and docs/'s Python examples run, in order, as one script: none may rot."""
 
 from __future__ import annotations
 
@@ -10,8 +10,19 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def readme_python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+# The pages in the order README's Documentation table lists them: later examples
+# use what earlier ones defined.
+PAGES = ["README.md", "docs/api.md", "docs/operations.md", "docs/spark.md", "docs/reliability.md", "docs/security.md",
+         "docs/cluster.md", "docs/testing.md", "docs/how-it-works.md", "docs/benchmarks.md", "docs/kafka.md"]
+
+
+def readme_python_blocks() -> list[tuple[str, str]]:
+    """(page, block) for every Python example, page by page."""
+    return [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)]
+
+
+def test_every_docs_page_is_run():
+    assert sorted(PAGES[1:]) == sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
 
 
 def test_readme_has_examples():
@@ -19,7 +30,15 @@ def test_readme_has_examples():
 
 
 @pytest.mark.ray
-def test_readme_examples_run(ray_cluster, spark):
+def test_readme_examples_run(ray_cluster, spark, kafka_broker, monkeypatch):
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_broker.bootstrap)  # the Kafka page's blocks read it
     namespace: dict = {"__name__": "readme"}
-    for i, block in enumerate(readme_python_blocks()):
-        exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)
+    for i, (page, block) in enumerate(readme_python_blocks()):
+        exec(compile(block, f"{page} python block {i + 1}", "exec"), namespace)
+
+
+def test_ci_runs_readmes_test_command():
+    """`.ci/run` calls exactly README's second command (install and test)."""
+    commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert commands[1].strip().endswith("-m pytest")
+    assert commands[1].strip() in (ROOT / ".ci" / "run").read_text().splitlines()

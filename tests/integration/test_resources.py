@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
-from runtime import DiscardingSink, InvalidConfigurationError, InvalidJobGraphError, StreamExecutionEnvironment
+from runtime import (
+    DiscardingSink, InvalidConfigurationError, InvalidJobGraphError, JobExecutionError, JobStatus, NoResourceAvailableError,
+    RestartStrategy, StreamExecutionEnvironment,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -37,7 +42,7 @@ def test_a_request_no_node_can_meet_is_refused_at_submission(ray_cluster, checkp
     env = StreamExecutionEnvironment.get_execution_environment()
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_sequence(0, 9).map(lambda x: x).name("score").with_resources(**ask).sink_to(DiscardingSink())
-    with pytest.raises(InvalidJobGraphError, match=r"operator 'score' asks for") as info:
+    with pytest.raises(InvalidJobGraphError, match=r"operator 'score' \(in 'Source: sequence -> score -> Sink: DiscardingSink'\) asks for") as info:
         env.execute("infeasible")
     assert text in str(info.value) and "which no node of this Ray cluster has (nodes offer: CPU=" in str(info.value)
 
@@ -48,3 +53,48 @@ def test_bad_resource_values_and_placements_name_the_setting():
         env.from_sequence(0, 1).map(lambda x: x).with_resources(num_gpus=-1)
     with pytest.raises(InvalidConfigurationError, match="placement='everywhere'"):
         env.set_placement("everywhere")
+
+
+@ray.remote
+class _Hog:
+    def ready(self) -> bool:
+        return True
+
+
+def _hog_the_free_cpus():
+    """An actor holding all but a sliver of the free CPUs: the cluster could host
+    a task asking for one CPU, but not now."""
+    hog = _Hog.options(num_cpus=ray.available_resources()["CPU"] - 0.05).remote()
+    ray.get(hog.ready.remote())
+    return hog
+
+
+def test_a_job_the_cluster_has_no_room_for_fails_naming_what_it_asks(ray_cluster, checkpoint_dir):
+    hog = _hog_the_free_cpus()
+    try:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+        env.set_restart_strategy(RestartStrategy.no_restart()).set_slot_request_timeout(2000)
+        env.from_sequence(0, 9).map(lambda x: x).name("score").with_resources(num_cpus=1).sink_to(DiscardingSink())
+        with pytest.raises(JobExecutionError) as info:
+            env.execute("no-room")
+        assert isinstance(info.value.cause, NoResourceAvailableError)
+        assert "found no room on the Ray cluster within the slot request timeout of 2 s" in str(info.value)
+        assert "operator 'score' (in 'Source: sequence -> score -> Sink: DiscardingSink') asks for num_cpus=1 per task; free now: num_cpus=" in str(info.value)
+    finally:
+        ray.kill(hog)
+
+
+def test_cancel_reaches_a_job_waiting_for_room(ray_cluster, checkpoint_dir):
+    hog = _hog_the_free_cpus()
+    try:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+        env.from_sequence(0, 9).map(lambda x: x).name("score").with_resources(num_cpus=1).sink_to(DiscardingSink())
+        client = env.execute_async("waiting-for-room")  # the default timeout is 5 minutes
+        time.sleep(1.0)
+        assert client.get_job_status() is JobStatus.RUNNING  # its tasks wait for room
+        client.cancel(timeout_s=5)  # raises TimeoutError when the cancel does not reach it
+        assert client.get_job_status() is JobStatus.CANCELED
+    finally:
+        ray.kill(hog)

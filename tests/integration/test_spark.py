@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pyarrow as pa
@@ -126,4 +127,14 @@ def test_missing_java_is_named(monkeypatch):
 
     monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
     with pytest.raises(WeirError, match=r"Spark needs a Java runtime.*JAVA_HOME=/nonexistent-jdk has no bin/java"):
+        spark_session()
+
+
+def test_the_bridge_without_the_spark_extra_names_it(monkeypatch):
+    """pyspark and raydp come with weir[spark] only; a user without them is told so."""
+    from connectors.spark import spark_session
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if not installed
+    with pytest.raises(WeirError, match=r"the Spark bridge needs pyspark and raydp, which weir installs only with its "
+                                        r"spark extra \(pyspark is missing\): pip install 'weir\[spark\]'"):
         spark_session()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 from runtime import DiscardingSink, StreamExecutionEnvironment
 from runtime.checkpointing import CheckpointCoordinator, plan_checkpoint
 from runtime.state import SnapshotSummary
@@ -63,3 +66,29 @@ def test_the_checkpoint_history_stays_bounded_and_still_counts_every_checkpoint(
     assert coordinator.completed == 3 * CheckpointCoordinator.HISTORY_LIMIT
     assert len(coordinator.history) <= CheckpointCoordinator.HISTORY_LIMIT + 1
     assert max(coordinator.history) == 3 * CheckpointCoordinator.HISTORY_LIMIT  # the newest stay
+
+
+def test_reading_the_history_while_checkpoints_run_sees_whole_entries(tmp_path):
+    """Issue #13 item 7: `weir status` reads the history from another thread while
+    the job master's loop adds, completes and trims entries."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.enable_checkpointing(10).get_checkpoint_config().set_checkpoint_storage(str(tmp_path))
+    env.from_generator(lambda i: i, records_per_second=2000).map(lambda x: x).sink_to(DiscardingSink())
+    client = env.execute_async("history-race", executor="local")
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        reads, newest = 0, 0
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline or newest < CheckpointCoordinator.HISTORY_LIMIT + 30:
+            stats = client.checkpoints()
+            ids = [s["checkpoint_id"] for s in stats]
+            newest = max(ids, default=0)
+            assert ids == sorted(set(ids)) and len(ids) <= CheckpointCoordinator.HISTORY_LIMIT + 5
+            assert all(s["status"] in ("PENDING", "COMPLETED", "ABORTED") for s in stats)
+            reads += 1
+            assert time.monotonic() < deadline + 30, "checkpoints too slow to fill the history"
+    finally:
+        sys.setswitchinterval(switch)
+        client.cancel()
+    assert reads > 100

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from runtime import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
@@ -23,6 +25,7 @@ def test_unknown_storage_scheme_names_the_setting():
     (lambda env: env.get_checkpoint_config().set_checkpoint_timeout(0), "checkpoint timeout_ms"),
     (lambda env: env.set_task_cpus(0), "task_cpus"),
     (lambda env: env.set_restart_strategy("always"), "restart strategy"),
+    (lambda env: env.get_config().set_auto_watermark_interval(0), "auto watermark interval_ms"),
 ])
 def test_invalid_settings_are_refused_by_name(call, setting):
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -53,3 +56,28 @@ def test_a_fraction_where_a_whole_number_is_meant_is_refused_not_truncated(call,
     assert info.value.setting == setting
     env.set_parallelism(3.0)  # a float that is whole is fine
     assert env.get_parallelism() == 3
+
+
+def test_the_default_checkpoint_storage_is_this_users_alone(tmp_path, monkeypatch):
+    """Issue #16: it was one folder in the shared temp folder, world-readable, where
+    anyone could plant a checkpoint for a job to restore."""
+    import stat
+    import tempfile
+
+    from runtime.config import default_checkpoint_storage
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    uri = default_checkpoint_storage()
+    folder = tmp_path / f"weir-{os.getuid()}"
+    assert uri == f"file://{folder}/checkpoints"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    if os.getuid() == 0:  # root can hand the folder to someone else, as an attacker would have made it
+        os.chown(folder, 12345, 12345)
+        with pytest.raises(InvalidConfigurationError, match=r"is not a folder of this user's \(owner uid 12345"):
+            default_checkpoint_storage()
+
+
+def test_get_config_is_pyflinks_execution_config():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.get_config().set_auto_watermark_interval(50).set_parallelism(3)
+    assert (env.get_config().get_auto_watermark_interval(), env.get_parallelism()) == (50, 3)

@@ -1,5 +1,5 @@
 """Control calls racing each other and the periodic checkpoints (in-process
-executor): 100 seeded trials, each firing stop (with and without drain),
+executor): seeded trials (50, ``WEIR_RACE_TRIALS`` for more), each firing stop (with and without drain),
 savepoint and cancel from several threads at random moments into a running job.
 
 Each trial must end in exactly one terminal state; no call may hang (each has a
@@ -14,32 +14,23 @@ end (a cancelled or drained job ends early by design).
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
 from typing import Any
 
-from connectors.files import FileSink, committed_files
-from runtime import KeyedProcessFunction, StreamExecutionEnvironment, ValueStateDescriptor
+from connectors.files import committed_files
+from runtime import StreamExecutionEnvironment
 from runtime.errors import JobCancelledError, WeirError
 from runtime.executor import JobStatus
 from runtime.sinks import Sink, SinkWriter
 from tests.checker import check_sequences
+from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 
-PARTITIONS, N = 2, 1_500  # a partition per source split: its order holds end to end
+N = 1_500
 EXPECTED = {p: N // PARTITIONS for p in range(PARTITIONS)}
-TRIALS = 100
-
-
-class Count(KeyedProcessFunction):
-    """(partition, seq) -> (partition, seq, records of the partition so far)."""
-
-    def open(self, ctx: Any) -> None:
-        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
-
-    def process_element(self, value: Any, ctx: Any) -> Any:
-        self.count.update(self.count.value() + 1)
-        yield (value[0], value[1], self.count.value())
+TRIALS = int(os.environ.get("WEIR_RACE_TRIALS", "50"))
 
 
 def _env(tmp_path, name: str, restore: str | None = None) -> tuple[StreamExecutionEnvironment, str]:
@@ -49,19 +40,8 @@ def _env(tmp_path, name: str, restore: str | None = None) -> tuple[StreamExecuti
     if restore is not None:
         env.restore_from_savepoint(restore)
     out = str(tmp_path / name)
-    (env.from_generator(lambda i: (i * PARTITIONS // N, i % (N // PARTITIONS)), count=N, records_per_second=4_000).uid("src")
-        .key_by(lambda r: r[0]).process(Count()).uid("count")
-        .sink_to(FileSink(out)).uid("sink"))
+    sequence_job(env, out, N, rate=4_000)
     return env, out
-
-
-def _files(*outs: str) -> list[list[tuple[int, int]]]:
-    files = []
-    for out in outs:
-        for path in committed_files(out):
-            with open(path) as f:
-                files.append([(r[0], r[1]) for r in map(json.loads, f)])
-    return files
 
 
 def _final_counts(*outs: str) -> dict[int, int]:
@@ -123,14 +103,14 @@ def run_trial(seed: int, tmp_path) -> dict[str, Any]:
         assert status is (JobStatus.FINISHED if stops[0][0] == "stop-drain" else JobStatus.SUSPENDED), f"seed {seed}: {stops} but {status}"
 
     # Whatever happened, nothing is ever duplicated or out of order.
-    verdict = check_sequences(_files(out), EXPECTED)
+    verdict = check_sequences(committed_sequences(out), EXPECTED)
     assert (verdict.duplicated, verdict.unexpected, verdict.out_of_order) == (0, 0, 0), f"seed {seed}: {verdict}"
     if status is JobStatus.FINISHED and not stops:
         assert verdict.exact, f"seed {seed}: ran to its end yet {verdict}"
     if stops and stops[0][0] == "stop":  # suspended: resuming finishes the job exactly once
         resumed, resumed_out = _env(tmp_path, "resumed", restore=stops[0][1])
         resumed.execute(f"race-{seed}-resumed", executor="local")
-        verdict = check_sequences(_files(out, resumed_out), EXPECTED)
+        verdict = check_sequences(committed_sequences(out, resumed_out), EXPECTED)
         assert verdict.exact, f"seed {seed}: stop + resume gave {verdict}"
         assert _final_counts(out, resumed_out) == EXPECTED
     for n, (op, r) in enumerate(results):  # every savepoint taken restores to the exact final state
@@ -138,11 +118,11 @@ def run_trial(seed: int, tmp_path) -> dict[str, Any]:
             again, again_out = _env(tmp_path, f"from-savepoint-{n}", restore=r)
             again.execute(f"race-{seed}-sp-{n}", executor="local")
             assert _final_counts(again_out) == {p: c for p, c in EXPECTED.items() if p in _final_counts(again_out)}
-            assert check_sequences(_files(again_out), EXPECTED).duplicated == 0
+            assert check_sequences(committed_sequences(again_out), EXPECTED).duplicated == 0
     return {"status": status, "ops": ops, "results": results}
 
 
-def test_100_seeded_control_races_end_in_one_state_and_every_savepoint_restores(tmp_path_factory):
+def test_seeded_control_races_end_in_one_state_and_every_savepoint_restores(tmp_path_factory):
     outcomes: dict[str, int] = {}
     calls: dict[str, int] = {}
     for seed in range(TRIALS):

@@ -168,3 +168,72 @@ def test_a_rescaled_restore_hands_out_the_splits_nobody_had_yet(checkpoint_dir, 
     env2.from_source(Slow(0, 199), source_name="slow").map(lambda x: x).sink_to(FileSink(out))
     env2.execute("rescale-splits-2", executor="local")
     assert sorted(read_committed(out)) == list(range(200))
+
+
+def test_periodic_async_calls_run_off_the_loop_and_their_handlers_on_it():
+    h, _ = _holder()
+    results: list[tuple[Any, Any]] = []
+    h.call_async(lambda: "once", lambda r, e: results.append((r, e)))
+    h.call_async(lambda: 1 / 0, lambda r, e: results.append((r, type(e).__name__)), period_s=5.0)
+    due = h.due_calls(now=0.0)
+    assert len(due) == 2 and h.due_calls(now=0.0) == []  # running: not due again until done
+    for call in due:
+        try:
+            h.call_done(call, call.call(), None, now=1.0)
+        except ZeroDivisionError as exc:
+            h.call_done(call, None, exc, now=1.0)
+    assert results == [("once", None), (None, "ZeroDivisionError")]
+    assert h.due_calls(now=5.9) == [] and len(h.due_calls(now=6.0)) == 1  # the periodic one, 5 s after it ended
+    with pytest.raises(ValueError, match="period_s must be positive"):
+        h.call_async(lambda: None, lambda r, e: None, period_s=0)
+
+
+class _Discovering(SequenceSource):
+    """An unbounded source whose enumerator finds one new range of ten numbers per
+    discovery, every 20 ms, until it has found ``ranges``; then its readers end."""
+
+    bounded = False
+
+    def create_enumerator(self, parallelism: int, restored: Any | None) -> Any:
+        return _DiscoveringEnumerator(restored or (0, []))
+
+
+class _DiscoveringEnumerator(StaticSplitEnumerator):
+    RANGES = 5
+
+    def __init__(self, state: tuple[int, list[Any]]) -> None:
+        self.found, remaining = state
+        super().__init__(remaining, dynamic=True)
+        self.waiting: set[int] = set()
+
+    def start(self, context: Any) -> None:
+        self.context = context
+        context.call_async(lambda: self.found, self._found, period_s=0.02)
+
+    def _found(self, n: int, error: BaseException | None) -> None:
+        assert error is None
+        if n < self.RANGES:
+            self.remaining.append((n, IndexSplit(n, n * 10, n * 10 + 10)))
+            self.found = n + 1
+        for subtask in sorted(self.waiting):
+            self.waiting.discard(subtask)
+            self.handle_split_request(subtask, self.context)
+
+    def handle_split_request(self, subtask: int, context: Any) -> None:
+        if self.remaining or self.found >= self.RANGES:
+            super().handle_split_request(subtask, context)
+        else:
+            self.waiting.add(subtask)  # answered when a discovery finds more
+
+    def snapshot_state(self) -> Any:
+        return (self.found, list(self.remaining))
+
+
+def test_an_enumerator_discovers_splits_while_the_job_runs(checkpoint_dir, tmp_path):
+    out = str(tmp_path / "out")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(30)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_source(_Discovering(0, 0), source_name="discovering").sink_to(FileSink(out))
+    env.execute("discovering", executor="local")
+    assert sorted(read_committed(out)) == list(range(50))

@@ -1,6 +1,6 @@
 """The race FLINK-16986 exists for: split assignments racing with checkpoints and
-failover. A seeded simulation drives the real job master, split enumerator and
-stream tasks by hand; every message between them (triggers, acks, split
+failover. A seeded simulation (``runtime.testing.SimulatedJob``) drives the real
+job master, split enumerator and stream tasks by hand; every message between them (triggers, acks, split
 requests, assignments, their acknowledgements) travels through a network that
 delivers in an order the seed picks, as threaded Ray actors may. Tasks are
 killed and events lost at random moments. A two-phase-commit sink records what
@@ -12,32 +12,18 @@ splits lost or read twice, so the check can fail.
 from __future__ import annotations
 
 import collections
-import random
-from typing import Any, Callable
+from typing import Any
 
-import cloudpickle
 import pytest
 
 from runtime import StreamExecutionEnvironment
 from runtime.config import RestartStrategy
-from runtime.errors import WeirError
-from runtime.events import CheckpointBarrier
 from runtime.executor import JobStatus
-from runtime.jobmaster import Deployment, JobMaster, MasterPorts
-from runtime.mailbox import MailboxClosedError
+from runtime.graph import JobGraph
 from runtime.operators import OperatorContext
 from runtime.sinks import Sink, SinkWriter
 from runtime.sources import IndexedReader, IndexSplit, Source, SourceCoordinator, SourceReader
-from runtime.task import (
-    Cancel,
-    NotifyCheckpointAborted,
-    NotifyCheckpointComplete,
-    OperatorEvent,
-    StreamTask,
-    TaskResult,
-    TaskState,
-    TriggerCheckpoint,
-)
+from runtime.testing import SimulatedJob
 
 SPLITS, SPLIT_SIZE, PARALLELISM = 12, 5, 3
 RECORDS = SPLITS * SPLIT_SIZE
@@ -81,158 +67,25 @@ class _MemoryWriter(SinkWriter):
             COMMITTED[self._run][txn] = list(records)
 
 
-class Network:
-    """Messages in flight; ``deliver_one`` delivers one the seed picks."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.in_flight: list[tuple[str, Any, Callable[[], None]]] = []  # (kind, target, deliver)
-
-    def post(self, kind: str, target: Any, deliver: Callable[[], None]) -> None:
-        self.in_flight.append((kind, target, deliver))
-
-    def deliver_one(self) -> None:
-        _, _, deliver = self.in_flight.pop(self.rng.randrange(len(self.in_flight)))
-        deliver()
-
-
-class SimPorts(MasterPorts):
-    """Every report to the job master travels through the simulated network."""
-
-    def __init__(self, sim: "Sim", d: Deployment) -> None:
-        super().__init__(d)
-        self._sim = sim
-        self.backpressured_s = 0.0
-
-    def post(self, letter: Any) -> None:
-        self._sim.net.post("to-master", None, lambda: self._sim.master.mailbox.put_control(letter))
-
-    def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:
-        raise AssertionError("the simulated job is one chained task per subtask")
-
-    def drain_outputs(self) -> None:
-        pass
-
-
-class Sim:
-    """The job master's TaskGateway, with tasks run by hand in harness mode."""
-
-    def __init__(self, seed: int, storage: str, valve: bool, failover: str) -> None:
-        self.rng = random.Random(seed)
-        self.net = Network(self.rng)
-        self.now = 0.0
-        self.run = f"run-{seed}-{valve}-{failover}"
-        COMMITTED.pop(self.run, None)
-        env = StreamExecutionEnvironment.get_execution_environment()
-        env.set_parallelism(PARALLELISM).set_batch_size(2)  # small polls: more interleavings
-        env.enable_checkpointing(100)
-        env.checkpoint_config.set_checkpoint_storage(storage)
-        env.set_restart_strategy(RestartStrategy.fixed_delay(1000, 0.0))
-        env.set_failover_strategy(failover)  # "region": each subtask is a region, its split reader reset alone
-        env.from_source(ManySplits(), source_name="splits").sink_to(MemorySink(self.run))
-        self.master = JobMaster(env.get_job_graph("race"), self, clock=lambda: self.now, event_valve=valve)
-        self.tasks: dict[Any, StreamTask] = {}
-        self.attempts: dict[Any, int] = {}
-        self.exits: list[tuple[Any, TaskResult]] = []
-        self.failures = 0
-        self.region_restarts = 0
-
-    # ------------------------------------------------------------ TaskGateway
-    def deploy(self, deployments: list[Deployment]) -> None:
-        self.region_restarts += len(deployments) < PARALLELISM
-        for d in deployments:
-            self.tasks[d.key] = StreamTask(cloudpickle.loads(cloudpickle.dumps(d.task)), SimPorts(self, d))
-            self.attempts[d.key] = d.attempt
-            self.tasks[d.key].start()
-
-    def _to_task(self, kind: str, key: Any, letter: Any) -> None:
-        attempt = self.attempts.get(key)
-
-        def deliver() -> None:
-            task = self.tasks.get(key)
-            if task is None or attempt != self.attempts.get(key):
-                return  # the task is gone; its exit was reported
-            try:
-                task.put_letter(letter)
-            except MailboxClosedError:
-                return
-            self._after(key, task.run_until_idle())
-
-        self.net.post(kind, key, deliver)
-
-    def trigger_checkpoint(self, task: Any, barrier: CheckpointBarrier, stop_drain: bool | None = None) -> None:
-        self._to_task("trigger", task, TriggerCheckpoint(barrier, stop_drain))
-
-    def notify_checkpoint_complete(self, task: Any, checkpoint_id: int) -> None:
-        self._to_task("complete", task, NotifyCheckpointComplete(checkpoint_id))
-
-    def notify_checkpoint_aborted(self, task: Any, checkpoint_id: int) -> None:
-        self._to_task("aborted", task, NotifyCheckpointAborted(checkpoint_id))
-
-    def cancel(self, task: Any) -> None:
-        self._to_task("cancel", task, Cancel())
-
-    def send_operator_event(self, task: Any, operator_uid: str, event_id: int, event: Any) -> None:
-        self._to_task("event", task, OperatorEvent(operator_uid, event_id, event))
-
-    def kill(self, tasks: frozenset[Any]) -> None:
-        self.tasks = {k: t for k, t in self.tasks.items() if k not in tasks}
-        self.attempts = {k: a for k, a in self.attempts.items() if k not in tasks}
-        self.exits = [e for e in self.exits if e[0] not in tasks]
-
-    def kill_all(self) -> None:
-        self.kill(frozenset(self.attempts))
-
-    def poll_exits(self) -> list[tuple[Any, TaskResult]]:
-        out, self.exits = self.exits, []
-        return out
-
-    def metrics(self) -> list[dict[str, Any]]:
-        return []
-
-    # ------------------------------------------------------------ driving
-    def _after(self, key: Any, result: TaskResult | None) -> None:
-        task = self.tasks.get(key)
-        if task is not None:
-            task.wait_for_snapshots()
-        if result is not None:
-            self.tasks.pop(key, None)
-            self.exits.append((key, result))
-
-    def _fail(self, key: Any, why: str) -> None:
-        self.tasks.pop(key, None)
-        self.exits.append((key, TaskResult(TaskState.FAILED, WeirError(why))))
-        self.failures += 1
-
-    def step(self, max_failures: int) -> None:
-        r = self.rng.random()
-        if r < 0.5 and self.net.in_flight:
-            self.net.deliver_one()
-        elif r < 0.75 and self.tasks:
-            key = self.rng.choice(sorted(self.tasks))
-            self._after(key, self.tasks[key].poll_source())
-        elif r < 0.985 or self.failures >= max_failures or not self.tasks:
-            self.now += self.rng.uniform(0.0, 0.03)
-            self.master.run_until_idle()
-        else:
-            events = [n for n, (kind, target, _) in enumerate(self.net.in_flight) if kind == "event" and target in self.tasks]
-            if events and self.rng.random() < 0.5:
-                _, key, _ = self.net.in_flight.pop(self.rng.choice(events))
-                self._fail(key, "an operator event to it was lost")
-            else:
-                self._fail(self.rng.choice(sorted(self.tasks)), "killed")
+def _graph(seed: int, storage: str, failover: str, run: str) -> JobGraph:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(PARALLELISM).set_batch_size(2)  # small polls: more interleavings
+    env.enable_checkpointing(100)
+    env.checkpoint_config.set_checkpoint_storage(storage)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(1000, 0.0))
+    env.set_failover_strategy(failover)  # "region": each subtask is a region, its split reader reset alone
+    env.from_source(ManySplits(), source_name="splits").sink_to(MemorySink(run))
+    return env.get_job_graph("race")
 
 
 def run_race(seed: int, storage: str, valve: bool = True, max_failures: int = 3, failover: str = "region") -> tuple[int, int, int, int]:
     """One seeded run to the job's end: (lost, duplicated, failures, region restarts)."""
-    sim = Sim(seed, storage, valve, failover)
-    sim.master.start()
-    for _ in range(200_000):
-        if sim.master.status.is_terminal:
-            break
-        sim.step(max_failures)
-    assert sim.master.status is JobStatus.FINISHED, f"seed {seed}: job ended {sim.master.status.value}: {sim.master.failure}"
-    counts = collections.Counter(r for records in COMMITTED.pop(sim.run, {}).values() for r in records)
+    run = f"run-{seed}-{valve}-{failover}"
+    COMMITTED.pop(run, None)
+    sim = SimulatedJob(_graph(seed, storage, failover, run), seed, event_valve=valve, max_failures=max_failures)
+    status = sim.run()
+    assert status is JobStatus.FINISHED, f"seed {seed}: job ended {status.value}: {sim.master.failure}"
+    counts = collections.Counter(r for records in COMMITTED.pop(run, {}).values() for r in records)
     lost = sum(1 for r in range(RECORDS) if counts[r] == 0)
     duplicated = sum(c - 1 for c in counts.values() if c > 1)
     return lost, duplicated, sim.failures, sim.region_restarts
@@ -273,3 +126,27 @@ def test_a_region_restart_that_kept_its_splits_assigned_would_lose_them(tmp_path
     monkeypatch.setattr(SourceCoordinator, "subtask_reset", lambda self, subtask: True)
     lost = sum(run_race(seed, f"file://{tmp_path}/keep")[0] for seed in range(20))
     assert lost > 0
+
+
+def test_a_keyed_shuffle_under_seeded_kills_commits_every_running_sum_once(tmp_path):
+    """The simulated job with channels between tasks: sources (parallelism 2) shuffle
+    by key to running sums (parallelism 3) chained to the sink. Each seed kills up
+    to three tasks at moments it picks and delays every message its own way."""
+    from tests.checker import check_running_sums
+
+    inputs = [(i % 7, i) for i in range(120)]
+    failures = 0
+    for seed in range(40):
+        run = f"shuffle-{seed}"
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).set_batch_size(3)
+        env.enable_checkpointing(100)
+        env.checkpoint_config.set_checkpoint_storage(f"file://{tmp_path}/shuffle")
+        env.set_restart_strategy(RestartStrategy.fixed_delay(1000, 0.0))
+        (env.from_collection(inputs).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).set_parallelism(3)
+            .sink_to(MemorySink(run)))
+        sim = SimulatedJob(env.get_job_graph(run), seed)
+        assert sim.run() is JobStatus.FINISHED, f"seed {seed}: {sim.master.failure}"
+        failures += sim.failures
+        v = check_running_sums((r for records in COMMITTED.pop(run).values() for r in records), inputs)
+        assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, len(inputs)), f"seed {seed}: {v}"
+    assert failures >= 40, f"only {failures} kills over 40 seeds: the simulation is not racing"

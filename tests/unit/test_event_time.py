@@ -20,7 +20,7 @@ from runtime.eventtime import BoundedOutOfOrdernessWatermarks
 from runtime.events import EndOfData, Watermark, WatermarkStatus
 from runtime.keygroups import key_group_for, operator_index_for_key_group
 from runtime.operators import StreamOperator
-from runtime.sources import IndexSplit, Poll, Source, SourceReader
+from runtime.sources import IndexedReader, IndexSplit, Poll, Source, SourceReader, StaticSplitEnumerator
 from runtime.testing import OperatorHarness, TaskHarness
 
 
@@ -184,6 +184,44 @@ def test_an_idle_source_does_not_hold_back_the_watermark(checkpoint_dir, out_dir
     client = env.execute_async("idle", executor="local")
     deadline = __import__("time").monotonic() + 30
     while not read_committed(out_dir):  # a minute closes only if the silent source is left out
+        assert __import__("time").monotonic() < deadline and not client.status().is_terminal
+        threading.Event().wait(0.05)
+    client.cancel()
+    assert read_committed(out_dir)[0] == ["ann", 0, 60]
+
+
+class _OnePartition(Source):
+    """Like a Kafka topic of one partition read at parallelism 2: subtask 0 reads
+    the only split; subtask 1 asks and never gets one (more may come), so it
+    never ends either."""
+
+    bounded = False
+
+    def create_enumerator(self, parallelism, restored):
+        return _OwnerOnly(restored if restored is not None else [(0, IndexSplit(0, 0, None))])
+
+    def create_reader(self, subtask, parallelism):
+        return IndexedReader(lambda i: ("ann", i * 1_000), rate_per_s=500)
+
+
+class _OwnerOnly(StaticSplitEnumerator):
+    def handle_split_request(self, subtask, context):
+        if subtask == 0 and self.remaining:
+            super().handle_split_request(subtask, context)
+
+
+def test_a_source_subtask_with_no_split_goes_idle_after_the_idle_timeout(checkpoint_dir, out_dir):
+    """Before, a reader without a split emitted nothing and never went idle, so
+    windows downstream of a one-partition topic at parallelism 2 never fired."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.set_auto_watermark_interval(20)
+    ws = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda c: c[1]).with_idleness(200)
+    env.from_source(_OnePartition(), ws, "one-partition").key_by(lambda c: c[0]).process(CountPerMinute()).sink_to(FileSink(out_dir))
+    client = env.execute_async("no-split-idle", executor="local")
+    deadline = __import__("time").monotonic() + 30
+    while not read_committed(out_dir):  # a minute closes only if subtask 1 is left out
         assert __import__("time").monotonic() < deadline and not client.status().is_terminal
         threading.Event().wait(0.05)
     client.cancel()

@@ -15,9 +15,10 @@ import pytest
 
 import runtime.storage
 from connectors.files import FileSink, read_committed
-from runtime import JobStatus, StreamExecutionEnvironment, WeirError
+from runtime import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirError
 from runtime.errors import CheckpointStorageError
-from runtime.jobmaster import JobMaster, Request, TriggerSavepoint
+from runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
+from runtime.task import Cancel
 from runtime.local import LocalExecutor, LocalGateway
 from tests.checker import check_running_sums
 
@@ -104,7 +105,7 @@ def test_restore_from_the_folder_a_savepoint_was_asked_into(tmp_path, checkpoint
 # ---------------------------------------------------------------- what a savepoint commits
 def _master(graph, recovering: bool = False) -> tuple[JobMaster, LocalGateway]:
     gateway = LocalGateway()
-    master = JobMaster(graph, gateway, recovering=recovering)
+    master = JobMaster(graph, gateway, recovering=recovering, storage_io=inline)
     gateway.master = master
     return master, gateway
 
@@ -226,3 +227,101 @@ def test_a_transient_read_error_retries_the_same_checkpoint(checkpoint_dir, out_
     newest = max(runtime.storage.CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id).checkpoint_ids())
     assert failures["left"] == 0 and master._latest["checkpoint_id"] == newest
     assert not any("skipping damaged checkpoint" in r.message for r in caplog.records)
+
+
+# ---------------------------------------------------------------- the job's status
+def test_the_job_status_follows_its_transition_table_and_a_wrong_change_changes_nothing(checkpoint_dir, out_dir):
+    from runtime.errors import JobStatusError
+
+    legal = {s: {t for t in JobStatus if s.can_become(t)} for s in JobStatus}
+    assert legal[JobStatus.RESTARTING] == {JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}
+    assert all(not legal[s] for s in JobStatus if s.is_terminal)  # an ended job never changes again
+    assert all(JobStatus.FAILED in legal[s] for s in JobStatus if not s.is_terminal)
+    master, gateway = _master(_job(checkpoint_dir, out_dir).get_job_graph("table"))
+    master.start()
+    try:
+        with pytest.raises(JobStatusError, match="job 'table': RUNNING cannot become SUSPENDED"):
+            master._become(JobStatus.SUSPENDED)
+        assert master.status is JobStatus.RUNNING
+    finally:
+        gateway.kill_all()
+
+
+def test_a_second_cancel_does_not_put_off_killing_tasks_that_do_not_close(checkpoint_dir, out_dir):
+    """Each cancel re-armed the kill timer: a user pressing cancel again kept a job
+    with a stuck task CANCELLING for ever. Found by the transition table."""
+    clock = [0.0]
+    gateway = LocalGateway()
+    master = JobMaster(_job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"), gateway, clock=lambda: clock[0], storage_io=inline)
+    gateway.master = master
+    send = gateway.send
+    gateway.send = lambda task, letter: None if isinstance(letter, Cancel) else send(task, letter)  # tasks that never close
+    master.start()
+    try:
+        master.cancel()
+        master.run_until_idle()
+        assert master.status is JobStatus.CANCELLING
+        clock[0] = JobMaster.CANCEL_TIMEOUT_S * 0.8
+        master.cancel()
+        master.run_until_idle()
+        clock[0] = JobMaster.CANCEL_TIMEOUT_S * 1.1
+        master.run_until_idle()
+        assert master.status is JobStatus.CANCELED
+    finally:
+        gateway.kill_all()
+
+
+class _StubGateway:
+    """Deploys nothing; the test says which tasks exit and how."""
+
+    def __init__(self) -> None:
+        self.exits: list = []
+        self.keys: list = []
+
+    def deploy(self, deployments) -> None:
+        self.keys = [d.key for d in deployments]
+
+    def send(self, task, letter) -> None:
+        pass
+
+    def poll_exits(self) -> list:
+        out, self.exits = self.exits, []
+        return out
+
+    def kill(self, tasks) -> None:
+        pass
+
+    def kill_all(self) -> None:
+        pass
+
+    def stop_deploying(self) -> None:
+        pass
+
+    def metrics(self) -> list:
+        return []
+
+
+def test_a_bounded_job_that_finishes_before_a_stops_savepoint_completes_is_finished(checkpoint_dir, tmp_path):
+    """The last task finished before acknowledging the stop's savepoint: the
+    aborted savepoint restarted the job, whose status then went from RESTARTING to
+    FINISHED (an illegal change that failed it; seen in the control races). The
+    job is FINISHED and the stop fails, saying why."""
+    from runtime.jobmaster import StopJob
+    from runtime.task import TaskResult, TaskState
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.enable_checkpointing(60_000)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_collection([1, 2, 3]).sink_to(DiscardingSink())
+    gateway = _StubGateway()
+    master = JobMaster(env.get_job_graph("finishes-first"), gateway, storage_io=inline)
+    master.start()
+    stop = StopJob(str(tmp_path / "sp"), False, Request())
+    master.mailbox.put_control(stop)
+    master.run_until_idle()
+    assert master.coordinator.pending  # the stop's savepoint, triggered
+    gateway.exits = [(key, TaskResult(TaskState.FINISHED)) for key in gateway.keys]
+    master.run_until_idle()
+    assert master.status is JobStatus.FINISHED
+    with pytest.raises(WeirError, match="stop of job 'finishes-first' did not happen: the job finished before its savepoint completed"):
+        stop.request.wait(1)

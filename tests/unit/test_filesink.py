@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pyarrow.parquet as pq
 import pytest
 
 from connectors.files import FileSink, read_committed
@@ -97,3 +98,92 @@ def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
     numbers.map(lambda x: -x).sink_to(FileSink(str(tmp_path / "other")))  # another folder: fine
     with pytest.raises(InvalidJobGraphError, match=rf"two sinks of this job write to {tmp_path}/out \(Sink: FileSink and another FileSink\)"):
         numbers.map(lambda x: x * 2).sink_to(FileSink(str(tmp_path / "out") + "/"))
+
+
+# ------------------------------------------------------------------ PyFlink's builders
+def _lines_sink(path, prefix="words", suffix=".txt", policy=None):
+    from connectors.files import Encoder, OutputFileConfig, RollingPolicy
+
+    return (FileSink.for_row_format(path, Encoder.simple_string_encoder())
+            .with_output_file_config(OutputFileConfig.builder().with_part_prefix(prefix).with_part_suffix(suffix).build())
+            .with_rolling_policy(policy or RollingPolicy.on_checkpoint_rolling_policy())
+            .build())
+
+
+def test_a_row_format_sink_writes_str_lines_named_by_its_output_file_config(tmp_path):
+    path = str(tmp_path / "out")
+    sink = _lines_sink(path)
+    op = OperatorHarness.sink(sink, attempt_id="a1")
+    op.process("ann", 7, (1, "b"))
+    op.snapshot(1)
+    op.notify_complete(1)
+    assert os.listdir(path) == ["words-a1-0-0.txt"]
+    assert read_committed(sink) == ["ann", "7", "(1, 'b')"]
+    assert read_committed(path) == []  # a bare path reads FileSink(path)'s part-... files only
+
+
+def test_the_default_rolling_policy_rolls_at_part_size_and_commits_at_the_checkpoint(tmp_path):
+    from connectors.files import RollingPolicy
+
+    path = str(tmp_path / "out")
+    sink = _lines_sink(path, policy=RollingPolicy.default_rolling_policy(part_size=10))
+    op = OperatorHarness.sink(sink, attempt_id="a1")
+    op.process("abcd", "efgh", "ijkl")             # 5 bytes each: the first two fill a file
+    assert read_committed(sink) == []              # rolled, but pending until the checkpoint completes
+    op.snapshot(1)
+    op.notify_complete(1)
+    assert sorted(os.listdir(path)) == ["words-a1-0-0.txt", "words-a1-0-1.txt"]
+    assert read_committed(sink) == ["abcd", "efgh", "ijkl"]
+
+
+def test_a_restore_cleans_the_leftovers_of_a_custom_prefix_and_keeps_what_it_committed(tmp_path):
+    from connectors.files import RollingPolicy
+
+    path = str(tmp_path / "out")
+    policy = RollingPolicy.default_rolling_policy(part_size=10)
+    op = OperatorHarness.sink(_lines_sink(path, prefix="out", suffix="", policy=policy), attempt_id="a1")
+    op.process("abcd")
+    snap = op.snapshot(1)                           # pending; the notification never comes
+    op.process("efgh", "ijkl", "mnop")              # one file rolled to pending, one in progress: then the task dies
+    restored = _lines_sink(path, prefix="out", suffix="", policy=policy)
+    new = OperatorHarness.sink(restored, attempt_id="b2", restore=[snap])
+    new.process("efgh")
+    new.snapshot(2)
+    new.notify_complete(2)
+    assert sorted(read_committed(restored)) == ["abcd", "efgh"]
+    assert [n for n in os.listdir(path) if n.startswith(".")] == []
+
+
+def test_a_bulk_format_sink_writes_parquet_and_rolls_only_at_checkpoints(tmp_path):
+    import pyarrow as pa
+
+    from connectors.files import OutputFileConfig, RollingPolicy
+    from connectors.formats import ParquetBulkWriters
+
+    path = str(tmp_path / "out")
+    schema = pa.schema([("user", pa.string()), ("clicks", pa.int32())])
+    builder = FileSink.for_bulk_format(path, ParquetBulkWriters.for_row_type(schema))
+    with pytest.raises(InvalidConfigurationError, match="a bulk format rolls at checkpoints only"):
+        builder.with_rolling_policy(RollingPolicy.default_rolling_policy())
+    sink = (builder.with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+            .with_output_file_config(OutputFileConfig("clicks", ".parquet")).build())
+    op = OperatorHarness.sink(sink, attempt_id="a1")
+    op.process({"user": "ann", "clicks": 3}, {"user": "bob", "clicks": 4})
+    op.snapshot(1)
+    op.notify_complete(1)
+    assert read_committed(sink) == [{"user": "ann", "clicks": 3}, {"user": "bob", "clicks": 4}]
+    (name,) = os.listdir(path)
+    assert name.startswith("clicks-a1-0-0") and pq.read_schema(os.path.join(path, name)) == schema
+
+
+def test_builders_refuse_what_they_cannot_write_naming_the_setting():
+    from connectors.files import Encoder, OutputFileConfig, RollingPolicy
+
+    with pytest.raises(InvalidConfigurationError, match="OutputFileConfig part_prefix='_part'.*hidden"):
+        OutputFileConfig.builder().with_part_prefix("_part").build()
+    with pytest.raises(InvalidConfigurationError, match="RollingPolicy part_size=0"):
+        RollingPolicy.default_rolling_policy(part_size=0)
+    with pytest.raises(TypeError, match="for_row_format\\(\\) takes an Encoder"):
+        FileSink.for_row_format("/tmp/x", "utf-8")
+    with pytest.raises(InvalidConfigurationError, match="charset_name='klingon'"):
+        Encoder.simple_string_encoder("klingon")

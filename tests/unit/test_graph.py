@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import pathlib
+
 import pytest
 
 from runtime import DiscardingSink, InvalidJobGraphError, StreamExecutionEnvironment
@@ -65,3 +68,31 @@ def test_union_feeds_one_vertex_from_two_sources():
     a.union(b).map(lambda x: x).sink_to(DiscardingSink())
     g = env.get_job_graph("g")
     assert len(g.vertices["map"].inputs) == 2
+
+
+PICTURE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "images" / "job-graph.svg"
+
+
+def _pictured():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    clicks = env.from_collection([("a", 1)]).name("clicks")
+    clicks.map(lambda kv: kv).name("parse").key_by(lambda kv: kv[0]).sum(1).name("totals").set_parallelism(3).sink_to(DiscardingSink())
+    clicks.rebalance().map(lambda kv: kv).name("audit").sink_to(DiscardingSink())
+    return env.get_job_graph("pictured")
+
+
+def test_the_job_graph_picture_shows_vertices_chains_parallelism_and_partitioners():
+    import xml.etree.ElementTree as ET
+
+    graph = _pictured()
+    svg = graph._repr_svg_()  # what a notebook shows
+    texts = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert texts[0] == "pictured (streaming)"
+    assert {"clicks", "parse", "totals", "audit", "→ Sink: DiscardingSink", "×2", "×3", "forward", "hash", "rebalance"} <= set(texts), texts
+    assert svg.count("marker-end") == sum(len(v.inputs) for v in graph.vertices.values())
+
+
+def test_the_picture_in_the_docs_is_what_weir_draws_today():
+    if os.environ.get("WEIR_REDRAW"):
+        PICTURE.write_text(_pictured().to_svg())
+    assert PICTURE.read_text() == _pictured().to_svg(), "redraw it: WEIR_REDRAW=1 python3 -m pytest tests/unit/test_graph.py"

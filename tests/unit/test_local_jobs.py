@@ -11,7 +11,9 @@ import pytest
 from connectors.files import FileSink, read_committed
 from runtime import (
     DiscardingSink,
+    InvalidConfigurationError,
     InvalidJobGraphError,
+    JobStatus,
     JobExecutionError,
     KeyedProcessFunction,
     KeySelectionError,
@@ -206,6 +208,23 @@ def test_a_function_that_cannot_be_pickled_is_refused_before_the_job_starts(chec
         env.execute("local-unshippable", executor="local")
 
 
+def test_from_collection_refuses_an_element_that_cannot_be_pickled_naming_it():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidJobGraphError, match=r"from_collection\(\): element 2, <unlocked _thread.lock.*cannot be pickled"):
+        env.from_collection([1, 2, threading.Lock()])
+
+
+def test_from_collection_takes_its_elements_as_they_are_when_called_as_flink_does(checkpoint_dir, out_dir):
+    """The collection is pickled once, when from_collection is called (what every
+    copy of the job then carries), so later changes to its elements do not show."""
+    rows = [{"n": 1}, {"n": 2}]
+    env = _env(checkpoint_dir, p=1)
+    env.from_collection(rows).sink_to(FileSink(out_dir))
+    rows[0]["n"] = 100
+    env.execute("local-collection-snapshot", executor="local")
+    assert sorted(r["n"] for r in read_committed(out_dir)) == [1, 2]
+
+
 def test_a_source_pausing_between_records_sends_a_batch_per_buffer_timeout_not_per_record():
     """At 2,000 records/s the source pauses between records; a partly filled
     buffer goes out when the buffer timeout (50 ms) is due, so half a second of
@@ -217,3 +236,58 @@ def test_a_source_pausing_between_records_sends_a_batch_per_buffer_timeout_not_p
     source = next(m for m in result.metrics if m["task"].startswith("source"))
     assert source["records_out"] == 1_000
     assert source["batches_out"] < 100, f"{source['batches_out']} deliveries for 1,000 records"
+
+
+def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
+    """Issue #16: what happens to a job when its blocking execute() is interrupted
+    (Ctrl-C in a terminal, the interrupt button of a notebook): it is cancelled."""
+    import signal
+
+    import runtime.local
+
+    clients = []
+    submit = runtime.local.LocalExecutor.submit
+
+    def remember(self, graph):
+        clients.append(submit(self, graph))
+        return clients[-1]
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_generator(lambda i: i, records_per_second=1_000).sink_to(DiscardingSink())
+    threading.Timer(0.5, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runtime.local.LocalExecutor, "submit", remember)
+        with pytest.raises(KeyboardInterrupt):
+            env.execute("interrupted", executor="local")
+    assert clients[0].status() is JobStatus.CANCELED
+    assert "weir: job 'interrupted' cancelled (use execute_async() for a job that runs on without you)" in capsys.readouterr().err
+
+
+def test_execute_draws_progress_of_records_read_of_the_total_and_checkpoints(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    import runtime.progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(runtime.progress, "_console", lambda: Console(file=out, width=120, force_terminal=False))
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).set_progress_bar(True)
+    env.enable_checkpointing(100).get_checkpoint_config().set_checkpoint_storage(str(tmp_path))
+    env.from_generator(lambda i: i, count=3_000, records_per_second=6_000).union(env.from_sequence(1, 1_000)).sink_to(DiscardingSink())
+    env.execute("with-progress", executor="local")
+    final = out.getvalue().strip().splitlines()[-1]
+    assert final.startswith("with-progress") and "4000/4000 records" in final and "checkpoints" in final, final
+
+
+def test_no_progress_bar_where_nobody_watches(monkeypatch):
+    import ipykernel  # noqa: F401 - imported is not running in a notebook (it was taken for one)
+
+    import runtime.progress
+
+    monkeypatch.setattr(runtime.progress, "_console", lambda: pytest.fail("a progress bar was drawn"))
+    env = StreamExecutionEnvironment.get_execution_environment()  # stderr is not a terminal under pytest
+    env.from_sequence(1, 10).sink_to(DiscardingSink())
+    env.execute("quiet", executor="local")
+    with pytest.raises(InvalidConfigurationError, match="progress_bar='yes'"):
+        env.set_progress_bar("yes")

@@ -3,7 +3,16 @@ from __future__ import annotations
 import pytest
 
 from runtime.keygroups import KeyGroupRange
-from runtime.state import KeyedStateBackend, MapState, MapStateDescriptor, ValueState, ValueStateDescriptor, keyed_list_state, redistribute_lists
+from runtime.state import (
+    KeyedStateBackend,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+    keyed_state,
+    redistribute_lists,
+)
 
 
 def _backend(p: int, i: int, max_p: int = 128) -> KeyedStateBackend:
@@ -33,7 +42,7 @@ def test_keyed_state_rescales_by_key_group_without_loss_or_overlap():
 def test_value_list_and_map_state_follow_the_current_key():
     b = _backend(1, 0)
     v = ValueState(b, ValueStateDescriptor("v", default=0))
-    lst = keyed_list_state(b, "l")
+    lst = keyed_state(b, ListStateDescriptor("l"))
     m = MapState(b, MapStateDescriptor("m"))
     for key in ("a", "b"):
         b.current_key = key

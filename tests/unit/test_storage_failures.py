@@ -9,12 +9,13 @@ import errno
 import glob
 import os
 import pathlib
+import time
 
 import pytest
 
 import runtime.storage
 from connectors.files import FileSink, read_committed
-from runtime import RestartStrategy, StreamExecutionEnvironment
+from runtime import DiscardingSink, RestartStrategy, StreamExecutionEnvironment
 from runtime.errors import JobExecutionError
 
 N, KEYS = 20_000, 10
@@ -141,7 +142,7 @@ def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, 
 
 
 def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_path, caplog):
-    from runtime.jobmaster import JobMaster
+    from runtime.jobmaster import JobMaster, inline
     from runtime.local import LocalExecutor, LocalGateway
 
     env, _ = _summing_job(tmp_path)
@@ -154,7 +155,7 @@ def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_
     metadata = done[-1] / "_metadata"
     metadata.write_bytes(metadata.read_bytes()[:40])
     (done[-1].parent / "_result").unlink()  # as if its job master had died before the end
-    master = JobMaster(graph, LocalGateway(), recovering=True)
+    master = JobMaster(graph, LocalGateway(), recovering=True, storage_io=inline)
     master._recover_or_restore()
     assert master._latest is not None and master._latest["checkpoint_id"] == int(done[-2].name.split("-")[1])
     assert any("skipping damaged checkpoint" in r.message and "_metadata is unusable" in r.message for r in caplog.records)
@@ -174,3 +175,38 @@ def test_well_formed_but_wrong_metadata_is_a_damaged_checkpoint_not_a_key_error(
     env.restore_from_savepoint(str(tmp_path / "sp"))
     with pytest.raises(JobExecutionError, match=r"sp/_metadata is unusable: not weir checkpoint metadata \("):
         env.execute("wrong-metadata", executor="local")
+
+
+def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeypatch):
+    """Issue #13 item 7: the job master wrote checkpoint metadata on its loop, so
+    a storage that hangs kept it from timing the checkpoint out and from taking a
+    cancel until the write returned."""
+    import threading
+
+    import runtime.jobmaster
+    from runtime.executor import JobStatus
+    from runtime.jobmaster import StorageThread
+
+    entered, release = threading.Event(), threading.Event()
+    write = runtime.jobmaster.write_metadata
+
+    def hanging_write(location, metadata):
+        entered.set()
+        release.wait(60)
+        write(location, metadata)
+
+    monkeypatch.setattr(runtime.jobmaster, "write_metadata", hanging_write)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)
+    env.from_generator(lambda i: i, records_per_second=1000).map(lambda x: x).sink_to(DiscardingSink())
+    client = env.execute_async("hanging-storage", executor="local")
+    try:
+        assert entered.wait(10)
+        deadline = time.monotonic() + 10
+        while not any("its metadata was still being written" in (c["reason"] or "") for c in client.checkpoints()):
+            assert time.monotonic() < deadline, f"the hung checkpoint never expired: {client.checkpoints()}"
+            time.sleep(0.05)
+        client.cancel(timeout_s=StorageThread.CLOSE_TIMEOUT_S + 5)
+        assert client.status() is JobStatus.CANCELED
+    finally:
+        release.set()

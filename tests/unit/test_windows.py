@@ -20,7 +20,7 @@ from runtime import (
 )
 from runtime.events import MAX_WATERMARK
 from runtime.testing import OperatorHarness
-from runtime.windows import AggregateContents, ProcessContents, ReduceContents, WindowOperator
+from runtime.windows import AggregateContents, AllRecords, ReduceContents, WindowCall, WindowOperator
 
 LATE = OutputTag("late")
 
@@ -45,8 +45,9 @@ class Describe(ProcessWindowFunction):
         yield (key, w.start, w.end, sorted(v for _, v in elements))
 
 
-def window_harness(contents, assigner, trigger=None, lateness=0, late=LATE, **kw) -> OperatorHarness:
-    return OperatorHarness(WindowOperator("Window", "window", contents, lambda r: r[0], assigner, trigger, lateness, late), **kw)
+def window_harness(contents, assigner, trigger=None, lateness=0, late=LATE, function=None, **kw) -> OperatorHarness:
+    call = WindowCall(function, True, "process()")
+    return OperatorHarness(WindowOperator("Window", "window", contents, call, lambda r: r[0], assigner, trigger, lateness, late), **kw)
 
 
 def _late(h):
@@ -63,14 +64,14 @@ def test_tumbling_event_time_windows_fire_when_the_watermark_passes_their_end():
 
 
 def test_sliding_windows_assign_each_record_to_size_over_slide_windows():
-    h = window_harness(ProcessContents(Describe()), SlidingEventTimeWindows.of(10, 5))
+    h = window_harness(AllRecords(), SlidingEventTimeWindows.of(10, 5), function=Describe())
     h.process(("k", 7), timestamps=[7])
     out = sorted(h.watermark(MAX_WATERMARK))
     assert out == [("k", 0, 10, [7]), ("k", 5, 15, [7])]
 
 
 def test_session_windows_merge_and_fire_once_per_session():
-    h = window_harness(ProcessContents(Describe()), EventTimeSessionWindows.with_gap(10))
+    h = window_harness(AllRecords(), EventTimeSessionWindows.with_gap(10), function=Describe())
     h.process(("k", 1), ("k", 30), ("k", 12), ("k", 5), timestamps=[1, 30, 12, 5])  # 1,5,12 merge; 30 alone
     assert h.watermark(21) == [("k", 1, 22, [1, 5, 12])]
     assert h.watermark(MAX_WATERMARK) == [("k", 30, 40, [30])]
@@ -107,7 +108,9 @@ def test_tumbling_count_with_lateness_matches_a_reference(events, size, lateness
     a window fires when the watermark first reaches its end, with the records
     that came before; a record arriving while watermark < end + lateness is added
     (and fires the window at once if its end has passed); later ones are late."""
-    h = window_harness(ProcessContents(lambda k, ctx, els: [(k, ctx.window().start, len(els))]), TumblingEventTimeWindows.of(size), lateness=lateness)
+    h = window_harness(
+        AllRecords(), TumblingEventTimeWindows.of(size), lateness=lateness,
+        function=lambda k, ctx, els: [(k, ctx.window().start, len(els))])
     watermark = -(2**63)
     contents: dict[tuple[str, int], int] = collections.Counter()
     fired: set[tuple[str, int]] = set()

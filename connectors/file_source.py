@@ -1,0 +1,425 @@
+"""Files as a source (FLIP-27): PyFlink's ``FileSource``, bounded or watching
+folders for new files (issue #15).
+
+Each file is one split. The enumerator runs on the job master: it lists the
+source's paths off the job master's loop (``context.call_async``: listing an
+object store may block), once for a bounded source and every discovery interval
+for a monitored one, and hands each file it has not seen before to the next
+reader that asks, one file per request. A request that finds nothing waits until
+a listing finds a file; a bounded source answers "no more splits" once its one
+listing is handed out, a monitored one never does (the source never ends).
+
+Exactly-once with checkpointing. The enumerator's checkpointed state is every
+file it has found so far and those not handed out yet, so across failures,
+restarts, savepoints and rescales each file is read once: a file handed out
+before a checkpoint is in its reader's state with its position, a file found
+after it is found again. That memory grows with the number of files, as
+Flink's does.
+
+A reader reads one file at a time on its task's loop thread (blocking reads, in
+batches) and checkpoints it with its position: the byte offset of the next line
+and how many lines came before it (stream formats), or the row group and the
+rows of it read (bulk formats), so a restore resumes mid-file.
+
+Files must be complete and unchanging once visible: write one under a hidden
+name and rename it when done. Names starting with ``.`` or ``_`` (in-progress
+files, ``_SUCCESS``) are skipped below a given folder, as Flink and Spark do.
+Nothing read from a file is unpickled: a malformed line or row fails the reading
+task with :class:`MalformedInputError` naming the file and the line, and the
+job's restart strategy applies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Sequence
+
+from pyarrow import fs as pafs
+
+from runtime.errors import InvalidConfigurationError, MalformedInputError
+from runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
+
+
+def resolve(path: str, setting: str = "path") -> tuple[pafs.FileSystem, str]:
+    """The pyarrow file system of ``path`` (a local path or any pyarrow.fs URI)
+    and the path within it; ``setting`` names the path in the error."""
+    uri = path if "://" in path else "file://" + os.path.abspath(path)
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except Exception as exc:
+        raise InvalidConfigurationError(setting, path, f"pyarrow.fs cannot open it ({exc})") from None
+
+
+@dataclass(frozen=True)
+class FileSplit:
+    """A file to read and where reading resumes: ``offset`` is the byte offset of
+    the next line (stream formats) or the next row group (bulk formats);
+    ``records`` is how many lines came before that offset, or how many rows of
+    that row group were read."""
+
+    root: str  # the source path it was found under: its file system
+    path: str  # the file, within that file system
+    offset: int = 0
+    records: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return self.path
+
+
+class FileRecords(ABC):
+    """One open file of a reader; used by its task's loop thread only."""
+
+    @abstractmethod
+    def read(self, max_records: int) -> tuple[list[Any], bool]:
+        """Up to ``max_records`` records, and whether the file has no more."""
+
+    @abstractmethod
+    def position(self) -> FileSplit:
+        """The split, resuming after the last record read."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class ReaderFormat(ABC):
+    """How a file's bytes become records. Formats travel to the tasks, so they
+    hold settings only (picklable)."""
+
+    @abstractmethod
+    def open(self, fs: pafs.FileSystem, split: FileSplit) -> FileRecords: ...
+
+
+# Stream formats decompress by the file's extension, as PyFlink's do.
+_COMPRESSION = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+_CHUNK_BYTES = 1 << 20
+
+
+class Lines:
+    """The lines of one file from a split's position, each with its terminator
+    (the last one may have none). ``offset`` and ``number`` are the position after
+    the last line taken: bytes from the file's start, lines taken in all."""
+
+    def __init__(self, fs: pafs.FileSystem, split: FileSplit, charset_name: str) -> None:
+        self.split = split
+        self.offset = split.offset
+        self.number = split.records
+        self._charset = charset_name
+        self._stream = _open_at(fs, split.path, split.offset)
+        self._buffer = b""
+        self._start = 0  # of the next line in the buffer
+        self._eof = False
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        end = self._buffer.find(b"\n", self._start)
+        while end < 0 and not self._eof:
+            chunk = self._stream.read(_CHUNK_BYTES)
+            self._eof = not chunk
+            self._buffer, self._start = self._buffer[self._start:] + chunk, 0
+            end = self._buffer.find(b"\n")
+        if end < 0:
+            if self._start >= len(self._buffer):
+                raise StopIteration
+            end = len(self._buffer) - 1  # the last line, without a terminator
+        raw = self._buffer[self._start:end + 1]
+        self._start = end + 1
+        self.offset += len(raw)
+        self.number += 1
+        try:
+            return raw.decode(self._charset)
+        except UnicodeDecodeError as exc:
+            raise self.malformed(f"not {self._charset} ({exc.reason} at byte {exc.start} of the line)") from None
+
+    def malformed(self, problem: str, text: Any = None) -> MalformedInputError:
+        """The error for the line taken last (or, for a record over several lines, its last line)."""
+        return MalformedInputError(f"file {self.split.path}", f"line {self.number}", problem, text)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def _open_at(fs: pafs.FileSystem, path: str, offset: int) -> Any:
+    compression = _COMPRESSION.get(posixpath.splitext(path)[1].lower())
+    if compression is None:
+        f = fs.open_input_file(path)
+        f.seek(offset)
+        return f
+    stream = fs.open_input_stream(path, compression=compression)
+    while offset > 0:  # a compressed stream cannot seek: read up to the offset again
+        skipped = len(stream.read(min(offset, _CHUNK_BYTES)))
+        if not skipped:
+            break
+        offset -= skipped
+    return stream
+
+
+class StreamFormat(ReaderFormat):
+    """Records from the lines of a file (PyFlink's ``StreamFormat``; weir's stream
+    formats are line based), decoded with ``charset_name``. Files ending in
+    ``.gz``/``.gzip``, ``.bz2`` or ``.zst`` are decompressed. A restore seeks to the
+    checkpointed byte offset (a compressed file is read up to it again)."""
+
+    def __init__(self, charset_name: str = "UTF-8") -> None:
+        try:
+            newline = "\n".encode(charset_name)
+        except LookupError:
+            raise InvalidConfigurationError("charset_name", charset_name, "Python knows no such codec") from None
+        if newline != b"\n":
+            raise InvalidConfigurationError(
+                "charset_name", charset_name,
+                "lines are split at the byte \\n: use a charset that encodes it so (UTF-8, ISO-8859-1, ...)")
+        self.charset_name = charset_name
+
+    @staticmethod
+    def text_line_format(charset_name: str = "UTF-8") -> StreamFormat:
+        """Each line is a ``str`` record, without its ``\\n`` or ``\\r\\n``."""
+        return _TextLines(charset_name)
+
+    @staticmethod
+    def json_lines_format(charset_name: str = "UTF-8") -> StreamFormat:
+        """Each line is one JSON value (weir's; PyFlink has no such stream format).
+        Blank lines are skipped."""
+        return _JsonLines(charset_name)
+
+    @abstractmethod
+    def records(self, lines: Lines) -> Iterator[Any]:
+        """The records of ``lines``, lazily: when a record is yielded, ``lines`` is
+        just past it, which is where a restore resumes. A bad line raises
+        ``lines.malformed(...)``."""
+
+    def open(self, fs: pafs.FileSystem, split: FileSplit) -> FileRecords:
+        return _StreamRecords(self, Lines(fs, split, self.charset_name))
+
+
+class _StreamRecords(FileRecords):
+    def __init__(self, fmt: StreamFormat, lines: Lines) -> None:
+        self._lines = lines
+        self._records = fmt.records(lines)
+
+    def read(self, max_records: int) -> tuple[list[Any], bool]:
+        out: list[Any] = []
+        for record in self._records:
+            out.append(record)
+            if len(out) >= max_records:
+                return out, False
+        return out, True
+
+    def position(self) -> FileSplit:
+        return replace(self._lines.split, offset=self._lines.offset, records=self._lines.number)
+
+    def close(self) -> None:
+        self._lines.close()
+
+
+def _strip_terminator(line: str) -> str:
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+class _TextLines(StreamFormat):
+    def records(self, lines: Lines) -> Iterator[Any]:
+        return map(_strip_terminator, lines)
+
+
+class _JsonLines(StreamFormat):
+    def records(self, lines: Lines) -> Iterator[Any]:
+        for line in lines:
+            text = line.strip()
+            if text:
+                try:
+                    yield json.loads(text)
+                except ValueError as exc:
+                    raise lines.malformed(f"not JSON ({exc})", text) from None
+
+
+class BulkFormat(ReaderFormat):
+    """Reads a file a batch at a time (PyFlink's ``BulkFormat``): Parquet, with
+    :class:`connectors.formats.ParquetColumnarRowInputFormat`."""
+
+
+# ---------------------------------------------------------------------- the source
+class FileSourceBuilder:
+    """PyFlink's ``FileSourceBuilder``: bounded unless :meth:`monitor_continuously`."""
+
+    def __init__(self, fmt: ReaderFormat, paths: Sequence[str]) -> None:
+        self._format = fmt
+        self._paths = tuple(paths)
+        self._discovery_interval_ms: int | None = None
+
+    def monitor_continuously(self, discovery_interval: int) -> FileSourceBuilder:
+        """Watch the paths for new files every ``discovery_interval`` milliseconds
+        (``Duration.of_seconds(10)``): the source never ends (stop or cancel the job)."""
+        if isinstance(discovery_interval, bool) or not isinstance(discovery_interval, int) or discovery_interval <= 0:
+            raise InvalidConfigurationError(
+                "FileSource discovery_interval", discovery_interval,
+                "must be a positive int of milliseconds, e.g. Duration.of_seconds(10)")
+        self._discovery_interval_ms = discovery_interval
+        return self
+
+    def process_static_file_set(self) -> FileSourceBuilder:
+        """Read the files there are at the start, then end (the default)."""
+        self._discovery_interval_ms = None
+        return self
+
+    def build(self) -> FileSource:
+        return FileSource(self._format, self._paths, self._discovery_interval_ms)
+
+
+class FileSource(Source[Any]):
+    """Files and folders (local or any pyarrow.fs URI), each file read once, also
+    across failures, restarts, savepoints and rescales (see the module's doc).
+    Build one with :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`."""
+
+    def __init__(self, fmt: ReaderFormat, paths: Sequence[str], discovery_interval_ms: int | None = None) -> None:
+        if not paths:
+            raise InvalidConfigurationError("FileSource paths", tuple(paths), "give at least one file or folder")
+        for path in paths:
+            resolve(path, "FileSource path")
+        self.format = fmt
+        self.paths = tuple(paths)
+        self.discovery_interval_ms = discovery_interval_ms
+        self.bounded = discovery_interval_ms is None
+
+    @staticmethod
+    def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
+        if not isinstance(stream_format, StreamFormat):
+            raise TypeError("for_record_stream_format() takes a StreamFormat (e.g. StreamFormat.text_line_format()), "
+                            f"got {type(stream_format).__name__}")
+        return FileSourceBuilder(stream_format, paths)
+
+    @staticmethod
+    def for_bulk_file_format(bulk_format: BulkFormat, *paths: str) -> FileSourceBuilder:
+        if not isinstance(bulk_format, BulkFormat):
+            raise TypeError("for_bulk_file_format() takes a BulkFormat (e.g. ParquetColumnarRowInputFormat()), "
+                            f"got {type(bulk_format).__name__}")
+        return FileSourceBuilder(bulk_format, paths)
+
+    def create_enumerator(self, parallelism: int, restored: Any | None) -> SplitEnumerator:
+        return FileEnumerator(self.paths, self.discovery_interval_ms, restored or FileEnumeratorState())
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        return FileReader(self.format)
+
+
+@dataclass(frozen=True)
+class FileEnumeratorState:
+    seen: frozenset[str] = frozenset()  # every file found so far: never handed out again
+    pending: tuple[FileSplit, ...] = ()  # found, not handed out yet
+    listed: bool = False                # a bounded source's one listing is done
+
+
+class FileEnumerator(SplitEnumerator):
+    """Hands out each file once, one per request. Runs on the job master's loop
+    thread; its listings run off it and touch nothing of this object."""
+
+    def __init__(self, paths: tuple[str, ...], discovery_interval_ms: int | None, state: FileEnumeratorState) -> None:
+        self._paths = paths
+        self._discovery_interval_ms = discovery_interval_ms
+        self._seen = set(state.seen)
+        self._pending = list(state.pending)
+        self._listed = state.listed
+        self._waiting: set[int] = set()  # asked when there was nothing: answered when a listing finds files
+        self._context: SplitEnumeratorContext
+
+    def start(self, context: SplitEnumeratorContext) -> None:
+        self._context = context
+        paths = self._paths
+        if self._discovery_interval_ms is not None:
+            context.call_async(lambda: list_files(paths), self._found, period_s=self._discovery_interval_ms / 1000)
+        elif not self._listed:
+            context.call_async(lambda: list_files(paths), self._found)
+
+    def _found(self, files: list[FileSplit] | None, error: BaseException | None) -> None:
+        if error is not None:
+            raise error
+        assert files is not None
+        new = [f for f in files if f.path not in self._seen]
+        self._seen.update(f.path for f in new)
+        self._pending.extend(new)
+        self._listed = True
+        waiting, self._waiting = sorted(self._waiting), set()
+        for subtask in waiting:
+            self.handle_split_request(subtask, self._context)
+
+    def handle_split_request(self, subtask: int, context: SplitEnumeratorContext) -> None:
+        if self._pending:
+            context.assign_splits(subtask, [self._pending.pop(0)])
+        elif self._listed and self._discovery_interval_ms is None:
+            context.signal_no_more_splits(subtask)
+        else:
+            self._waiting.add(subtask)
+
+    def snapshot_state(self) -> Any:
+        return FileEnumeratorState(frozenset(self._seen), tuple(self._pending), self._listed)
+
+    def add_splits_back(self, splits: list[Any], subtask: int) -> None:
+        self._pending[:0] = splits
+
+
+def list_files(paths: Sequence[str]) -> list[FileSplit]:
+    """Every file given or visible below a given folder, sorted by path. Blocks
+    (an object store's listing): never call it on the job master's loop."""
+    found: dict[str, FileSplit] = {}
+    for root in paths:
+        fs, base = resolve(root, "FileSource path")
+        info = fs.get_file_info(base)
+        if info.type == pafs.FileType.File:
+            found.setdefault(info.path, FileSplit(root, info.path))
+        elif info.type == pafs.FileType.Directory:
+            for f in fs.get_file_info(pafs.FileSelector(base, recursive=True)):
+                if f.type == pafs.FileType.File and not _hidden(posixpath.relpath(f.path, base)):
+                    found.setdefault(f.path, FileSplit(root, f.path))
+        else:
+            raise FileNotFoundError(f"FileSource path {root} does not exist")
+    return [found[p] for p in sorted(found)]
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
+
+
+class FileReader(SourceReader):
+    """Reads its files one at a time, in the order they came, on its task's loop thread."""
+
+    def __init__(self, fmt: ReaderFormat) -> None:
+        self._format = fmt
+        self._splits: list[FileSplit] = []
+        self._open: FileRecords | None = None  # reading self._splits[0]
+        self._filesystems: dict[str, pafs.FileSystem] = {}
+
+    def add_splits(self, splits: list[Any]) -> None:
+        self._splits.extend(splits)
+
+    def poll(self, max_records: int) -> Poll:
+        while self._splits:
+            split = self._splits[0]
+            if self._open is None:
+                self._open = self._format.open(self._filesystem(split.root), split)
+            records, done = self._open.read(max_records)
+            if done:
+                self.close()
+                self._splits.pop(0)
+            if records:
+                return Poll(records, split_id=split.path)
+        return Poll([], end=True)
+
+    def snapshot_splits(self) -> list[Any]:
+        if self._open is None:
+            return list(self._splits)
+        return [self._open.position()] + self._splits[1:]
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open.close()
+            self._open = None
+
+    def _filesystem(self, root: str) -> pafs.FileSystem:
+        if root not in self._filesystems:
+            self._filesystems[root] = resolve(root, "FileSource path")[0]
+        return self._filesystems[root]

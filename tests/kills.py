@@ -1,0 +1,17 @@
+"""Killing a local job's tasks at moments that prove something (Ray-free)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def kill_each_after_checkpoints(client: Any, vertex: str, subtasks: tuple[int, ...] = (0, 1), checkpoints: int = 3) -> None:
+    """Kill each subtask of ``vertex`` in turn, each once ``checkpoints`` more
+    checkpoints have completed: state was saved, and records came after it."""
+    for subtask in subtasks:
+        after = max([c["checkpoint_id"] for c in client.checkpoints()], default=0) + checkpoints
+        while not any(c["status"] == "COMPLETED" and c["checkpoint_id"] >= after for c in client.checkpoints()):
+            assert not client.status().is_terminal
+            time.sleep(0.01)
+        client.kill_task(vertex, subtask)
