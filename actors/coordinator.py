@@ -20,7 +20,7 @@ from actors.exchange import Endpoint, Route
 from actors.metrics import JobMetrics, report_every_second
 from actors.pool import JobAssignment, JobScope, Shape, _id, get_pool
 from runtime.checkpointing import TaskKey, task_name
-from runtime.errors import InvalidJobGraphError, JobCancelledError, NoResourceAvailableError, TaskFailedError, WeirError
+from runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError
 from runtime.config import ExecutionConfig
 from runtime.graph import JobGraph, JobVertex
 from runtime.executor import JobStatus
@@ -448,7 +448,7 @@ class JobCoordinator:
     def _job(self, name: str) -> _HostedJob:
         hosted = self._jobs.get(name)
         if hosted is None:
-            raise WeirError(f"job '{name}' ended long ago (its record is gone)")
+            raise JobForgottenError(f"job '{name}' ended long ago (its record is gone)")
         return hosted
 
     # Letters from tasks (acks, declines, end of input, operator events).

@@ -12,9 +12,10 @@ from actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
 from actors.collect import RayCollectChannel
 from actors.coordinator import check_feasible
 from actors.pool import JobAssignment, get_pool
-from runtime.errors import JobCancelledError, WeirError
+from runtime.errors import JobCancelledError, JobExecutionError, JobForgottenError, WeirError
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
+from runtime.storage import CheckpointStorage
 
 DEFAULT_LINGER_S = 300.0
 
@@ -41,9 +42,13 @@ def _call(job_name: str, ref: Any, timeout_s: float | None = 60) -> Any:
 
 
 class RayJobClient(JobClient):
-    def __init__(self, job_name: str, coordinator: Any) -> None:
+    def __init__(self, job_name: str, coordinator: Any, storage: CheckpointStorage | None = None) -> None:
+        """``storage``: the run's checkpoint storage, where its end is recorded (the
+        submitting client has it): status() and wait() still answer from there
+        once the coordinator has forgotten the job."""
         self.job_name = job_name
         self._coordinator = coordinator
+        self._storage = storage
 
     @staticmethod
     def attach(job_name: str, address: str | None = None) -> "RayJobClient":
@@ -60,7 +65,18 @@ class RayJobClient(JobClient):
         return self._coordinator
 
     def status(self) -> JobStatus:
-        return JobStatus(_call(self.job_name, self._coordinator.status.remote(self.job_name)))
+        try:
+            return JobStatus(_call(self.job_name, self._coordinator.status.remote(self.job_name)))
+        except JobForgottenError as exc:
+            return JobStatus(self._recorded_end(exc)["status"])
+
+    def _recorded_end(self, forgotten: JobForgottenError) -> dict[str, Any]:
+        """What the job recorded in its checkpoint storage as it ended (FLIP-194's
+        job result store), for a job its coordinator has forgotten."""
+        recorded = None if self._storage is None else self._storage.recorded_result()
+        if recorded is None:
+            raise forgotten
+        return recorded
 
     def info(self) -> dict[str, Any]:
         return _call(self.job_name, self._coordinator.info.remote(self.job_name))
@@ -75,13 +91,26 @@ class RayJobClient(JobClient):
                 raise TimeoutError(f"job '{self.job_name}' still {self.status().value} after {timeout_s}s")
 
     def wait(self, timeout_s: float | None = None) -> JobExecutionResult:
-        self._wait_ended(timeout_s)
-        kind, value = _call(self.job_name, self._coordinator.result.remote(self.job_name))
-        if kind == "error":
-            raise value
+        try:
+            self._wait_ended(timeout_s)
+            kind, value = _call(self.job_name, self._coordinator.result.remote(self.job_name))
+            if kind == "error":
+                raise value
+        except JobForgottenError as exc:
+            value = self._recorded_result(self._recorded_end(exc))
         if value.status is JobStatus.CANCELED:
             raise JobCancelledError(f"job '{self.job_name}' was cancelled")
         return value
+
+    def _recorded_result(self, recorded: dict[str, Any]) -> JobExecutionResult:
+        status = JobStatus(recorded["status"])
+        if status is JobStatus.FAILED:
+            raise JobExecutionError(
+                f"job '{self.job_name}' failed after {recorded.get('restarts', '?')} restart(s): {recorded['detail']} "
+                "(the traceback went with the job's record; see the coordinator's log)"
+            )
+        return JobExecutionResult(self.job_name, status, recorded.get("duration_s", 0.0), recorded.get("restarts", 0),
+                                  recorded.get("completed_checkpoints", 0))
 
     def cancel(self, timeout_s: float = 30) -> None:
         _call(self.job_name, self._coordinator.cancel.remote(self.job_name))
@@ -162,4 +191,4 @@ class RayExecutor(Executor):
         actor, running = ray.get(get_pool().submit.remote(assignment, actor_runtime_env()))
         if actor is None:
             raise JobAlreadyRunningError(f"a job named '{graph.name}' is {running} on this Ray cluster; pick another name or cancel it")
-        return RayJobClient(graph.name, actor)
+        return RayJobClient(graph.name, actor, CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id))

@@ -35,7 +35,7 @@ import ray
 from actors.cluster import ensure_ray, java_env
 from connectors.files import FileSink, committed_files, resolve
 from runtime.errors import InvalidConfigurationError, WeirError
-from runtime.sources import Poll, Source, SourceReader
+from runtime.sources import Poll, RateLimit, Source, SourceReader, check_rate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -142,28 +142,33 @@ def _num_rows(table: pa.Table) -> int:
 
 
 class ArrowBlockSource(Source[Any]):
-    """The rows of Arrow tables in Ray's object store (a Ray Dataset's blocks)."""
+    """The rows of Arrow tables in Ray's object store (a Ray Dataset's blocks);
+    ``records_per_second`` replays them at that rate over all subtasks (a table
+    played back as a live stream)."""
 
     dynamic_splits = True
 
-    def __init__(self, blocks: list[Any], arrow_batches: bool = False, rows_per_split: int = ROWS_PER_SPLIT) -> None:
+    def __init__(self, blocks: list[Any], arrow_batches: bool = False, rows_per_split: int = ROWS_PER_SPLIT,
+                 records_per_second: float | None = None) -> None:
         if rows_per_split <= 0:
             raise InvalidConfigurationError("rows_per_split", rows_per_split, "must be positive")
+        check_rate("from_spark", records_per_second)
         self.blocks = list(blocks)
         self.arrow_batches = arrow_batches
         self.rows = ray.get([_num_rows.remote(b) for b in self.blocks])
         self.rows_per_split = rows_per_split
+        self.records_per_second = records_per_second
 
     @classmethod
-    def from_ray_dataset(cls, dataset: Any, arrow_batches: bool = False) -> "ArrowBlockSource":
-        return cls(dataset.to_arrow_refs(), arrow_batches)
+    def from_ray_dataset(cls, dataset: Any, arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
+        return cls(dataset.to_arrow_refs(), arrow_batches, records_per_second=records_per_second)
 
     @classmethod
-    def from_spark(cls, df: "DataFrame", arrow_batches: bool = False) -> "ArrowBlockSource":
+    def from_spark(cls, df: "DataFrame", arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
         _require_raydp_session(df)
         import ray.data
 
-        return cls.from_ray_dataset(ray.data.from_spark(df), arrow_batches)
+        return cls.from_ray_dataset(ray.data.from_spark(df), arrow_batches, records_per_second)
 
     def create_splits(self, parallelism: int) -> list[Any]:
         splits: list[Any] = []
@@ -173,13 +178,15 @@ class ArrowBlockSource(Source[Any]):
         return splits
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
-        return _BlockReader(self.blocks, self.arrow_batches)
+        rate = None if self.records_per_second is None else RateLimit(self.records_per_second / parallelism)
+        return _BlockReader(self.blocks, self.arrow_batches, rate)
 
 
 class _BlockReader(SourceReader):
-    def __init__(self, blocks: list[Any], arrow_batches: bool) -> None:
+    def __init__(self, blocks: list[Any], arrow_batches: bool, limit: RateLimit | None) -> None:
         self._blocks = blocks
         self._arrow = arrow_batches
+        self._limit = limit
         self._splits: list[BlockSplit] = []
         self._table: pa.Table | None = None
         self._table_block = -1
@@ -196,10 +203,16 @@ class _BlockReader(SourceReader):
         if not self._splits:
             self._table, self._table_block = None, -1  # let the block go
             return Poll([], end=True)
+        if self._limit is not None:
+            max_records, wait_s = self._limit.allowance(max_records)
+            if not max_records:
+                return Poll([], wait_s=wait_s)
         s = self._splits[0]
         if self._table is None or self._table_block != s.block:
             self._table, self._table_block = ray.get(self._blocks[s.block]), s.block
         chunk = self._table.slice(s.row, min(max_records, s.end - s.row))
+        if self._limit is not None:
+            self._limit.spend(chunk.num_rows)
         records: list[Any] = chunk.combine_chunks().to_batches() if self._arrow else chunk.to_pylist()
         self._splits[0] = BlockSplit(s.split_id, s.block, s.row + chunk.num_rows, s.end)
         return Poll(records, split_id=s.split_id)

@@ -260,19 +260,23 @@ class StreamExecutionEnvironment:
         cancel the job); ``records_per_second`` limits the rate over all subtasks."""
         return self.from_source(GeneratorSource(generator, count, records_per_second), watermark_strategy, "generator")
 
-    def from_spark(self, df: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False) -> "DataStream":
+    def from_spark(self, df: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False,
+                   records_per_second: float | None = None) -> "DataStream":
         """The rows of a Spark DataFrame, as dicts keyed by column name (or, with
         ``arrow_batches``, as ``pyarrow.RecordBatch`` es). The DataFrame goes to Ray
-        through raydp, so its session must be raydp's: ``connectors.spark.spark_session()``."""
+        through raydp, so its session must be raydp's: ``connectors.spark.spark_session()``.
+        ``records_per_second`` replays the rows at that rate (over all subtasks),
+        as a live stream would bring them: for demos, rehearsals and tests."""
         from connectors.spark import ArrowBlockSource  # Ray and Spark only when asked for
 
-        return self.from_source(ArrowBlockSource.from_spark(df, arrow_batches), watermark_strategy, "spark")
+        return self.from_source(ArrowBlockSource.from_spark(df, arrow_batches, records_per_second), watermark_strategy, "spark")
 
-    def from_ray_dataset(self, dataset: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False) -> "DataStream":
+    def from_ray_dataset(self, dataset: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False,
+                         records_per_second: float | None = None) -> "DataStream":
         """The rows of a Ray Dataset, as :meth:`from_spark` gives them."""
         from connectors.spark import ArrowBlockSource
 
-        return self.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches), watermark_strategy, "ray dataset")
+        return self.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches, records_per_second), watermark_strategy, "ray dataset")
 
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:

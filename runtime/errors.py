@@ -198,5 +198,10 @@ class JobExecutionError(WeirError):
     last failure (a :class:`UserFunctionError` carries the user's traceback)."""
 
 
+class JobForgottenError(WeirError):
+    """The job ended longer ago than its record lingers (``WEIR_JOB_LINGER_S``):
+    its coordinator no longer knows it. Its end is still in checkpoint storage."""
+
+
 class JobCancelledError(WeirError):
     """The job was cancelled while a caller waited for its result."""

@@ -1043,7 +1043,10 @@ class JobMaster:
 
     def _end(self, status: JobStatus) -> None:
         try:  # before anyone hears of the end: a job master recovering this run reads it first
-            self.storage.record_result(status.value, str(self.failure or ""))
+            self.storage.record_result(
+                status.value, str(self.failure or ""), restarts=self.restarts,
+                duration_s=round(self.clock() - self.started, 3), completed_checkpoints=self.coordinator.completed,
+            )
         except OSError as exc:
             log.warning("job %s: could not record its end (%s) in %s: %s", self.graph.name, status.value, self.storage.root, exc)
         self._become(status)

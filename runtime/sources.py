@@ -25,7 +25,7 @@ from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 import cloudpickle
 
 from runtime.coordination import CoordinatorContext, OperatorCoordinator
-from runtime.errors import InvalidJobGraphError, describe_record
+from runtime.errors import InvalidConfigurationError, InvalidJobGraphError, describe_record
 from runtime.eventtime import WatermarkEmitter, WatermarkStrategy
 from runtime.events import MAX_WATERMARK, Watermark
 from runtime.operators import RestoredState, StreamOperator
@@ -240,6 +240,34 @@ def _ranges(count: int, parts: int) -> list[IndexSplit]:
     return [IndexSplit(i, count * i // parts, count * (i + 1) // parts) for i in range(parts)]
 
 
+class RateLimit:
+    """At most ``per_second`` records per second, counted from the first poll: the
+    allowance grows with the time since then (a slow stretch is made up after)."""
+
+    def __init__(self, per_second: float) -> None:
+        self.per_second = per_second
+        self._started: float | None = None
+        self._spent = 0
+
+    def allowance(self, wanted: int) -> tuple[int, float]:
+        """How many of ``wanted`` records may go now; when none, the seconds until one may."""
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        allowed = int((now - self._started) * self.per_second) - self._spent
+        if allowed <= 0:
+            return 0, (self._spent + 1) / self.per_second - (now - self._started)
+        return min(wanted, allowed), 0.0
+
+    def spend(self, records: int) -> None:
+        self._spent += records
+
+
+def check_rate(api: str, records_per_second: float | None) -> None:
+    if records_per_second is not None and not records_per_second > 0:
+        raise InvalidConfigurationError(f"{api}: records_per_second", records_per_second, "must be positive (or None: no limit)")
+
+
 class IndexedReader(SourceReader):
     """Reads index splits; ``value_of(i)`` turns an index into a record. Optional
     rate limit in records per second for this reader."""
@@ -248,9 +276,7 @@ class IndexedReader(SourceReader):
         self._value_of = value_of
         self._batch_values = batch_values
         self._splits: list[IndexSplit] = []
-        self._rate = rate_per_s
-        self._started: float | None = None
-        self._emitted = 0
+        self._limit = None if rate_per_s is None else RateLimit(rate_per_s)
 
     def add_splits(self, splits: list[Any]) -> None:
         self._splits.extend(splits)
@@ -262,14 +288,10 @@ class IndexedReader(SourceReader):
         self._splits = [s for s in self._splits if s.end is None or s.next < s.end]
         if not self._splits:
             return Poll([], end=True)
-        if self._rate is not None:
-            now = time.monotonic()
-            if self._started is None:
-                self._started = now
-            allowed = int((now - self._started) * self._rate) - self._emitted
-            if allowed <= 0:
-                return Poll([], wait_s=(self._emitted + 1) / self._rate - (now - self._started))
-            max_records = min(max_records, allowed)
+        if self._limit is not None:
+            max_records, wait_s = self._limit.allowance(max_records)
+            if not max_records:
+                return Poll([], wait_s=wait_s)
         s = self._splits.pop(0)
         stop = s.next + max_records * s.stride
         if s.end is not None:
@@ -280,7 +302,8 @@ class IndexedReader(SourceReader):
             records = [self._value_of(i) for i in range(s.next, stop, s.stride)]  # type: ignore[misc]
         # Round robin over the splits: an endless split must not starve the others.
         self._splits.append(IndexSplit(s.split_id, s.next + len(records) * s.stride, s.end, s.stride))
-        self._emitted += len(records)
+        if self._limit is not None:
+            self._limit.spend(len(records))
         return Poll(records, split_id=s.split_id)
 
 
@@ -349,8 +372,7 @@ class GeneratorSource(Source[T]):
     def __init__(self, generator: Callable[[int], T], count: int | None, records_per_second: float | None) -> None:
         if count is not None and count < 0:
             raise ValueError(f"from_generator: count must be zero or more, got {count}")
-        if records_per_second is not None and records_per_second <= 0:
-            raise ValueError(f"from_generator: records_per_second must be positive, got {records_per_second}")
+        check_rate("from_generator", records_per_second)
         self.generator = generator
         self.count = count
         self.records_per_second = records_per_second

@@ -248,8 +248,11 @@ class CheckpointStorage:
         except OSError as exc:
             raise CheckpointStorageError(self.root, f"cannot be written ({exc})") from None
 
-    def record_result(self, status: str, detail: str) -> None:
-        _atomic_write(join(self.root, self.RESULT), json.dumps({"status": status, "detail": detail, "ended_at": time.time()}).encode())
+    def record_result(self, status: str, detail: str, **numbers: float) -> None:
+        """``numbers``: the result's figures (restarts, duration), for a client that
+        asks after the job's record is gone."""
+        record = {"status": status, "detail": detail, "ended_at": time.time(), **numbers}
+        _atomic_write(join(self.root, self.RESULT), json.dumps(record).encode())
 
     def recorded_result(self) -> dict[str, Any] | None:
         """The run's terminal state, if it ended (see :meth:`record_result`)."""

@@ -10,6 +10,7 @@ import pytest
 import ray
 
 from runtime import CloseableIterator, JobStatus, RestartStrategy, StreamExecutionEnvironment
+from runtime.errors import JobExecutionError, JobForgottenError
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
@@ -70,3 +71,43 @@ def test_limit_cancels_an_endless_job_and_releases_the_queue(ray_cluster, checkp
         assert time.monotonic() < deadline, "the collect queue's actor outlived the iterator"
         time.sleep(0.2)
     assert ray.is_initialized()
+
+
+def _forgotten(client) -> None:
+    """Waits until the job's coordinator has forgotten the job (its record lingered)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.tasks()
+        except JobForgottenError:
+            return
+        assert time.monotonic() < deadline, "the coordinator kept the job's record past its linger"
+        time.sleep(0.2)
+
+
+def test_a_reader_slower_than_the_jobs_record_still_gets_every_record_and_the_end(ray_cluster, checkpoint_dir, monkeypatch):
+    # A notebook reads a few records, leaves for longer than weir keeps an ended job's
+    # record, then reads on: the end comes from the job's result in checkpoint storage.
+    monkeypatch.setenv("WEIR_JOB_LINGER_S", "1")
+    env = _env(checkpoint_dir, p=1)
+    with env.from_collection(range(1000)).map(lambda i: i * 2).execute_and_collect("ray-collect-forgotten", executor="ray") as results:
+        first = next(results)
+        _forgotten(results.job_client)
+        assert sorted([first, *results]) == list(range(0, 2000, 2))
+        assert results.job_client.status() is JobStatus.FINISHED
+        assert results.job_client.wait().status is JobStatus.FINISHED
+
+
+def test_a_failed_job_read_after_its_record_is_gone_still_raises_its_error(ray_cluster, checkpoint_dir, monkeypatch):
+    monkeypatch.setenv("WEIR_JOB_LINGER_S", "1")
+    env = _env(checkpoint_dir, p=1).set_restart_strategy(RestartStrategy.no_restart())
+
+    def explode(i: int) -> int:
+        if i == 700:
+            raise ValueError("record 700 is bad")
+        return i
+
+    with env.from_collection(range(1000)).map(explode).execute_and_collect("ray-collect-forgotten-failed", executor="ray") as results:
+        _forgotten(results.job_client)
+        with pytest.raises(JobExecutionError, match="record 700 is bad"):
+            list(results)

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from runtime import sources
 from runtime import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
 
 
@@ -26,6 +27,7 @@ def test_unknown_storage_scheme_names_the_setting():
     (lambda env: env.set_task_cpus(0), "task_cpus"),
     (lambda env: env.set_restart_strategy("always"), "restart strategy"),
     (lambda env: env.get_config().set_auto_watermark_interval(0), "auto watermark interval_ms"),
+    (lambda env: env.from_generator(lambda i: i, records_per_second=0), "from_generator: records_per_second"),
 ])
 def test_invalid_settings_are_refused_by_name(call, setting):
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -81,3 +83,17 @@ def test_get_config_is_pyflinks_execution_config():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.get_config().set_auto_watermark_interval(50).set_parallelism(3)
     assert (env.get_config().get_auto_watermark_interval(), env.get_parallelism()) == (50, 3)
+
+
+def test_a_rate_limit_lets_records_go_as_time_passes_and_makes_up_a_slow_stretch(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(sources.time, "monotonic", lambda: now[0])
+    limit = sources.RateLimit(1_000)
+    assert limit.allowance(500) == (0, 0.001)  # the first poll starts the clock
+    now[0] += 0.125
+    assert limit.allowance(500) == (125, 0.0)
+    limit.spend(125)
+    now[0] += 0.5  # the reader was busy: 500 more are due, and go at once
+    assert limit.allowance(1_000) == (500, 0.0)
+    limit.spend(500)
+    assert limit.allowance(10) == (0, pytest.approx(0.001))
