@@ -37,10 +37,18 @@ def test_a_bounded_job_collects_every_record_once_on_ray(ray_cluster, checkpoint
         assert results.job_client.status() is JobStatus.FINISHED
 
 
-def test_a_killed_task_actor_shows_no_record_twice(ray_cluster, checkpoint_dir):
-    n = 60_000  # 12 s of input: the kill lands while the job runs, even on a loaded machine
+def test_a_killed_task_actor_shows_no_record_twice(ray_cluster, checkpoint_dir, tmp_path):
+    n, gate = 60_000, tmp_path / "killed"
+
+    def record(i: int) -> tuple[int, int]:
+        # Past the first 10,000 records the input crawls until the test has killed a task,
+        # so the job cannot end first however slowly this machine runs it.
+        if i >= 10_000 and not gate.exists():
+            time.sleep(0.002)
+        return i % 10, i
+
     env = _env(checkpoint_dir)
-    stream = (env.from_generator(lambda i: (i % 10, i), count=n, records_per_second=5_000)
+    stream = (env.from_generator(record, count=n, records_per_second=5_000)
               .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])))
     collected = []
     with stream.execute_and_collect("ray-collect-kill", executor="ray") as results:
@@ -51,10 +59,11 @@ def test_a_killed_task_actor_shows_no_record_twice(ray_cluster, checkpoint_dir):
             # coordinator, and records come a checkpoint's worth at a time.
             if killed is None and len(collected) >= 2_000 and time.monotonic() >= next_look:
                 next_look = time.monotonic() + 0.2
-                # tasks() lists the current attempt's tasks: none while a failover redeploys.
-                if tasks := sorted(results.job_client.tasks()):
-                    *_, vertex, subtask = tasks[0].split("/")  # <job>/<vertex>/<subtask>
+                # tasks() lists the current attempt's tasks; reduce runs until the input ends.
+                if reducers := sorted(t for t in results.job_client.tasks() if "/reduce/" in t):
+                    *_, vertex, subtask = reducers[0].split("/")  # <job>/<vertex>/<subtask>
                     killed = results.job_client.kill_task(vertex, int(subtask))
+                    gate.touch()
         assert killed is not None, "the job ended before the test could kill one of its tasks"
         assert results.job_client.wait().restarts >= 1
     verdict = check_running_sums(collected, ((i % 10, i) for i in range(n)))
