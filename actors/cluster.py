@@ -15,7 +15,7 @@ NAMESPACE = "weir"
 log = logging.getLogger("weir")
 
 # Every JVM that Ray or Spark starts on Java 17 needs these, or raydp's Java actor
-# dies (java.math is the one ray.data.from_spark trips over).
+# dies (java.math is the one raydp's Arrow conversion of a DataFrame trips over).
 _OPENS = [
     "java.base/java.lang", "java.base/java.lang.invoke", "java.base/java.lang.reflect", "java.base/java.io",
     "java.base/java.net", "java.base/java.nio", "java.base/java.util", "java.base/java.util.concurrent",

@@ -1,12 +1,15 @@
 """Spark DataFrames and Ray Datasets in and out, through raydp on the same Ray cluster.
 
-In: :class:`ArrowBlockSource` reads the Arrow blocks of a Ray Dataset from Ray's
-object store; ``env.from_spark(df)`` gets them from a Spark DataFrame through
-raydp (``ray.data.from_spark``), ``env.from_ray_dataset(ds)`` from a Dataset.
-Blocks are cut into splits of at most ``rows_per_split`` rows, handed out by the
-enumerator one at a time (a fast reader takes more). A reader remembers (split,
-row), so a restore resumes each split at the row after the last one
-checkpointed. Records are dicts keyed by column name, or with
+In: :class:`ArrowBlockSource` reads Arrow blocks. ``env.from_ray_dataset(ds)``
+takes a Ray Dataset's blocks from Ray's object store; ``env.from_spark(df)`` has
+raydp cache the DataFrame in Spark as Arrow (one block per Spark partition, kept
+in the executors' memory and disk) and each reading task fetches its partitions
+straight from the raydp executor actor that holds them: no Ray Data pipeline and
+no task worker processes between Spark and the stream. Blocks of known size are
+cut into splits of at most ``rows_per_split`` rows (a Spark partition is one
+split), handed out by the enumerator one at a time (a fast reader takes more). A
+reader remembers (split, row), so a restore resumes each split at the row after
+the last one checkpointed, fetching its block again. Records are dicts keyed by column name, or with
 ``arrow_batches=True`` whole ``pyarrow.RecordBatch`` es for operators that work
 on columns.
 
@@ -15,8 +18,9 @@ Out: :class:`ParquetTableSink` writes a Parquet table with two-phase commit that
 and ``DataStream.execute_and_collect_to_spark()`` runs a bounded job into one and
 returns it as a Spark DataFrame.
 
-The blocks belong to the driver that made them (as with any Ray Dataset): keep it
-running while the job reads them.
+A Ray Dataset's blocks belong to the driver that made them, and a DataFrame's
+Arrow cache lives in the driver's Spark session until the source is garbage
+collected: keep the driver running while the job reads them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import posixpath
 import shutil
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -128,12 +133,75 @@ def _require_raydp_session(df: Any) -> None:
 # ---------------------------------------------------------------------- in
 @dataclass(frozen=True)
 class BlockSplit:
-    """Rows ``row..end-1`` of block ``block``; ``row`` is the next one to read."""
+    """Rows ``row..end-1`` of block ``block``; ``row`` is the next one to read.
+    ``end`` is None for a whole Spark partition until its reader has fetched it."""
 
     split_id: int
     block: int
     row: int
-    end: int
+    end: int | None
+
+
+@dataclass(frozen=True)
+class SparkPartition:
+    """One partition of a DataFrame that raydp cached in Spark as Arrow
+    (``ObjectStoreWriter.prepareRecoverableRDD``), fetched from the raydp executor
+    actor holding it by the task that reads it."""
+
+    executor: str  # the raydp executor actor's name
+    namespace: str  # the Ray namespace of the driver's Spark session
+    rdd_id: int
+    index: int
+    schema_json: str
+    driver_url: str
+
+    def load(self) -> pa.Table:
+        try:
+            executor = ray.get_actor(self.executor, namespace=self.namespace)
+            ipc = ray.get(_java_call(lambda: executor.getRDDPartition.remote(self.rdd_id, self.index, self.schema_json, self.driver_url)))
+        except (ValueError, ray.exceptions.RayError) as exc:
+            raise WeirError(
+                f"partition {self.index} of the DataFrame could not be fetched from Spark executor {self.executor} "
+                f"({type(exc).__name__}: {exc}); the driver's Spark session must run while the job reads the DataFrame"
+            ) from exc
+        return pa.ipc.open_stream(pa.BufferReader(ipc)).read_all().replace_schema_metadata()
+
+
+def _java_call(call: Any) -> Any:
+    """Make a call to a Java actor (raydp's executors are). Ray formats one only in
+    a worker set to load code from local; the setting also changes how the worker
+    exports the functions it defines, so it holds for this call alone."""
+    worker = ray._private.worker.global_worker
+    before = worker.load_code_from_local
+    worker.set_load_code_from_local(True)
+    try:
+        return call()
+    finally:
+        worker.set_load_code_from_local(before)
+
+
+def _cache_in_spark(df: "DataFrame") -> tuple[list[SparkPartition], Any]:
+    """Has raydp cache ``df`` in Spark as Arrow, one block per partition; returns
+    the partitions and the call that releases the cache."""
+    from pyspark.storagelevel import StorageLevel
+
+    sc = df.sparkSession.sparkContext
+    writer = sc._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter  # type: ignore[union-attr]
+    info = writer.prepareRecoverableRDD(df._jdf, sc._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK))
+    namespace = ray.get_runtime_context().namespace
+    locations = list(info.locations())
+    partitions = [
+        SparkPartition(f"raydp-executor-{locations[i]}", namespace, info.rddId(), i, info.schemaJson(), info.driverAgentUrl())
+        for i in range(info.numPartitions())
+    ]
+    return partitions, lambda: writer.releaseRecoverableRDD(info.rddId())
+
+
+def _release_quietly(release: Any) -> None:
+    try:
+        release()
+    except Exception:  # noqa: BLE001 - the Spark session may have stopped first, taking the cache with it
+        pass
 
 
 @ray.remote(num_cpus=0)
@@ -142,7 +210,8 @@ def _num_rows(table: pa.Table) -> int:
 
 
 class ArrowBlockSource(Source[Any]):
-    """The rows of Arrow tables in Ray's object store (a Ray Dataset's blocks);
+    """The rows of Arrow tables: a Ray Dataset's blocks in Ray's object store, or
+    the partitions of a DataFrame cached in Spark (:class:`SparkPartition`);
     ``records_per_second`` replays them at that rate over all subtasks (a table
     played back as a live stream)."""
 
@@ -155,7 +224,9 @@ class ArrowBlockSource(Source[Any]):
         check_rate("from_spark", records_per_second)
         self.blocks = list(blocks)
         self.arrow_batches = arrow_batches
-        self.rows = ray.get([_num_rows.remote(b) for b in self.blocks])
+        refs = [b for b in self.blocks if not isinstance(b, SparkPartition)]
+        counted = iter(ray.get([_num_rows.remote(b) for b in refs]) if refs else [])
+        self.rows: list[int | None] = [None if isinstance(b, SparkPartition) else next(counted) for b in self.blocks]
         self.rows_per_split = rows_per_split
         self.records_per_second = records_per_second
 
@@ -166,19 +237,25 @@ class ArrowBlockSource(Source[Any]):
     @classmethod
     def from_spark(cls, df: "DataFrame", arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
         _require_raydp_session(df)
-        import ray.data
-
-        return cls.from_ray_dataset(ray.data.from_spark(df), arrow_batches, records_per_second)
+        partitions, release = _cache_in_spark(df)
+        source = cls(partitions, arrow_batches, records_per_second=records_per_second)
+        weakref.finalize(source, _release_quietly, release).atexit = False  # Spark drops it when it stops
+        return source
 
     def create_splits(self, parallelism: int) -> list[Any]:
         splits: list[Any] = []
         for block, rows in enumerate(self.rows):
+            if rows is None:
+                splits.append(BlockSplit(len(splits), block, 0, None))
+                continue
             for start in range(0, rows, self.rows_per_split):
                 splits.append(BlockSplit(len(splits), block, start, min(start + self.rows_per_split, rows)))
         return splits
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
-        rate = None if self.records_per_second is None else RateLimit(self.records_per_second / parallelism)
+        # Each reader's share of the rate: fewer splits than readers leave some readers idle.
+        readers = min(parallelism, len(self.create_splits(parallelism))) or 1
+        rate = None if self.records_per_second is None else RateLimit(self.records_per_second / readers)
         return _BlockReader(self.blocks, self.arrow_batches, rate)
 
 
@@ -197,8 +274,14 @@ class _BlockReader(SourceReader):
     def snapshot_splits(self) -> list[Any]:
         return list(self._splits)
 
+    def _load(self, block: int) -> pa.Table:
+        if self._table is None or self._table_block != block:
+            b = self._blocks[block]
+            self._table, self._table_block = (b.load() if isinstance(b, SparkPartition) else ray.get(b)), block
+        return self._table
+
     def poll(self, max_records: int) -> Poll:
-        while self._splits and self._splits[0].row >= self._splits[0].end:
+        while self._splits and self._splits[0].end is not None and self._splits[0].row >= self._splits[0].end:
             self._splits.pop(0)
         if not self._splits:
             self._table, self._table_block = None, -1  # let the block go
@@ -208,13 +291,13 @@ class _BlockReader(SourceReader):
             if not max_records:
                 return Poll([], wait_s=wait_s)
         s = self._splits[0]
-        if self._table is None or self._table_block != s.block:
-            self._table, self._table_block = ray.get(self._blocks[s.block]), s.block
-        chunk = self._table.slice(s.row, min(max_records, s.end - s.row))
+        table = self._load(s.block)
+        end = table.num_rows if s.end is None else s.end  # a Spark partition's size is known once fetched
+        chunk = table.slice(s.row, min(max_records, end - s.row))
         if self._limit is not None:
             self._limit.spend(chunk.num_rows)
         records: list[Any] = chunk.combine_chunks().to_batches() if self._arrow else chunk.to_pylist()
-        self._splits[0] = BlockSplit(s.split_id, s.block, s.row + chunk.num_rows, s.end)
+        self._splits[0] = BlockSplit(s.split_id, s.block, s.row + chunk.num_rows, end)
         return Poll(records, split_id=s.split_id)
 
 

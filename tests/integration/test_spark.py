@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 
 import pyarrow as pa
 import pytest
 
-from connectors.spark import ParquetTableSink
+from connectors.spark import ArrowBlockSource, ParquetTableSink, SparkPartition
 from runtime import RestartStrategy, StreamExecutionEnvironment
 from runtime.errors import WeirError
 
@@ -27,8 +28,8 @@ def orders(spark, rows: int = ROWS):
     )
 
 
-def totals_job(env, df, out: str):
-    env.from_spark(df).map(
+def totals_job(env, df, out: str, records_per_second: float | None = None):
+    env.from_spark(df, records_per_second=records_per_second).map(
         lambda r: {"customer": r["customer"], "orders": 1, "total": r["amount"]}
     ).key_by(lambda r: r["customer"]).reduce(
         lambda a, b: {"customer": a["customer"], "orders": a["orders"] + b["orders"], "total": a["total"] + b["total"]}
@@ -70,14 +71,15 @@ def test_killing_a_reader_midway_loses_and_duplicates_nothing(spark, checkpoint_
     out = str(tmp_path / "totals")
     env = _env(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(3, 0.5))
-    totals_job(env, df, out)
+    totals_job(env, df, out, records_per_second=200_000)  # about 5 s of reading
     client = env.execute_async("spark-kill")
     read = 0
-    while read < ROWS // 3:  # a third of the rows read: kill a reader in the middle
+    # A third of the rows read and a checkpoint taken: kill a reader in the middle.
+    while read < ROWS // 3 or not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
         readers = [m for m in client.metrics() if m["task"].startswith("source-spark")]
         read = sum(m["records_in"] for m in readers)
+        assert read < ROWS * 0.9, "the readers were nearly done before a kill could land midway"
         time.sleep(0.05)
-    assert any(c["status"] == "COMPLETED" for c in client.checkpoints())
     vertex, subtask = readers[0]["task"].rsplit("/", 1)
     client.kill_task(vertex, int(subtask))
     result = client.wait(300)
@@ -94,6 +96,25 @@ def test_arrow_batches_and_collect_to_spark(spark, checkpoint_dir):
     result = sizes.execute_and_collect_to_spark("arrow-batches", spark)
     agg = result.selectExpr("sum(rows) AS rows", "sum(sum) AS total").collect()[0]
     assert (agg["rows"], agg["total"]) == (10_000, 2 * sum(range(10_000)))
+
+
+def test_the_dataframes_arrow_cache_in_spark_is_released_with_its_source(spark):
+    def cached() -> int:
+        return spark.sparkContext._jsc.getPersistentRDDs().size()
+
+    before = cached()
+    source = ArrowBlockSource.from_spark(spark.range(1000))
+    assert [p.index for p in source.blocks] == list(range(len(source.blocks))) and cached() == before + 1
+    del source
+    gc.collect()
+    assert cached() == before
+
+
+def test_a_partition_whose_spark_executor_is_gone_is_named(ray_cluster):
+    gone = SparkPartition("raydp-executor-gone", "weir", 7, 3, "{}", "spark://nowhere:1")
+    with pytest.raises(WeirError, match=r"partition 3 of the DataFrame could not be fetched from Spark executor "
+                                        r"raydp-executor-gone .*the driver's Spark session must run while the job reads"):
+        gone.load()
 
 
 def test_ray_dataset_in_and_out(ray_cluster, checkpoint_dir):

@@ -97,3 +97,13 @@ def test_a_rate_limit_lets_records_go_as_time_passes_and_makes_up_a_slow_stretch
     assert limit.allowance(1_000) == (500, 0.0)
     limit.spend(500)
     assert limit.allowance(10) == (0, pytest.approx(0.001))
+
+
+def test_a_replayed_tables_rate_is_shared_by_the_readers_that_have_splits():
+    from connectors.spark import ArrowBlockSource, SparkPartition
+
+    partitions = [SparkPartition("raydp-executor-0", "weir", 1, i, "{}", "spark://driver:1") for i in range(2)]
+    source = ArrowBlockSource(partitions, records_per_second=1_000)  # two Spark partitions: two splits
+    # Four readers, two of them idle: the two that read get half the rate each, not a quarter.
+    assert [source.create_reader(i, 4)._limit.per_second for i in range(4)] == [500] * 4
+    assert source.create_reader(0, 1)._limit.per_second == 1_000
