@@ -5,11 +5,11 @@ takes a Ray Dataset's blocks from Ray's object store; ``env.from_spark(df)`` has
 raydp cache the DataFrame in Spark as Arrow (one block per Spark partition, kept
 in the executors' memory and disk) and each reading task fetches its partitions
 straight from the raydp executor actor that holds them: no Ray Data pipeline and
-no task worker processes between Spark and the stream. Blocks of known size are
-cut into splits of at most ``rows_per_split`` rows (a Spark partition is one
-split), handed out by the enumerator one at a time (a fast reader takes more). A
-reader remembers (split, row), so a restore resumes each split at the row after
-the last one checkpointed, fetching its block again. Records are dicts keyed by column name, or with
+no task worker processes between Spark and the stream. A block is a split,
+handed out by the enumerator one at a time (a fast reader takes more); its reader
+learns its size when it fetches it. A reader remembers (split, row), so a restore
+resumes each split at the row after the last one checkpointed, fetching its
+block again. Records are dicts keyed by column name, or with
 ``arrow_batches=True`` whole ``pyarrow.RecordBatch`` es for operators that work
 on columns.
 
@@ -39,15 +39,13 @@ import ray
 
 from actors.cluster import ensure_ray, java_env
 from connectors.files import FileSink, committed_files, resolve
-from runtime.errors import InvalidConfigurationError, WeirError
+from runtime.errors import WeirError
 from runtime.sources import Poll, RateLimit, Source, SourceReader, check_rate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from runtime.datastream import DataStream
-
-ROWS_PER_SPLIT = 65_536
 
 
 # ---------------------------------------------------------------------- Spark on Ray
@@ -134,7 +132,7 @@ def _require_raydp_session(df: Any) -> None:
 @dataclass(frozen=True)
 class BlockSplit:
     """Rows ``row..end-1`` of block ``block``; ``row`` is the next one to read.
-    ``end`` is None for a whole Spark partition until its reader has fetched it."""
+    ``end`` is None until the reader has fetched the block."""
 
     split_id: int
     block: int
@@ -204,11 +202,6 @@ def _release_quietly(release: Any) -> None:
         pass
 
 
-@ray.remote(num_cpus=0)
-def _num_rows(table: pa.Table) -> int:
-    return int(table.num_rows)
-
-
 class ArrowBlockSource(Source[Any]):
     """The rows of Arrow tables: a Ray Dataset's blocks in Ray's object store, or
     the partitions of a DataFrame cached in Spark (:class:`SparkPartition`);
@@ -217,22 +210,15 @@ class ArrowBlockSource(Source[Any]):
 
     dynamic_splits = True
 
-    def __init__(self, blocks: list[Any], arrow_batches: bool = False, rows_per_split: int = ROWS_PER_SPLIT,
-                 records_per_second: float | None = None) -> None:
-        if rows_per_split <= 0:
-            raise InvalidConfigurationError("rows_per_split", rows_per_split, "must be positive")
+    def __init__(self, blocks: list[Any], arrow_batches: bool = False, records_per_second: float | None = None) -> None:
         check_rate("from_spark", records_per_second)
         self.blocks = list(blocks)
         self.arrow_batches = arrow_batches
-        refs = [b for b in self.blocks if not isinstance(b, SparkPartition)]
-        counted = iter(ray.get([_num_rows.remote(b) for b in refs]) if refs else [])
-        self.rows: list[int | None] = [None if isinstance(b, SparkPartition) else next(counted) for b in self.blocks]
-        self.rows_per_split = rows_per_split
         self.records_per_second = records_per_second
 
     @classmethod
     def from_ray_dataset(cls, dataset: Any, arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
-        return cls(dataset.to_arrow_refs(), arrow_batches, records_per_second=records_per_second)
+        return cls(dataset.to_arrow_refs(), arrow_batches, records_per_second)
 
     @classmethod
     def from_spark(cls, df: "DataFrame", arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
@@ -243,18 +229,13 @@ class ArrowBlockSource(Source[Any]):
         return source
 
     def create_splits(self, parallelism: int) -> list[Any]:
-        splits: list[Any] = []
-        for block, rows in enumerate(self.rows):
-            if rows is None:
-                splits.append(BlockSplit(len(splits), block, 0, None))
-                continue
-            for start in range(0, rows, self.rows_per_split):
-                splits.append(BlockSplit(len(splits), block, start, min(start + self.rows_per_split, rows)))
-        return splits
+        # Sizes are learned by the readers: counting rows here would take a Ray task
+        # per block, and a task waits for a worker process on a busy cluster.
+        return [BlockSplit(i, i, 0, None) for i in range(len(self.blocks))]
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
-        # Each reader's share of the rate: fewer splits than readers leave some readers idle.
-        readers = min(parallelism, len(self.create_splits(parallelism))) or 1
+        # Each reader's share of the rate: fewer blocks than readers leave some readers idle.
+        readers = min(parallelism, len(self.blocks)) or 1
         rate = None if self.records_per_second is None else RateLimit(self.records_per_second / readers)
         return _BlockReader(self.blocks, self.arrow_batches, rate)
 
@@ -292,7 +273,7 @@ class _BlockReader(SourceReader):
                 return Poll([], wait_s=wait_s)
         s = self._splits[0]
         table = self._load(s.block)
-        end = table.num_rows if s.end is None else s.end  # a Spark partition's size is known once fetched
+        end = table.num_rows if s.end is None else s.end  # a block's size is known once fetched
         chunk = table.slice(s.row, min(max_records, end - s.row))
         if self._limit is not None:
             self._limit.spend(chunk.num_rows)
