@@ -1,12 +1,13 @@
 """weir on Ray clusters of more than one node, simulated on this machine: a node
 lost while a job runs, and a job submitted with ``ray job submit`` to a cluster
-started with ``ray start --head``. Each cluster is separate from the test
+started by ray_cluster.yaml's head command from a home holding only the token. Each cluster is separate from the test
 session's (own processes, own temp dir) and is torn down at the end."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import tempfile
 import time
 
 import pytest
+import yaml
 
 from actors.cluster import java_env
 
@@ -56,23 +58,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ray_job_submit_to_a_cluster_started_with_ray_start(tmp_path):
-    subprocess.run([RAY, "get-auth-token", "--generate"], env=_env(), capture_output=True, check=True)  # a fresh machine has none
+def _head_command(port: int, extra: list[str]) -> str:
+    """ray_cluster.yaml's head start command as `ray up` runs it on the head, on this
+    machine: its venv is this one, and its fixed port and the autoscaler config
+    `ray up` writes give way to ports of its own (the test session's cluster holds
+    the defaults) and --block (the test stops it)."""
+    config = yaml.safe_load(open(os.path.join(ROOT, "ray_cluster.yaml")))
+    command = config["head_start_ray_commands"][1]
+    fixed = "--port=6379 --autoscaling-config=~/ray_bootstrap_config.yaml"
+    assert command.startswith(". ~/weir/.venv/bin/activate && ") and command.endswith(fixed), command
+    return command.replace("~/weir/.venv", sys.prefix).replace(fixed, " ".join([f"--port={port}", "--block", *extra]))
+
+
+def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_home(tmp_path):
+    """As README's cluster set-up goes: the user makes a token on their machine,
+    `ray up` mounts it into the node's otherwise empty home and runs the yaml's
+    start command there (token mode), and the user's `ray job submit` is let in."""
+    user, node = tmp_path / "user-home", tmp_path / "node-home"
+    user.mkdir()
+    subprocess.run([RAY, "get-auth-token", "--generate"], env={**_env(), "HOME": str(user)}, capture_output=True, check=True)
+    (node / ".ray").mkdir(parents=True)
+    shutil.copy(user / ".ray" / "auth_token", node / ".ray" / "auth_token")  # the yaml's file_mounts
     temp = tempfile.mkdtemp(prefix="wr", dir="/tmp")  # short: Ray's socket paths live there
     port, dashboard = _free_port(), _free_port()
     # Ports of their own: the defaults (e.g. the job agent's 52365) are the test session's cluster's.
     own = [f"--{name}={_free_port()}" for name in (
         "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")]
+    head_env = {k: v for k, v in _env().items() if k not in ("JDK_JAVA_OPTIONS", "RAY_AUTH_MODE")}  # the command sets both
     head = subprocess.Popen(
-        [RAY, "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-         "--num-cpus=2", f"--temp-dir={temp}", "--disable-usage-stats", *own],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        ["bash", "-c", _head_command(port, [f"--dashboard-port={dashboard}", "--include-dashboard=true", "--num-cpus=2",
+                                            f"--temp-dir={temp}", "--disable-usage-stats", *own])],
+        env={**head_env, "HOME": str(node)}, stdout=(tmp_path / "head.log").open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
+    client = {**_env(), "HOME": str(user)}  # the user's machine, with the token
     address = f"http://127.0.0.1:{dashboard}"
     try:
         deadline = time.monotonic() + 120
-        while subprocess.run([RAY, "job", "list", "--address", address], env=_env(), capture_output=True).returncode != 0:
-            assert head.poll() is None, "ray start --head exited"
+        while subprocess.run([RAY, "job", "list", "--address", address], env=client, capture_output=True).returncode != 0:
+            assert head.poll() is None, "the yaml's head command exited: " + (tmp_path / "head.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
             time.sleep(1)
         out = str(tmp_path / "out")
@@ -80,7 +104,7 @@ def test_ray_job_submit_to_a_cluster_started_with_ray_start(tmp_path):
             proc = subprocess.run(
                 [RAY, "job", "submit", "--address", address, "--working-dir", ROOT, "--",
                  sys.executable, "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
-                env=_env(), capture_output=True, text=True, timeout=600,
+                env=client, capture_output=True, text=True, timeout=600,
             )
             # The job server answers before the node's agent that runs jobs has registered.
             if "No available agent to submit job" not in proc.stdout + proc.stderr or time.monotonic() > deadline:
