@@ -131,13 +131,11 @@ def _require_raydp_session(df: Any) -> None:
 # ---------------------------------------------------------------------- in
 @dataclass(frozen=True)
 class BlockSplit:
-    """Rows ``row..end-1`` of block ``block``; ``row`` is the next one to read.
-    ``end`` is None until the reader has fetched the block."""
+    """Block ``split_id`` from row ``row`` (the next one to read) to its end, which
+    its reader learns when it fetches the block."""
 
     split_id: int
-    block: int
     row: int
-    end: int | None
 
 
 @dataclass(frozen=True)
@@ -224,14 +222,14 @@ class ArrowBlockSource(Source[Any]):
     def from_spark(cls, df: "DataFrame", arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
         _require_raydp_session(df)
         partitions, release = _cache_in_spark(df)
-        source = cls(partitions, arrow_batches, records_per_second=records_per_second)
+        source = cls(partitions, arrow_batches, records_per_second)
         weakref.finalize(source, _release_quietly, release).atexit = False  # Spark drops it when it stops
         return source
 
     def create_splits(self, parallelism: int) -> list[Any]:
         # Sizes are learned by the readers: counting rows here would take a Ray task
         # per block, and a task waits for a worker process on a busy cluster.
-        return [BlockSplit(i, i, 0, None) for i in range(len(self.blocks))]
+        return [BlockSplit(i, 0) for i in range(len(self.blocks))]
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
         # Each reader's share of the rate: fewer blocks than readers leave some readers idle.
@@ -262,7 +260,7 @@ class _BlockReader(SourceReader):
         return self._table
 
     def poll(self, max_records: int) -> Poll:
-        while self._splits and self._splits[0].end is not None and self._splits[0].row >= self._splits[0].end:
+        while self._splits and self._splits[0].row >= self._load(self._splits[0].split_id).num_rows:
             self._splits.pop(0)
         if not self._splits:
             self._table, self._table_block = None, -1  # let the block go
@@ -272,13 +270,11 @@ class _BlockReader(SourceReader):
             if not max_records:
                 return Poll([], wait_s=wait_s)
         s = self._splits[0]
-        table = self._load(s.block)
-        end = table.num_rows if s.end is None else s.end  # a block's size is known once fetched
-        chunk = table.slice(s.row, min(max_records, end - s.row))
+        chunk = self._load(s.split_id).slice(s.row, max_records)
         if self._limit is not None:
             self._limit.spend(chunk.num_rows)
         records: list[Any] = chunk.combine_chunks().to_batches() if self._arrow else chunk.to_pylist()
-        self._splits[0] = BlockSplit(s.split_id, s.block, s.row + chunk.num_rows, end)
+        self._splits[0] = BlockSplit(s.split_id, s.row + chunk.num_rows)
         return Poll(records, split_id=s.split_id)
 
 
