@@ -20,10 +20,9 @@ from actors.exchange import Endpoint, Route
 from actors.metrics import JobMetrics, report_every_second
 from actors.pool import JobAssignment, JobScope, Shape, _id, get_pool
 from runtime.checkpointing import TaskKey, task_name
-from runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError
+from runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
 from runtime.config import ExecutionConfig
 from runtime.graph import JobGraph, JobVertex
-from runtime.executor import JobStatus
 from runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
 from runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
@@ -410,6 +409,10 @@ class JobCoordinator:
         self._metrics.report(hosted.graph.name, m.restarts, m.coordinator.completed, None if last is None else vars(last))
 
     def start(self, assignment: JobAssignment) -> None:
+        if self._running is not None:  # the pool hands a coordinator one job at a time
+            raise WeirError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.graph.name}'")
+        if _was_restarted():  # Ray may be delivering again a start its dead process had begun: no task of that must run on
+            ray.get(self._pool.reclaim.remote(assignment.graph.name))
         self._start(assignment, recovering=False)
 
     def _start(self, assignment: JobAssignment, recovering: bool) -> None:
@@ -418,17 +421,17 @@ class JobCoordinator:
         graph = assignment.graph
         gateway = RayGateway(graph, context.current_actor, self._pool, context.runtime_env, assignment.faults)
         master = JobMaster(graph, gateway, recovering=recovering, first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
-                           on_end=self._ended, tick_s=self.TICK_S)
+                           on_end=lambda status: self._ended(hosted), tick_s=self.TICK_S)
         hosted = _HostedJob(graph, master, gateway)
         self._jobs[graph.name] = self._running = hosted
         threading.Thread(target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True).start()
 
-    def _ended(self, status: JobStatus) -> None:
+    def _ended(self, hosted: _HostedJob) -> None:
         """Before anyone hears the job ended: the pool no longer counts it as
         running, so a restart of this coordinator does not bring it back."""
-        hosted, self._running = self._running, None
-        if hosted is not None:
-            hosted.gateway.give_back()
+        if self._running is hosted:
+            self._running = None
+        hosted.gateway.give_back()
         self._scope.leave()
         ray.get(self._pool.job_finished.remote(ray.get_runtime_context().get_actor_id(), not _was_restarted()))
 

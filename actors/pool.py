@@ -100,6 +100,10 @@ class JobAssignment:
     linger_s: float
     faults: dict[str, str]  # WEIR_FAULT* of the submitter (weir's own failure tests)
     incarnation: int = 0  # how often Ray restarted this job's coordinator
+    # Its coordinator accepted it (``start`` returned). Until then a restarted
+    # coordinator must not recover it: the ``start`` call is still on its way
+    # (Ray delivers it to the new process, or the pool takes another coordinator).
+    started: bool = False
 
 
 @dataclass
@@ -284,6 +288,8 @@ class SlotPool:
             self._wake.set()
             try:
                 ray.get(coordinator.actor.start.remote(assignment))
+                with self._lock:
+                    assignment.started = True
                 return coordinator.actor, None
             except ray.exceptions.RayActorError:  # it died idle: drop it, take another
                 with self._lock:
@@ -293,12 +299,17 @@ class SlotPool:
 
     def assignment(self, coordinator_id: str) -> JobAssignment | None:
         """The running job of a coordinator that Ray restarted (one more
-        incarnation); None when its job had ended: an ended job never runs again."""
+        incarnation); None when its job had ended (an ended job never runs
+        again) or when the job was only on its way to it: a coordinator killed
+        idle and handed a job before its new process was up gets that job by
+        its ``start`` call, once."""
         with self._lock:
             c = self._coordinators.get(coordinator_id)
             if c is None or c.job is None:
                 return None
             assignment = self._jobs[c.job][1]
+            if not assignment.started:
+                return None
             assignment.incarnation += 1
             return assignment
 
@@ -340,6 +351,12 @@ class SlotPool:
         a slot that dies while it waits)."""
         with self._lock:
             return [s.actor for s in self._slots.values() if s.job is None and s.node_id]
+
+    def idle_coordinators(self) -> list[Any]:
+        """The idle job coordinators' actors (for operators and tests, as
+        :meth:`idle_slots`)."""
+        with self._lock:
+            return [c.actor for c in self._coordinators.values() if c.job is None and not c.retiring]
 
     def slot_ids(self) -> list[str]:
         """Every slot the pool holds, idle or leased (Ray actor ids)."""

@@ -9,6 +9,7 @@ import time
 import pytest
 import ray
 
+from actors.pool import get_pool
 from connectors.files import FileSink, committed_files, read_committed
 from runtime import JobStatus, StreamExecutionEnvironment, WeirError
 from tests.checker import check_running_sums
@@ -164,3 +165,21 @@ def test_a_coordinator_restarted_after_its_job_ended_does_not_run_it_again(ray_c
     time.sleep(5)  # a redeployed job would have committed output by now
     assert committed_files(out_dir) == files
     _exact(out_dir, n)
+
+
+def test_a_job_handed_to_a_coordinator_that_ray_is_restarting_runs_once_to_its_end(ray_cluster, checkpoint_dir, out_dir):
+    """Every idle coordinator is killed and the next job is submitted at once:
+    the pool hands it to one of them before its new process is up. The new
+    process must not take the job for one of its own to recover (it did: that
+    second job master ended, cleared the running job, and the tasks' letters
+    went nowhere; the job hung with no checkpoint ever completing)."""
+    assert _keyed_sum(checkpoint_dir, out_dir, 2_000).execute("fills-the-pool").status is JobStatus.FINISHED
+    killed = ray.get(get_pool(create=False).idle_coordinators.remote())
+    for coordinator in killed:
+        ray.kill(coordinator, no_restart=False)
+    n, second_out = 20_000, out_dir + "-second"
+    second = _keyed_sum(checkpoint_dir, second_out, n).execute_async("handed-over-while-restarting")
+    assert second.coordinator._actor_id in {c._actor_id for c in killed}, "the pool took another coordinator: this run tests nothing"
+    result = second.wait(60)
+    assert (result.status, result.restarts) == (JobStatus.FINISHED, 0)
+    _exact(second_out, n)
