@@ -9,15 +9,34 @@ import sys
 import time
 
 import pytest
+from click.testing import CliRunner
 
+from actors.cli import main
 from runtime import DiscardingSink, JobStatus, StreamExecutionEnvironment
 
 pytestmark = pytest.mark.ray
 
 
-def weir(address: str, *args: str) -> subprocess.CompletedProcess:
+def weir_process(address: str, *args: str) -> subprocess.CompletedProcess:
+    """``weir`` as a user's shell runs it: a process of its own (``run`` executes
+    the user's script in it)."""
     env = {**os.environ, "RAY_ADDRESS": address}
     return subprocess.run([sys.executable, "-m", "actors.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def weir(address: str, *args: str) -> subprocess.CompletedProcess:
+    """``weir`` run in this process (a command that only talks to the cluster
+    behaves the same; a new Python process with Ray costs seconds per call)."""
+    with CliRunner().isolation(env={"RAY_ADDRESS": address}) as (out, err, _):
+        sys.argv, argv = ["weir", *args], sys.argv
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        finally:
+            sys.argv = argv
+        return subprocess.CompletedProcess(["weir", *args], code, out.getvalue().decode(), err.getvalue().decode())
 
 
 @pytest.fixture
@@ -84,7 +103,7 @@ def test_run_submits_a_script(ray_cluster, tmp_path):
         "r = env.execute('cli-run')\n"
         "print('parallelism', env.get_parallelism(), r.status.value)\n"
     )
-    out = weir(ray_cluster, "run", "--parallelism", "3", str(script))
+    out = weir_process(ray_cluster, "run", "--parallelism", "3", str(script))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "parallelism 3 FINISHED" in out.stdout
 
@@ -135,13 +154,13 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
     again = weir(ray_cluster, "stop", "cli-sp")
     assert again.returncode == 1 and "Error: job 'cli-sp' is SUSPENDED: no savepoint or stop now" in again.stderr
 
-    resumed = weir(ray_cluster, "run", "--parallelism", "3", "--from-savepoint", stopped["savepoint"], str(script), out, checkpoint_dir, "1e9")
+    resumed = weir_process(ray_cluster, "run", "--parallelism", "3", "--from-savepoint", stopped["savepoint"], str(script), out, checkpoint_dir, "1e9")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "STATUS FINISHED" in resumed.stdout
     v = check_running_sums(map(tuple, read_committed(out)), ((i % 10, i) for i in range(40_000)))
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
-    missing = weir(ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9")
+    missing = weir_process(ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9")
     assert missing.returncode == 1
     assert f"Error: checkpoint file file://{tmp_path}/nope/_metadata is unusable: missing" in missing.stderr
 
@@ -180,7 +199,7 @@ def test_commands_that_look_at_jobs_never_start_a_cluster():
     and reported no jobs. It fails at once, naming where it looked."""
     started = time.monotonic()
     for command in (["list"], ["status", "some-job"], ["pool"]):
-        r = weir("127.0.0.1:1", *command)
+        r = weir_process("127.0.0.1:1", *command)
         assert r.returncode == 1, (command, r.stdout, r.stderr)
         assert "no Ray cluster found at 127.0.0.1:1" in r.stderr, r.stderr
     assert time.monotonic() - started < 60  # Ray alone waits minutes for an address that does not answer
@@ -195,6 +214,6 @@ def test_a_job_prints_no_deprecation_warning(ray_cluster, tmp_path):
         "env.from_collection(list(range(100))).map(lambda x: x).sink_to(DiscardingSink())\n"
         "print(env.execute('quiet').status.value)\n"
     )
-    r = weir(ray_cluster, "run", str(script))
+    r = weir_process(ray_cluster, "run", str(script))
     assert r.returncode == 0 and "FINISHED" in r.stdout, r.stderr
     assert "DeprecationWarning" not in r.stdout + r.stderr, r.stdout + r.stderr
