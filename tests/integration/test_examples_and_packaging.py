@@ -59,7 +59,7 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 @pytest.mark.parametrize("command,expected", [
     (["bench.startup", "--parallelism", "1", "2", "--repeat", "1"], "parallelism 2: execute() median"),
     (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--repeat", "1"], "parallelism 2: "),
-    (["bench.recovery", "--kills", "2", "--rescales", "2"], "rescale pause (parallelism 2 <-> 3, client.rescale): n=2"),
+    (["bench.recovery", "--kills", "1", "--rapid-kills", "1", "--rescales", "2"], "rescale pause (parallelism 2 <-> 3, client.rescale): n=2"),
 ])
 def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
     """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes."""
