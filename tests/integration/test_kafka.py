@@ -25,7 +25,7 @@ from connectors.kafka import (
     SimpleStringSchema,
     _TransactionalWriter,
 )
-from runtime import JobExecutionError, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
+from runtime import JobExecutionError, MapFunction, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
 from tests.checker import check_running_sums
 
 
@@ -92,23 +92,41 @@ def _sink(broker: Any, topic: str, guarantee: DeliveryGuarantee = DeliveryGuaran
             .set_delivery_guarantee(guarantee).set_transactional_id_prefix(f"weir-{topic}").build())
 
 
+class _Paced(MapFunction):
+    """About 5,000 records/s per subtask, so that an in-process job outlasts the
+    kills aimed at it instead of finishing before the first one lands."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def map(self, value: Any) -> Any:
+        self.seen += 1
+        if self.seen % 50 == 0:
+            time.sleep(0.01)
+        return value[0], value[1]
+
+
 def _running_sum_job(env: StreamExecutionEnvironment, broker: Any, source_topic: str, sink_topic: str,
-                     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE) -> None:
+                     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE, paced: bool = False) -> None:
     (env.from_source(_source(broker, source_topic), source_name="kafka")
-        .map(lambda kv: (kv[0], kv[1])).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).name("sums")
+        .map(_Paced() if paced else lambda kv: (kv[0], kv[1])).key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1])).name("sums")
         .sink_to(_sink(broker, sink_topic, guarantee)))
 
 
 def _kill_randomly(client: Any, seed: int, kills: int) -> None:
+    """After a first completed checkpoint, ``kills`` task kills 0.2-0.6 s apart
+    while the job runs (a moment with no task deployed does not count)."""
     rng = random.Random(seed)
-    for _ in range(kills):
+    while not client.status().is_terminal and not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
+        time.sleep(0.02)
+    landed = 0
+    while landed < kills and not client.status().is_terminal:
         time.sleep(rng.uniform(0.2, 0.6))
-        if client.status().is_terminal:
-            return
-        tasks = client.tasks()
-        if tasks:
+        if tasks := client.tasks():
             vertex, subtask = rng.choice(tasks).rsplit("/", 2)[-2:]
             client.kill_task(vertex, int(subtask))
+            landed += 1
 
 
 def _kill_while_running(client: Any, seed: int, kills: int) -> None:
@@ -125,7 +143,7 @@ def test_kafka_to_kafka_is_exactly_once_under_task_kills(kafka_broker, checkpoin
     source, sink = _topic(kafka_broker, 4), _topic(kafka_broker, 2)
     _fill(kafka_broker, source, inputs, 4)
     env = _env(checkpoint_dir)
-    _running_sum_job(env, kafka_broker, source, sink)
+    _running_sum_job(env, kafka_broker, source, sink, paced=True)
     client = env.execute_async(f"kafka-eo-{seed}", executor="local")
     _kill_while_running(client, seed, kills=4)
     assert client.restarts() >= 1
@@ -191,7 +209,7 @@ def test_at_least_once_writes_every_update_through_kills(kafka_broker, checkpoin
     source, sink = _topic(kafka_broker, 2), _topic(kafka_broker, 2)
     _fill(kafka_broker, source, inputs, 2)
     env = _env(checkpoint_dir)
-    _running_sum_job(env, kafka_broker, source, sink, DeliveryGuarantee.AT_LEAST_ONCE)
+    _running_sum_job(env, kafka_broker, source, sink, DeliveryGuarantee.AT_LEAST_ONCE, paced=True)
     client = env.execute_async("kafka-alo", executor="local")
     _kill_while_running(client, 7, kills=3)
     # Replayed updates may interleave differently: only the final totals are sure.
