@@ -403,6 +403,8 @@ class SlotPool:
         while True:
             self._wake.wait(self.REFILL_EVERY_S)
             self._wake.clear()
+            if not ray.is_initialized():  # the process is shutting down, or a pool built outside Ray (tests)
+                continue
             try:
                 self._refill()
             except Exception:  # keep the pool alive; the next round tries again

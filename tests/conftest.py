@@ -14,10 +14,8 @@ if ROOT not in sys.path:
 
 # Coordinators of ended jobs leave soon: a test session runs many jobs.
 os.environ.setdefault("WEIR_JOB_LINGER_S", "20")
-# Idle task actors beyond the pool's target leave soon: on 2 cores, Spark and Ray
-# Data tasks in the same session need the CPU share they hold.
-os.environ.setdefault("WEIR_POOL_IDLE_TIMEOUT_S", "5")
-os.environ.setdefault("WEIR_POOL_IDLE_SLOTS", "1")
+# The slot pool runs with its defaults, as users get it: idle task actors never
+# take the cluster's last CPU, so Spark and Ray Data tasks still find room.
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,8 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
     own = [f"--{name}={_free_port()}" for name in (
         "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")]
     head_env = {k: v for k, v in _env().items() if k not in ("JDK_JAVA_OPTIONS", "RAY_AUTH_MODE")}  # the command sets both
+    # The teardown's SIGTERM reaches the GCS too, so the node's drain would wait out its 30 s for nothing.
+    head_env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     head = subprocess.Popen(
         ["bash", "-c", _head_command(port, [f"--dashboard-port={dashboard}", "--include-dashboard=true", "--num-cpus=2",
                                             f"--temp-dir={temp}", "--disable-usage-stats", *own])],
