@@ -46,7 +46,7 @@ def test_the_oldest_ray_in_the_claimed_range_runs_the_main_example(tmp_path):
     own = tempfile.mkdtemp(prefix="wv", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
     try:
-        run = subprocess.run([python, "-m", "examples.keyed_sum", "--records", "20000", "--output", str(tmp_path / "out")],
+        run = subprocess.run([python, "-m", "examples.keyed_sum", "--records", "5000", "--parallelism", "1", "--output", str(tmp_path / "out")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     finally:
         shutil.rmtree(own, ignore_errors=True)
