@@ -165,10 +165,12 @@ def _id(actor: Any) -> str:
 class SlotPool:
     REFILL_EVERY_S = 0.25
     CPU_RESERVE = 1.0
-    # A shape is refilled once it has been short of idle slots this long: a job's
-    # slots usually come back when it ends, and a process started meanwhile would
-    # compete with the job for CPU.
-    REFILL_DELAY_S = 2.0
+    # A shape is refilled once it has been short of idle slots this long (at once
+    # when a slot was lost): a short job's slots come back when it ends, and a
+    # process started meanwhile would compete with the job for CPU (on 2 cores,
+    # 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2 boots: 2-4x
+    # their CPU).
+    REFILL_DELAY_S = 5.0
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings

@@ -17,7 +17,7 @@ import statistics
 from rich.console import Console
 from rich.table import Table
 
-from bench.w1 import w1
+from bench.w1 import settle_pool, w1
 
 
 def busy_cpu_s() -> float:
@@ -32,6 +32,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--settle-s", type=float, default=6.0,
+                    help="after each warm-up, wait until the slot pool started no task actor for this long")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     table = Table(title=f"W1 cost, {args.records:,} records, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
@@ -40,6 +42,7 @@ def main() -> None:
     base = None
     for p in args.parallelism:
         w1(args.records // 10, p, 1000)  # warm-up: fills the slot pool for this parallelism
+        settle_pool(args.settle_s)
         costs, walls = [], []
         for _ in range(args.repeat):
             before = busy_cpu_s()

@@ -19,6 +19,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from bench.w1 import settle_pool
 from connectors.files import FileSink, read_committed
 from runtime import StreamExecutionEnvironment
 
@@ -48,12 +49,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--task-cpus", type=float, default=0.03,
                     help="Ray CPUs per task: 32 tasks (p=16) take 0.96 of 2 cores, leaving the 1 CPU the pool keeps free")
+    ap.add_argument("--settle-s", type=float, default=6.0,
+                    help="after each warm-up, wait until the slot pool started no task actor for this long")
     args = ap.parse_args()
     table = Table(title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
     for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
         table.add_column(col, justify="right")
     for p in args.parallelism:
         tiny_job(p, f"bench-startup-p{p}-warmup", args.task_cpus)
+        settle_pool(args.settle_s)
         runs = [tiny_job(p, f"bench-startup-p{p}-{i}", args.task_cpus) for i in range(args.repeat)]
         walls = [w for w, _ in runs]
         print(f"  parallelism {p}: execute() median {statistics.median(walls):.3f} s", flush=True)

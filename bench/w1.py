@@ -41,6 +41,26 @@ def plain_python(n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+def settle_pool(quiet_s: float = 6.0, timeout_s: float = 60.0) -> None:
+    """Wait until the slot pool has started no task actor for ``quiet_s`` (longer
+    than its refill delay): after a warm-up it tops its shapes up, and a process
+    starting during a timed run would be counted against that run."""
+    import ray
+
+    from actors.pool import get_pool
+
+    pool, until = get_pool(), time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < until:
+        stats = ray.get(pool.stats.remote())
+        now = (stats["created"]["slots"], sum(s["starting"] for s in stats["shapes"]))
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now[1] == 0 and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.25)
+
+
 def w1(n: int, parallelism: int, checkpoint_ms: int | None) -> tuple[float, float]:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
@@ -107,6 +127,8 @@ def main() -> None:
     ap.add_argument("--latency-records", type=int, default=1_000_000)
     ap.add_argument("--rate", type=float, default=100_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--settle-s", type=float, default=6.0,
+                    help="after each warm-up, wait until the slot pool started no task actor for this long")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration; the median is printed")
     ap.add_argument("--checkpoints", choices=["both", "on"], default="both", help="also without checkpoints, or only every 1 s")
     args = ap.parse_args()
@@ -120,6 +142,7 @@ def main() -> None:
     checkpointed: dict[int, tuple[float, float]] = {}
     for p in args.parallelism:
         w1(min(args.records, 100_000), p, 1000)  # warm-up: fills the slot pool for this parallelism
+        settle_pool(args.settle_s)
         for cp in (None, 1000) if args.checkpoints == "both" else (1000,):
             runs = sorted(w1(args.records, p, cp) for _ in range(args.repeat))
             rate, wall = runs[len(runs) // 2]

@@ -46,7 +46,7 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
     """A tiny run, so the benchmark README quotes keeps working (the figures come from full runs)."""
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "bench.w1", "--records", "20000", "--latency-records", "2000", "--parallelism", "1", "2", "--repeat", "1"],
+        [sys.executable, "-m", "bench.w1", "--records", "20000", "--latency-records", "2000", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -57,8 +57,8 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 
 @pytest.mark.ray
 @pytest.mark.parametrize("command,expected", [
-    (["bench.startup", "--parallelism", "1", "2", "--repeat", "1"], "parallelism 2: execute() median"),
-    (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--repeat", "1"], "parallelism 2: "),
+    (["bench.startup", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"], "parallelism 2: execute() median"),
+    (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"], "parallelism 2: "),
     (["bench.recovery", "--kills", "1", "--rapid-kills", "1", "--rescales", "2"], "rescale pause (parallelism 2 <-> 3, client.rescale): n=2"),
 ])
 def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
