@@ -51,6 +51,7 @@ from runtime.storage import (
     find_restore_point,
     handle_from_json,
     handle_to_json,
+    parent,
     pickle_state,
     prepare_location,
     read_metadata,
@@ -873,9 +874,11 @@ class JobMaster:
         stopping = self._stopping if self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id else None
         if (request or stopping) and reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK:
             # A task exited between the plan and its trigger; the next plan knows it.
+            # A savepoint is retried in a fresh folder beside the aborted one: that
+            # one's discard runs on the I/O thread, maybe after the retry wrote.
             retry = self._trigger(
                 self.clock(),
-                pending.location if pending.kind is CheckpointKind.SAVEPOINT else None,
+                savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
                 pending.kind,
                 stopping.drain if stopping is not None else None,
             )

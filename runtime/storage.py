@@ -61,6 +61,10 @@ def join(location: str, name: str) -> str:
     return location.rstrip("/") + "/" + name
 
 
+def parent(location: str) -> str:
+    return location.rstrip("/").rsplit("/", 1)[0]
+
+
 def _atomic_write(uri: str, data: bytes) -> None:
     fs, path = _resolve(uri)
     fs.create_dir(posixpath.dirname(path), recursive=True)

@@ -325,3 +325,42 @@ def test_a_bounded_job_that_finishes_before_a_stops_savepoint_completes_is_finis
     assert master.status is JobStatus.FINISHED
     with pytest.raises(WeirError, match="stop of job 'finishes-first' did not happen: the job finished before its savepoint completed"):
         stop.request.wait(1)
+
+
+def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_aborted_attempt_does_not_discard(checkpoint_dir, tmp_path):
+    """A task finished between the plan of a stop's savepoint and its ack: the
+    attempt is aborted, its folder discarded on the storage I/O thread, and the
+    savepoint retried. The retry used the same folder, so the discard could run
+    after the retry's tasks wrote their state: the stop returned a savepoint whose
+    ``_metadata`` named task files that were gone, and resuming from it failed
+    (seen in CI). The retry writes to a folder of its own."""
+    from runtime.jobmaster import StopJob
+    from runtime.task import TaskResult, TaskState
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(60_000)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_collection(list(range(10))).sink_to(DiscardingSink())
+    gateway, io = _StubGateway(), []
+    master = JobMaster(env.get_job_graph("one-finishes"), gateway, storage_io=io.append)  # the I/O thread runs late
+
+    def run_io() -> None:
+        while io:
+            io.pop(0)()
+
+    master.start()
+    run_io()
+    master.mailbox.put_control(StopJob(str(tmp_path / "sp"), False, Request()))
+    master.run_until_idle()
+    (first,) = master.coordinator.pending.values()
+    gateway.exits = [(gateway.keys[0], TaskResult(TaskState.FINISHED))]
+    master.run_until_idle()
+    (retry,) = master.coordinator.pending.values()
+    assert retry.checkpoint_id != first.checkpoint_id
+    # The remaining task writes its state for the retry before the aborted attempt's discard runs.
+    written = pathlib.Path(retry.location.removeprefix("file://")) / "task.state"
+    written.parent.mkdir(parents=True, exist_ok=True)
+    written.write_bytes(b"state")
+    run_io()
+    assert written.exists(), "the aborted attempt's discard deleted the retry's state"
+    assert not pathlib.Path(first.location.removeprefix("file://")).exists()
