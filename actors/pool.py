@@ -123,6 +123,7 @@ class _Coordinator:
     ready: Any
     job: str | None = None  # the job it runs now
     retiring: bool = False  # Ray restarted it: it takes no new job
+    up: bool = False  # its process has started
 
 
 # Modules a job imports from these folders stay loaded when its process is reset
@@ -420,6 +421,10 @@ class SlotPool:
         # idle slots give it back when it runs short.
         free = ray.available_resources().get("CPU", 0.0) - self.CPU_RESERVE
         with self._lock:
+            # No spare starts beside a process still starting (a job's own slots
+            # or coordinator, on a cold pool): on a small machine they would
+            # compete with it for CPU. Replacing a lost slot does not wait.
+            booting = any(not s.node_id for s in self._slots.values()) or any(not c.up for c in self._coordinators.values())
             for key, shape in self._shapes.items():
                 idle = sorted((s for s in self._slots.values() if s.shape == key and s.job is None), key=lambda s: s.idle_since)
                 in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
@@ -429,7 +434,7 @@ class SlotPool:
                 if len(idle) >= target:
                     self._short_since.pop(key, None)
                     self._refill_now.discard(key)
-                elif key in self._refill_now or now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S:
+                elif key in self._refill_now or (now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S and not booting):
                     for _ in range(target - len(idle)):
                         if free < shape.cpus or now < self._scarce_until:
                             break
@@ -444,11 +449,17 @@ class SlotPool:
                         retire.append(slot.actor)
                         free += shape.cpus
                         self._scarce_until = now + self.settings.idle_timeout_s
-            for env_key in self._envs:
+            for env_key in self._envs if not booting else ():
                 idle_c = sum(1 for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring)
                 for _ in range(self.settings.idle_coordinators - idle_c):
                     self._new_coordinator(env_key)
             starting = {_id(s.actor): s.ready for s in self._slots.values() if not s.node_id}
+            coming = {c.ready: c for c in self._coordinators.values() if not c.up}
+        if coming:  # up, or dead starting (Ray restarts it): either way no longer starting
+            ready, _ = ray.wait(list(coming), num_returns=len(coming), timeout=0)
+            with self._lock:
+                for ref in ready:
+                    coming[ref].up = True
         if retire:  # retired on purpose: no refill for them
             with self._lock:
                 for a in retire:

@@ -120,7 +120,7 @@ def test_a_restarted_coordinator_recovers_only_a_job_whose_start_it_had_accepted
     restarted process must not also recover it; once started, it must."""
     pool = SlotPool(PoolSettings())
     assignment = JobAssignment(graph=None, linger_s=0.0, faults={})
-    pool._coordinators["c"] = _Coordinator(actor=None, env="", ready=None, job="j")
+    pool._coordinators["c"] = _Coordinator(actor=None, env="", ready=None, job="j", up=True)
     pool._jobs["j"] = ("c", assignment)
     assert pool.assignment("c") is None
     assignment.started = True
