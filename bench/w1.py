@@ -42,9 +42,10 @@ def plain_python(n: int) -> float:
 
 
 def settle_pool(quiet_s: float = 6.0, timeout_s: float = 60.0) -> None:
-    """Wait until the slot pool has started no task actor for ``quiet_s`` (longer
-    than its refill delay): after a warm-up it tops its shapes up, and a process
-    starting during a timed run would be counted against that run."""
+    """Wait until the slot pool has started no process (task actor or job
+    coordinator) for ``quiet_s``, longer than its refill delay and a process's
+    start: after a warm-up it tops its shapes up, and a process starting during
+    a timed run would be counted against that run."""
     import ray
 
     from actors.pool import get_pool
@@ -53,10 +54,10 @@ def settle_pool(quiet_s: float = 6.0, timeout_s: float = 60.0) -> None:
     last, since = None, time.monotonic()
     while time.monotonic() < until:
         stats = ray.get(pool.stats.remote())
-        now = (stats["created"]["slots"], sum(s["starting"] for s in stats["shapes"]))
+        now = (stats["created"]["slots"], stats["created"]["coordinators"], sum(s["starting"] for s in stats["shapes"]))
         if now != last:
             last, since = now, time.monotonic()
-        elif now[1] == 0 and time.monotonic() - since >= quiet_s:
+        elif now[2] == 0 and time.monotonic() - since >= quiet_s:
             return
         time.sleep(0.25)
 
