@@ -435,7 +435,9 @@ class SlotPool:
                     self._short_since.pop(key, None)
                     self._refill_now.discard(key)
                 elif key in self._refill_now or (now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S and not booting):
-                    for _ in range(target - len(idle)):
+                    # After a loss, every slot missing at once; otherwise one spare at a
+                    # time, so a running job never shares the CPU with several starts.
+                    for _ in range(target - len(idle) if key in self._refill_now else 1):
                         if free < shape.cpus or now < self._scarce_until:
                             break
                         self._new_slot(shape)
