@@ -21,7 +21,7 @@ from connectors.files import FileSink, read_committed
 from runtime import JobClient, RestartStrategy, StreamExecutionEnvironment
 from tests.checker import check_running_sums
 
-RECORDS, RATE = 100_000, 15_000
+RECORDS, RATE = 60_000, 15_000
 
 
 def _nodes_of_tasks(client: JobClient) -> dict[str, str]:

@@ -44,7 +44,9 @@ def test_the_oldest_ray_in_the_claimed_range_runs_the_main_example(tmp_path):
     # A cluster of its own: the test session's runs the newest Ray, and a driver
     # must match its cluster. Ray keeps socket paths under its temp dir: short.
     own = tempfile.mkdtemp(prefix="wv", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
+    # RAY_ADDRESS=local: the example must not first try the session's cluster
+    # ("auto" finds it, and Ray waited a minute before giving up on it).
+    env = os.environ | {"RAY_ADDRESS": "local", "RAY_TMPDIR": own}
     try:
         run = subprocess.run([python, "-m", "examples.keyed_sum", "--records", "5000", "--parallelism", "1", "--output", str(tmp_path / "out")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
