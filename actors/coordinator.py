@@ -185,7 +185,7 @@ class RayGateway:
         self.actors = {**self.actors, **actors}
         self._attempts.update({d.key: d.attempt for d in deployments})
         self._ended -= set(actors)
-        self._runs.update({actors[d.key].run.remote(): d.key for d in deployments})
+        self._runs.update({actors[d.key].run.remote(d.attempt): d.key for d in deployments})
 
     def stop_deploying(self) -> None:
         self._stopped.set()
@@ -375,8 +375,9 @@ class JobCoordinator:
     record stays here for ``linger_s`` (``weir status``, clients) while the
     coordinator, reset like a slot, serves the next job. When Ray restarts a
     coordinator that died, its constructor finds its running job in the pool,
-    has the pool kill the slots of the old attempt, and recovers the job from the
-    latest checkpoint in storage. Client calls name the job they are about."""
+    has the pool take back the slots of the old attempt (their tasks cancelled,
+    or the slots killed when a task does not return), and recovers the job from
+    the latest checkpoint in storage, on them. Client calls name the job they are about."""
 
     # Letters of a restarted coordinator's tasks carry attempts from here on, so
     # none from before its death can pass for one of the new attempt.

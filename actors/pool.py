@@ -172,6 +172,7 @@ class SlotPool:
     # 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2 boots: 2-4x
     # their CPU).
     REFILL_DELAY_S = 5.0
+    ABANDON_GRACE_S = 3.0  # a reclaimed slot's old task has this long to return (as a cancel's grace)
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
@@ -244,10 +245,25 @@ class SlotPool:
         self._wake.set()
 
     def reclaim(self, job: str) -> int:
-        """Kill every slot leased to ``job`` (its coordinator was restarted and
-        redeploys from a checkpoint: the old attempt must not run on)."""
+        """Take back every slot leased to ``job`` (its coordinator was restarted
+        and redeploys from a checkpoint: the old attempt must not run on). Each
+        slot cancels its old task and comes back idle for the recovery to reuse,
+        as a failover reuses the slots of cancelled tasks; one whose task does
+        not return within ABANDON_GRACE_S is killed. Returns how many were killed."""
         with self._lock:
-            victims = [s.actor for s in self._slots.values() if s.job == job]
+            leased = [s.actor for s in self._slots.values() if s.job == job]
+        answers = {_id(a): a.abandon.remote(self.ABANDON_GRACE_S) for a in leased}
+        freed, victims = [], []
+        for a in leased:
+            try:
+                (freed if ray.get(answers[_id(a)], timeout=self.ABANDON_GRACE_S + 10) else victims).append(a)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                victims.append(a)
+        with self._lock:
+            for a in freed:
+                slot = self._slots.get(_id(a))
+                if slot is not None and slot.job == job:
+                    slot.job, slot.idle_since = None, time.monotonic()
         self.forget(victims, kill=True)
         for a in victims:  # wait until they are gone: no letter of theirs may reach the new attempt
             try:

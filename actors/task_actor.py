@@ -15,6 +15,7 @@ sends through an :class:`actors.exchange.Outbox` (backpressure included).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import ray
@@ -25,7 +26,7 @@ from actors.pool import JobScope
 from runtime.checkpointing import TaskKey
 from runtime.errors import TaskFailedError, WeirError
 from runtime.jobmaster import Deployment, MasterPorts
-from runtime.task import StreamTask, TaskResult, TaskState
+from runtime.task import Cancel, StreamTask, TaskResult, TaskState
 
 
 class _RayPorts(MasterPorts):
@@ -105,8 +106,30 @@ class TaskActor:
         self._task, self.key = None, None
         return self._scope.leave()
 
-    def run(self) -> TaskResult:
-        assert self._task is not None, "setup() first"
+    def abandon(self, grace_s: float) -> bool:
+        """The job's coordinator died and Ray restarted it: cancel whatever task
+        of the old attempt runs here (its run() answers a caller that is gone)
+        and reset. False when the task did not return within ``grace_s`` (stuck
+        in a user function): the slot must be killed instead."""
+        task = self._task
+        if task is not None and self._running:
+            try:
+                task.put_letter(Cancel())
+            except Exception:
+                pass  # it is ending anyway
+        deadline = time.monotonic() + grace_s
+        while self._running:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        self.reset()
+        return True
+
+    def run(self, attempt: int) -> TaskResult:
+        """Run the task set up for ``attempt`` (a call of a dead coordinator's
+        attempt arriving late runs nothing)."""
+        if self._task is None or attempt != self._attempt or self._running:
+            raise WeirError(f"slot has no task of attempt {attempt} to run")
         self._running = True
         result = None
         try:

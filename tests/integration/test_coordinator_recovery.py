@@ -3,6 +3,7 @@ latest completed checkpoint in storage; the output stays exact."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -30,23 +31,36 @@ def _keyed_sum(checkpoint_dir: str, out_dir: str, n: int, interval_ms: int = 200
     return env
 
 
-def _completed_after(client, after: int) -> bool:
+def _completed(client) -> list[int]:
     try:
-        return any(c["status"] == "COMPLETED" and c["checkpoint_id"] > after for c in client.checkpoints())
+        return [c["checkpoint_id"] for c in client.checkpoints() if c["status"] == "COMPLETED"]
     except Exception:
-        return False  # the coordinator is restarting
+        return []  # the coordinator is restarting
+
+
+def _wait_completed_after(client, after: int) -> int:
+    """The latest completed checkpoint, once one after ``after`` completed."""
+    deadline = time.monotonic() + 90
+    while max(done := _completed(client), default=0) <= after:
+        assert time.monotonic() < deadline, f"no checkpoint after {after}"
+        time.sleep(0.05)
+    return max(done)
+
+
+def _task_actor_ids(client) -> set[str]:
+    return {client.task_actor(*_vertex_subtask(name))._actor_id.hex() for name in client.tasks()}
 
 
 def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_output(ray_cluster, checkpoint_dir, out_dir):
+    """The recovered job runs on the task actors of the old attempt: their tasks
+    are cancelled and they are reused, as in a failover, instead of killed."""
     env = _keyed_sum(checkpoint_dir, out_dir, N)
     client = env.execute_async("coordinator-kills")
-    last = 0
-    for kill in range(3):
-        deadline = time.monotonic() + 90
-        while not _completed_after(client, last):
-            assert time.monotonic() < deadline, f"no checkpoint after {last} before kill {kill + 1}"
-            time.sleep(0.1)
-        last = max(c["checkpoint_id"] for c in client.checkpoints() if c["status"] == "COMPLETED")
+    last, actors = 0, set()
+    for _kill in range(3):
+        last = _wait_completed_after(client, last)
+        assert not actors or _task_actor_ids(client) == actors, "the recovery started new task actors instead of reusing the job's"
+        actors = _task_actor_ids(client)
         ray.kill(client.coordinator, no_restart=False)
         print(f"killed the coordinator after checkpoint {last}")
     result = client.wait(180)
@@ -62,10 +76,7 @@ def test_a_savepoint_then_the_coordinator_dying_duplicates_nothing(ray_cluster, 
     between the two would be committed twice (30,951 duplicated updates before)."""
     env = _keyed_sum(checkpoint_dir, out_dir, N, interval_ms=3000)
     client = env.execute_async("savepoint-then-death")
-    deadline = time.monotonic() + 90
-    while not _completed_after(client, 0):
-        assert time.monotonic() < deadline, "no checkpoint"
-        time.sleep(0.05)
+    _wait_completed_after(client, 0)
     time.sleep(0.5)
     location = client.savepoint(str(tmp_path / "sp"))
     ray.kill(client.coordinator, no_restart=False)
@@ -101,13 +112,6 @@ def _exact(out_dir: str, n: int) -> None:
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
 
 
-def _running_with_a_checkpoint(client) -> None:
-    deadline = time.monotonic() + 90
-    while not _completed_after(client, 0):
-        assert time.monotonic() < deadline, "no checkpoint"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("call", ["savepoint", "rescale"])
 def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(ray_cluster, checkpoint_dir, out_dir, tmp_path, call):
     """The call in flight fails or completes; the job recovers from its latest
@@ -116,7 +120,7 @@ def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
     (tmp_path / "sp" / "precious.txt").write_text("the user's")
     n = N // 2
     client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async(f"dies-during-{call}")
-    _running_with_a_checkpoint(client)
+    _wait_completed_after(client, 0)
     answers: list = []
 
     def ask() -> None:
@@ -183,3 +187,39 @@ def test_a_job_handed_to_a_coordinator_that_ray_is_restarting_runs_once_to_its_e
     result = second.wait(60)
     assert (result.status, result.restarts) == (JobStatus.FINISHED, 0)
     _exact(second_out, n)
+
+
+def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_rest_reused(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+    """The recovery cancels the old attempt's tasks to reuse their actors; one
+    that does not return (a user function stuck for a minute) is killed after
+    the pool's grace and replaced, and the output stays exact."""
+    mark, n = str(tmp_path / "stuck"), 60_000
+
+    def stall(kv):
+        if kv[1] == 12_000 and not os.path.exists(mark):
+            open(mark, "w").close()
+            time.sleep(60)
+        return kv
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+        .map(stall).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out_dir)))
+    client = env.execute_async("stuck-when-coordinator-dies")
+    _wait_completed_after(client, 0)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(mark):
+        assert time.monotonic() < deadline, "the function never stalled"
+        time.sleep(0.05)
+    before, last = _task_actor_ids(client), max(_completed(client))
+    ray.kill(client.coordinator, no_restart=False)
+    _wait_completed_after(client, last)  # recovered
+    assert len(before - _task_actor_ids(client)) == 1, "exactly the stuck task's actor is replaced; the others are reused"
+    assert client.wait(120).status is JobStatus.FINISHED
+    _exact(out_dir, n)
+
+
+def _vertex_subtask(name: str) -> tuple[str, int]:
+    vertex, subtask = name.rsplit("/", 2)[1:]
+    return vertex, int(subtask)
