@@ -9,11 +9,15 @@
   come in production; and rapid ones, 0.5-1 s after, where on a small machine
   the process the pool starts to replace the last killed slot (seconds of CPU)
   competes with the recovery from the next kill.
+- coordinator recovery: the same job while its job coordinator is killed (Ray
+  restarts it; it recovers the job from the latest checkpoint, on the job's task
+  actors), 3-4 s apart, 4 kills per job (Ray restarts a coordinator up to 5
+  times); each sample is kill -> first output committed by the recovered job.
 - rescale: the same job rescaled back and forth (``client.rescale``) between
   parallelism 2 and 3; each sample is the pause the job master reports (stop at a
   checkpoint -> the new tasks deployed and restored).
 
-    python3 -m bench.recovery [--kills 20] [--rapid-kills 20] [--rescales 20]
+    python3 -m bench.recovery [--kills 20] [--rapid-kills 20] [--coordinator-kills 20] [--rescales 20]
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 
 from connectors.files import FileSink, read_committed
 from runtime import StreamExecutionEnvironment
-from tests.chaos import keyed_sum_with_kills
+from tests.chaos import keyed_sum_with_kills, kill_coordinator, kill_random_task
 from tests.checker import check_running_sums
 
 
@@ -35,12 +39,17 @@ def _dist(samples: list[float]) -> str:
             f"max {s[-1]:.2f} s")
 
 
-def recovery(kills: int, seed: int, pause_s: tuple[float, float]) -> list[float]:
+def recovery(kills: int, seed: int, pause_s: tuple[float, float], victim=kill_random_task) -> list[float]:
     rate = 60_000
     run = keyed_sum_with_kills(seed, tempfile.mkdtemp(prefix="weir-rec-out-"), "file://" + tempfile.mkdtemp(prefix="weir-rec-chk-"),
-                               records=int(rate * (pause_s[1] + 2) * kills), kills=kills, pause_s=pause_s, rate=rate)
+                               records=int(rate * (pause_s[1] + 2) * kills), kills=kills, pause_s=pause_s, rate=rate, victim=victim)
     assert run.verdict is not None and (run.verdict.lost, run.verdict.duplicated) == (0, 0), run.verdict
     return run.recovery_s
+
+
+def coordinator_recovery(kills: int, seed: int) -> list[float]:
+    per_job = 4  # Ray restarts a job coordinator up to 5 times
+    return [s for job in range(0, kills, per_job) for s in recovery(min(per_job, kills - job), seed + job, ISOLATED_S, kill_coordinator)]
 
 
 def rescales(count: int) -> list[float]:
@@ -68,16 +77,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20, help="kills 3-4 s after the job recovered from the one before")
     ap.add_argument("--rapid-kills", type=int, default=20, help="kills 0.5-1 s after the job recovered from the one before")
+    ap.add_argument("--coordinator-kills", type=int, default=20, help="job coordinator kills 3-4 s apart")
     ap.add_argument("--rescales", type=int, default=20)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    isolated = recovery(args.kills, args.seed, ISOLATED_S)
-    print(f"recovery, isolated kills ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output of the new attempt: {_dist(isolated)}")
-    rapid = recovery(args.rapid_kills, args.seed, RAPID_S)
-    print(f"recovery, rapid kills ({RAPID_S[0]:g}-{RAPID_S[1]:g} s apart: the pool's replacement process for the last one "
-          f"is still starting on the same cores): {_dist(rapid)}")
-    pauses = rescales(args.rescales)
-    print(f"rescale pause (parallelism 2 <-> 3, client.rescale): {_dist(pauses)}")
+    if args.kills:  # 0 leaves a part out
+        isolated = recovery(args.kills, args.seed, ISOLATED_S)
+        print(f"recovery, isolated kills ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output of the new attempt: {_dist(isolated)}")
+    if args.rapid_kills:
+        rapid = recovery(args.rapid_kills, args.seed, RAPID_S)
+        print(f"recovery, rapid kills ({RAPID_S[0]:g}-{RAPID_S[1]:g} s apart: the pool's replacement process for the last one "
+              f"is still starting on the same cores): {_dist(rapid)}")
+    if args.coordinator_kills:
+        coordinator = coordinator_recovery(args.coordinator_kills, args.seed)
+        print(f"recovery, job coordinator killed ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output "
+              f"of the recovered job: {_dist(coordinator)}")
+    if args.rescales:
+        pauses = rescales(args.rescales)
+        print(f"rescale pause (parallelism 2 <-> 3, client.rescale): {_dist(pauses)}")
 
 
 if __name__ == "__main__":

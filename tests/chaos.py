@@ -12,7 +12,7 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -55,6 +55,14 @@ def kill_random_task(client, rng: random.Random) -> str | None:
         return None  # replaced or gone meanwhile
 
 
+def kill_coordinator(client, rng: random.Random) -> str | None:
+    """Kill the running job's coordinator; Ray restarts it and it recovers the job."""
+    if client.status() is not JobStatus.RUNNING:
+        return None
+    ray.kill(client.coordinator, no_restart=False)
+    return "job coordinator (ray.kill)"
+
+
 def _attempts(out_dir: str) -> set[str]:
     return {m.group(1) for p in committed_files(out_dir) if (m := _ATTEMPT.search(os.path.basename(p)))}
 
@@ -62,11 +70,13 @@ def _attempts(out_dir: str) -> set[str]:
 def keyed_sum_with_kills(
     seed: int, out_dir: str, checkpoint_dir: str, records: int = RECORDS, kills: int = 3,
     pause_s: tuple[float, float] = (0.3, 1.5), burst: int = 1, rate: int = 60_000,
+    victim: Callable[[Any, random.Random], str | None] = kill_random_task,
 ) -> ChaosRun:
     """A keyed running sum (parallelism 2, checkpoints every 500 ms, the source
-    limited to ``rate`` records/s) while ``kills`` task actors die, ``burst`` at a
-    time, ``pause_s`` apart; after each burst, waits for the job to commit output
-    from a new attempt and records how long that took."""
+    limited to ``rate`` records/s) while ``kills`` task actors die (or what
+    ``victim`` kills), ``burst`` at a time, ``pause_s`` apart; after each burst,
+    waits for the job to commit output from a new attempt and records how long
+    that took."""
     rng = random.Random(seed)
     run = ChaosRun(seed)
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -90,7 +100,7 @@ def keyed_sum_with_kills(
         before = _attempts(out_dir)
         killed_at = None
         for _ in range(min(burst, kills - len(run.killed))):
-            name = kill_random_task(client, rng)
+            name = victim(client, rng)
             if name:
                 run.killed.append(name)
                 killed_at = time.monotonic()
