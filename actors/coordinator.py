@@ -18,7 +18,7 @@ import ray
 from actors.cluster import task_actor_name
 from actors.exchange import Endpoint, Route
 from actors.metrics import JobMetrics, report_every_second
-from actors.pool import JobAssignment, JobScope, Shape, _id, get_pool
+from actors.pool import CANCEL_GRACE_S, JobAssignment, JobScope, Shape, _id, get_pool
 from runtime.checkpointing import TaskKey, task_name
 from runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
 from runtime.config import ExecutionConfig
@@ -117,10 +117,6 @@ class RayGateway:
     its next deployment (a restart, a rescale). Tasks stopped by a failover are
     cancelled, not killed, and their slots are reused once the cancelled task has
     returned: a failover needs new processes only for slots that died."""
-
-    # A cancelled task gets this long to return before its slot is killed (a user
-    # function that does not return, a source blocked on input).
-    CANCEL_GRACE_S = 3.0
 
     def __init__(self, graph: JobGraph, coordinator: Any, pool: Any, runtime_env: dict[str, Any], env: dict[str, str]) -> None:
         self._graph = graph
@@ -265,7 +261,7 @@ class RayGateway:
         cancelled = self._cancelling.pop(shape, [])
         if not cancelled:
             return []
-        deadline = max(at for _, _, at in cancelled) + self.CANCEL_GRACE_S
+        deadline = max(at for _, _, at in cancelled) + CANCEL_GRACE_S
         refs = [ref for _, ref, _ in cancelled]
         ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)

@@ -159,6 +159,12 @@ class JobScope:
         return len(dropped)
 
 
+# A cancelled task has this long to return before its slot is killed instead of
+# reused (a user function that does not return, a source blocked on input): in a
+# failover, and when a restarted coordinator takes its job's slots back.
+CANCEL_GRACE_S = 3.0
+
+
 def _id(actor: Any) -> str:
     return actor._actor_id.hex()
 
@@ -172,7 +178,6 @@ class SlotPool:
     # 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2 boots: 2-4x
     # their CPU).
     REFILL_DELAY_S = 5.0
-    ABANDON_GRACE_S = 3.0  # a reclaimed slot's old task has this long to return (as a cancel's grace)
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
@@ -249,14 +254,14 @@ class SlotPool:
         and redeploys from a checkpoint: the old attempt must not run on). Each
         slot cancels its old task and comes back idle for the recovery to reuse,
         as a failover reuses the slots of cancelled tasks; one whose task does
-        not return within ABANDON_GRACE_S is killed. Returns how many were killed."""
+        not return within CANCEL_GRACE_S is killed. Returns how many were killed."""
         with self._lock:
             leased = [s.actor for s in self._slots.values() if s.job == job]
-        answers = {_id(a): a.abandon.remote(self.ABANDON_GRACE_S) for a in leased}
+        answers = {_id(a): a.abandon.remote(CANCEL_GRACE_S) for a in leased}
         freed, victims = [], []
         for a in leased:
             try:
-                (freed if ray.get(answers[_id(a)], timeout=self.ABANDON_GRACE_S + 10) else victims).append(a)
+                (freed if ray.get(answers[_id(a)], timeout=CANCEL_GRACE_S + 10) else victims).append(a)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 victims.append(a)
         with self._lock:
