@@ -47,6 +47,11 @@ def _wait_completed_after(client, after: int) -> int:
     return max(done)
 
 
+def _vertex_subtask(name: str) -> tuple[str, int]:
+    vertex, subtask = name.rsplit("/", 2)[1:]
+    return vertex, int(subtask)
+
+
 def _task_actor_ids(client) -> set[str]:
     return {client.task_actor(*_vertex_subtask(name))._actor_id.hex() for name in client.tasks()}
 
@@ -219,7 +224,3 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
     assert client.wait(120).status is JobStatus.FINISHED
     _exact(out_dir, n)
 
-
-def _vertex_subtask(name: str) -> tuple[str, int]:
-    vertex, subtask = name.rsplit("/", 2)[1:]
-    return vertex, int(subtask)
