@@ -437,7 +437,19 @@ class _Contents(ABC):
     def result(self, state: Any) -> list[Any]: ...
 
 
-_EMPTY = ("weir-empty-window",)
+class _Empty:
+    """A window with no contents (new, or purged by its trigger): one object,
+    also after a snapshot is restored (pickled as a reference to ``_EMPTY``),
+    since contents are told from it by identity."""
+
+    def __reduce__(self) -> str:
+        return "_EMPTY"
+
+    def __repr__(self) -> str:
+        return "<empty window>"
+
+
+_EMPTY: Any = _Empty()
 
 
 class ReduceContents(_Contents):

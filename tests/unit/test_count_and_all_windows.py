@@ -139,3 +139,14 @@ def test_bad_window_arguments_name_the_setting():
         stream.count_window_all(5, 0)
     with pytest.raises(InvalidConfigurationError, match="window assigner"):
         stream.window_all(5)
+
+
+def test_a_purged_windows_empty_contents_stay_empty_through_a_snapshot():
+    """A count window just fired and purged holds the empty marker; a checkpoint
+    taken then and restored must give back the marker itself, not a copy the
+    reduce function would be handed as an accumulator (the job failed with
+    "IndexError: tuple index out of range" on every restart)."""
+    from runtime import serialization
+    from runtime.windows import _EMPTY
+
+    assert serialization.loads(serialization.dumps({"window": _EMPTY}))["window"] is _EMPTY
