@@ -13,6 +13,7 @@ import pytest
 from runtime import StreamExecutionEnvironment
 from runtime.errors import JobCancelledError
 from runtime.executor import JobStatus
+from runtime.jobmaster import JobMaster
 from runtime.sinks import Sink, SinkWriter
 
 
@@ -60,7 +61,8 @@ def stuck(i: int) -> int:
     return i
 
 
-def test_a_function_blocked_forever_is_named_at_checkpoint_timeout_and_cancel_ends_the_job(checkpoint_dir):
+def test_a_function_blocked_forever_is_named_at_checkpoint_timeout_and_cancel_ends_the_job(checkpoint_dir, monkeypatch):
+    monkeypatch.setattr(JobMaster, "CANCEL_TIMEOUT_S", 1.0)  # the blocked task is killed after it (10 s by default)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(100)
     cc = env.get_checkpoint_config()
@@ -77,7 +79,7 @@ def test_a_function_blocked_forever_is_named_at_checkpoint_timeout_and_cancel_en
         assert "the checkpoint expired before it completed (not acknowledged by" in reason and "stuck" in reason, reason
         started = time.monotonic()
         client.cancel(timeout_s=30)
-        assert client.status() is JobStatus.CANCELED and time.monotonic() - started < 20
+        assert client.status() is JobStatus.CANCELED and time.monotonic() - started < 10
         with pytest.raises(JobCancelledError):
             client.wait(1)
     finally:

@@ -196,6 +196,7 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
         write(location, metadata)
 
     monkeypatch.setattr(runtime.jobmaster, "write_metadata", hanging_write)
+    monkeypatch.setattr(StorageThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)
     env.from_generator(lambda i: i, records_per_second=1000).map(lambda x: x).sink_to(DiscardingSink())
