@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,26 @@ os.environ.setdefault("WEIR_JOB_LINGER_S", "20")
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 # The slot pool runs with its defaults, as users get it: idle task actors never
 # take the cluster's last CPU, so Spark and Ray Data tasks still find room.
+
+
+# README's test command runs two pytest-xdist workers (`-n 2 --dist loadgroup`).
+# One takes every file with a test on the session's Ray cluster (the Spark
+# session runs on it too), in file order, so that a file's tests share one
+# worker's state; the other takes the rest: the in-process tests, Kafka against
+# its own broker, and the files that start Ray clusters of their own. The first
+# is busy at about 1.3 of 2 cores, mostly with processes starting; the second
+# fills the gap.
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    on_cluster = {item.path for item in items if "ray_cluster" in item.fixturenames}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("session-cluster" if item.path in on_cluster else "apart"))
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """On the controller: under loadgroup a worker's test ids carry their group (``@name``)."""
+    if node.config.getoption("dist") == "loadgroup" and ids and "@" not in ids[0]:
+        pytest.exit("pytest-xdist lost the test groups (pytest-dev/pytest-xdist#1386): install pytest<9.2", pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -53,9 +54,16 @@ def test_a_node_lost_while_the_job_runs_is_recovered_on_the_other_nodes_with_exa
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (from 32768), so that no
+    connection the test session makes meanwhile takes it before the head binds it."""
+    while True:
+        port = random.randrange(20000, 32768)  # above Ray's worker ports (10002-19999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def _head_command(port: int, extra: list[str]) -> str:

@@ -40,5 +40,5 @@ def test_readme_examples_run(ray_cluster, spark, kafka_broker, monkeypatch):
 def test_ci_runs_readmes_test_command():
     """`.ci/run` calls exactly README's second command (install and test)."""
     commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert commands[1].strip().endswith("-m pytest")
+    assert commands[1].strip().endswith("-m pytest -n 2 --dist loadgroup")
     assert commands[1].strip() in (ROOT / ".ci" / "run").read_text().splitlines()
