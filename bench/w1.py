@@ -62,7 +62,7 @@ def settle_pool(quiet_s: float = 6.0, timeout_s: float = 60.0) -> None:
         time.sleep(0.25)
 
 
-def w1(n: int, parallelism: int, checkpoint_ms: int | None) -> tuple[float, float]:
+def w1_job(n: int, parallelism: int, checkpoint_ms: int | None) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     if checkpoint_ms:
@@ -72,6 +72,11 @@ def w1(n: int, parallelism: int, checkpoint_ms: int | None) -> tuple[float, floa
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
         .sink_to(DiscardingSink()))
+    return env
+
+
+def w1(n: int, parallelism: int, checkpoint_ms: int | None) -> tuple[float, float]:
+    env = w1_job(n, parallelism, checkpoint_ms)
     started = time.perf_counter()
     result = env.execute(f"bench-w1-p{parallelism}-{'cp' if checkpoint_ms else 'nocp'}")
     wall = time.perf_counter() - started

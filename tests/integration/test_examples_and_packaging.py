@@ -58,7 +58,8 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 @pytest.mark.ray
 @pytest.mark.parametrize("command,expected", [
     (["bench.startup", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"], ["parallelism 2: execute() median"]),
-    (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"], ["parallelism 2: "]),
+    (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--side-by-side", "2", "--repeat", "1", "--settle-s", "0"],
+     ["parallelism 2: ", "2 jobs at parallelism 1 side by side: "]),
     (["bench.recovery", "--kills", "1", "--rapid-kills", "0", "--coordinator-kills", "1", "--rescales", "1"],  # rapid: the same run, sooner kills
      ["kill -> first committed output of the new attempt: n=1", "of the recovered job: n=1", "client.rescale): n=1"]),
 ])
