@@ -71,6 +71,14 @@ def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expe
     assert all(e in out.stdout for e in expected), out.stdout[-2000:]
 
 
+def test_the_crowding_benchmark_prints_its_figures():
+    """bench.crowding, which docs/benchmarks.md quotes beside bench.cost, needs no cluster."""
+    out = subprocess.run([sys.executable, "-m", "bench.crowding", "--records", "100000", "--pipelines", "1", "2", "--repeat", "1"],
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "1 pipelines (2 busy processes" in out.stdout and "2 pipelines (4 busy processes" in out.stdout, out.stdout
+
+
 def test_the_license_file_is_the_one_pyproject_names():
     import tomllib
 
