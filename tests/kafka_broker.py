@@ -9,6 +9,7 @@ log in a folder of its own. Needs Java 17 and ``mvn``.
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import pathlib
 import shutil
@@ -41,14 +42,18 @@ def jars() -> pathlib.Path:
     if shutil.which("mvn") is None or shutil.which("java") is None:
         raise RuntimeError("a Kafka broker for the tests needs Java 17 and Maven (mvn) on the PATH")
     CACHE.mkdir(parents=True, exist_ok=True)
-    (CACHE / "pom.xml").write_text(_POM)
-    out = subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(CACHE / "pom.xml"), "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
-        capture_output=True, text=True,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"resolving Kafka {KAFKA_VERSION} from Maven Central failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    (CACHE / "complete").touch()
+    with open(CACHE / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # both test workers may want a broker first on a fresh machine
+        if (CACHE / "complete").exists():
+            return lib
+        (CACHE / "pom.xml").write_text(_POM)
+        out = subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(CACHE / "pom.xml"), "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
+            capture_output=True, text=True,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"resolving Kafka {KAFKA_VERSION} from Maven Central failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        (CACHE / "complete").touch()
     return lib
 
 
