@@ -2,7 +2,7 @@
 
 Reads ``/proc/stat`` around each ``execute()`` (every process on the machine
 counts: task actors, the job coordinator, Ray's own daemons, the driver), on a
-warm cluster, at each parallelism, and prints the ratio to the lowest one. On a
+warm cluster, at each parallelism, and prints the ratio to the first run. On a
 2-core machine this shows what scaling out will cost on a bigger one.
 
     python3 -m bench.cost [--records 2000000] [--parallelism 1 2 4] [--repeat 3]
@@ -57,7 +57,7 @@ def main() -> None:
         costs, walls = [], []
         for _ in range(args.repeat):
             before = busy_cpu_s()
-            wall = _run_side_by_side(args.records, parallelism, jobs)
+            wall = _run_jobs(args.records, parallelism, jobs)
             costs.append((busy_cpu_s() - before) / (args.records / 1e6))
             walls.append(wall)
         cost, wall = statistics.median(costs), statistics.median(walls)
@@ -68,7 +68,7 @@ def main() -> None:
     Console().print(table)
 
 
-def _run_side_by_side(records: int, parallelism: int, jobs: int) -> float:
+def _run_jobs(records: int, parallelism: int, jobs: int) -> float:
     """Wall time of ``jobs`` W1 jobs started at once, ``records`` split between them."""
     started = time.perf_counter()
     clients = [w1_job(records // jobs, parallelism, 1000).execute_async(f"bench-cost-{i}") for i in range(jobs)]
