@@ -73,10 +73,13 @@ def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expe
 
 def test_the_crowding_benchmark_prints_its_figures():
     """bench.crowding, which docs/benchmarks.md quotes beside bench.cost, needs no cluster."""
-    out = subprocess.run([sys.executable, "-m", "bench.crowding", "--records", "100000", "--pipelines", "1", "2", "--repeat", "1"],
+    out = subprocess.run([sys.executable, "-m", "bench.crowding", "--records", "100000", "--parallelism", "1", "2",
+                          "--layout", "pipelines", "keyed", "shared", "--repeat", "1"],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "1 pipelines (2 busy processes" in out.stdout and "2 pipelines (4 busy processes" in out.stdout, out.stdout
+    for line in ("pipelines at 1 (2 busy processes", "pipelines at 2 (4 busy processes", "keyed at 2 (4 busy processes",
+                 "shared at 1 (1 busy processes", "shared at 2 (2 busy processes"):
+        assert line in out.stdout, out.stdout
 
 
 def test_the_license_file_is_the_one_pyproject_names():
