@@ -122,24 +122,26 @@ class KeyGroupPartitioner(Partitioner):
         if channels != self._cache_channels:
             self._cache.clear()
             self._cache_channels = channels
+        # The per-record steps run in C (map), the slow path only for new keys.
+        keys: list[Any] = []
+        try:
+            keys.extend(map(self._key_selector, records))
+        except Exception as exc:  # extend kept the keys before the failing record
+            raise KeySelectionError(self._operator, "key selector", exc, records[len(keys)], True) from exc
+        try:
+            chans: list[Any] = list(map(self._cache.get, keys))
+        except TypeError:  # an unhashable key: the stable hash below says which
+            chans = [None] * len(keys)
+        if None in chans:
+            for i, ch in enumerate(chans):
+                if ch is None:
+                    chans[i] = self._channel_for_new_key(keys[i], channels, records[i])
+        if channels == 1:
+            return [records], None if timestamps is None else [timestamps]
         out: Parts = [[] for _ in range(channels)]
         appends = [o.append for o in out]
-        cache = self._cache
-        key_of = self._key_selector
-        chans = []
-        for record in records:
-            try:
-                key = key_of(record)
-            except Exception as exc:
-                raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
-            try:
-                ch = cache.get(key)
-            except TypeError:  # unhashable: the stable hash below says why
-                ch = None
-            if ch is None:
-                ch = self._channel_for_new_key(key, channels, record)
+        for record, ch in zip(records, chans):
             appends[ch](record)
-            chans.append(ch)
         if timestamps is None:
             return out, None
         ts: Parts = [[] for _ in range(channels)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, Callable, Iterable
 
 from runtime.config import RuntimeExecutionMode
@@ -375,19 +376,20 @@ class UdfOperator(StreamOperator):
             if isinstance(function, Function):
                 function.close()
 
+    def call_each(self, what: str, records: list[Any]) -> list[Any]:
+        """The function's result for every record, the loop run by ``map`` in C; a
+        failure names the record it failed on."""
+        out: list[Any] = []
+        try:
+            out.extend(map(self.call, records))
+        except Exception as exc:  # CPython's extend keeps what it took before the failure
+            raise self.fail(what, exc, records[len(out)], True) from exc
+        return out
+
 
 class MapOperator(UdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
-        f = self.call
-        out: list[Any] = []
-        append = out.append
-        r = None
-        try:
-            for r in records:
-                append(f(r))
-        except Exception as exc:
-            raise self.fail("map function", exc, r, True) from exc
-        self.output.collect(out, timestamps)
+        self.output.collect(self.call_each("map function", records), timestamps)
 
 
 class FlatMapOperator(UdfOperator):
@@ -415,19 +417,8 @@ class FlatMapOperator(UdfOperator):
 
 class FilterOperator(UdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
-        f = self.call
-        keep: list[Any] = []
-        append = keep.append
-        r = None
-        try:
-            for r in records:
-                append(f(r))
-        except Exception as exc:
-            raise self.fail("filter function", exc, r, True) from exc
-        self.output.collect(
-            [r for r, k in zip(records, keep) if k],
-            None if timestamps is None else [t for t, k in zip(timestamps, keep) if k],
-        )
+        keep = self.call_each("filter function", records)
+        self.output.collect(list(compress(records, keep)), None if timestamps is None else list(compress(timestamps, keep)))
 
 
 class ProcessOperator(UdfOperator):
