@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -35,6 +38,11 @@ class NoClusterError(WeirError):
     """A client found no Ray cluster to attach to (it never starts one)."""
 
 
+class RayVersionMismatchError(WeirError):
+    """The cluster on this machine runs another Ray than the driver: Ray would
+    retry for tens of seconds and end with a bare ConnectionError."""
+
+
 def ensure_ray(address: str | None = None, start: bool = True) -> None:
     """Connect to the cluster at ``address`` / ``RAY_ADDRESS``, else to one running
     on this machine, else (``start``) start a local one. Idempotent. Clients that
@@ -52,8 +60,12 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
     if address and address != "auto":
         if not start:
             _reachable(address)
+        _same_ray(address)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
+    found = _auto_address()
+    if found:
+        _same_ray(found)
     try:
         ray.init(address="auto", runtime_env=runtime_env)
     except ConnectionError:
@@ -62,7 +74,7 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
                 "no Ray cluster found on this machine (RAY_ADDRESS is unset): start one with `ray start --head`, "
                 "or point RAY_ADDRESS or --address at yours"
             ) from None
-        ray.init(runtime_env=runtime_env)
+        ray.init(address="local", runtime_env=runtime_env)  # not RAY_ADDRESS=auto again
 
 
 def _reachable(address: str) -> None:
@@ -72,6 +84,49 @@ def _reachable(address: str) -> None:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
     except (OSError, ValueError):
         raise NoClusterError(f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?") from None
+
+
+def _auto_address() -> str | None:
+    """The cluster ``ray.init(address="auto")`` would join, found as Ray finds it
+    (None: none). Ray's lookup is private, and the same from 2.52 to 2.60."""
+    try:
+        return ray._private.services.get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        return None
+
+
+def _same_ray(address: str) -> None:
+    """Fail at once when the cluster at ``address`` runs on this machine under
+    another Ray build than this driver's (its GCS process names its commit).
+    Clusters on other machines are left to Ray's own check."""
+    host, _, port = address.rpartition(":")
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        if not args[0].endswith("/gcs_server") or f"--gcs_server_port={port}" not in args:
+            continue
+        if host not in ("localhost", "127.0.0.1") and f"--node-ip-address={host}" not in args:
+            continue  # the same port on another machine
+        commit = next((a.partition("=")[2] for a in args if a.startswith("--ray-commit=")), None)
+        if commit is None or commit == ray.__commit__:
+            return
+        version = _version_of(Path(args[0]))
+        theirs, fix = (f"Ray {version}", f'uv pip install "ray[default]=={version}"') if version else (f"another Ray build (commit {commit[:12]})", "install its Ray")
+        raise RayVersionMismatchError(
+            f"the Ray cluster at {address} runs {theirs}, and this driver runs Ray {ray.__version__} ({sys.executable}): "
+            f"a driver must run its cluster's Ray. Install it here ({fix}), or set RAY_ADDRESS=local to start a cluster of this driver's own"
+        )
+
+
+def _version_of(gcs_server: Path) -> str | None:
+    """The Ray release a GCS binary belongs to (.../ray/core/src/ray/gcs/gcs_server)."""
+    try:
+        found = re.search(r'^version = "([^"]+)"', (gcs_server.parents[4] / "_version.py").read_text(), re.M)
+    except (OSError, IndexError):
+        return None
+    return found.group(1) if found else None
 
 
 def actor_runtime_env() -> dict[str, Any]:
