@@ -130,7 +130,7 @@ def latency(n: int, rate: float, parallelism: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=4_000_000)
-    ap.add_argument("--latency-records", type=int, default=1_000_000)
+    ap.add_argument("--latency-records", type=int, default=1_000_000, help="0: no latency run")
     ap.add_argument("--rate", type=float, default=100_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--settle-s", type=float, default=6.0,
@@ -164,6 +164,8 @@ def main() -> None:
     for p, (rate, whole) in checkpointed.items():
         speedup, whole_up = rate / checkpointed[low][0], whole / checkpointed[low][1]
         console.print(f"  parallelism {p:>3}  {speedup:5.2f}x | {whole_up:5.2f}x  {'#' * max(1, round(whole_up * 10))}")
+    if not args.latency_records:
+        return
     p50, p99 = latency(args.latency_records, args.rate, max(args.parallelism))
     console.print(
         f"latency at {args.rate:,.0f} records/s, parallelism {max(args.parallelism)}, checkpoints every 1 s: "
