@@ -58,32 +58,40 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
     runtime_env = {"env_vars": java_env()}  # reaches workers of a cluster we join
     address = address or os.environ.get("RAY_ADDRESS")
     if address and address != "auto":
-        if not start:
-            _reachable(address)
+        if not start and not _listening(address):
+            raise NoClusterError(f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?")
         _same_ray(address)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
     found = _auto_address()
-    if found:
+    if found is not None and not _listening(found):
+        # A cluster that crashed or was stopped uncleanly left its address behind;
+        # Ray would wait minutes for it.
+        log.warning("the Ray cluster recorded at %s is gone (nothing listens there)", found)
+        found = None
+    if found is not None:
         _same_ray(found)
-    try:
-        ray.init(address="auto", runtime_env=runtime_env)
-    except ConnectionError:
-        if not start:
-            raise NoClusterError(
-                "no Ray cluster found on this machine (RAY_ADDRESS is unset): start one with `ray start --head`, "
-                "or point RAY_ADDRESS or --address at yours"
-            ) from None
-        ray.init(address="local", runtime_env=runtime_env)  # not RAY_ADDRESS=auto again
+        ray.init(address=found, runtime_env=runtime_env)
+    elif start and address != "auto":  # RAY_ADDRESS=auto asks for a running cluster, as Ray's "auto" does
+        ray.init(address="local", runtime_env=runtime_env)
+    else:
+        raise NoClusterError(
+            "no Ray cluster found on this machine (RAY_ADDRESS is unset): start one with `ray start --head`, "
+            "or point RAY_ADDRESS or --address at yours"
+            if address is None else "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one: "
+            "start one with `ray start --head`, or unset RAY_ADDRESS to have weir start a local one"
+        )
 
 
-def _reachable(address: str) -> None:
-    """Fail fast when nothing listens at ``address`` (Ray itself waits a minute or more)."""
+def _listening(address: str) -> bool:
+    """Whether anything takes a connection at ``address`` (Ray itself waits minutes
+    for an address that does not answer)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
     except (OSError, ValueError):
-        raise NoClusterError(f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?") from None
+        return False
+    return True
 
 
 def _auto_address() -> str | None:

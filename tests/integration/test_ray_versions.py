@@ -8,16 +8,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from tests.own_ray import own_ray_tmpdir
 
 pytestmark = pytest.mark.ray
 
@@ -52,30 +52,14 @@ def oldest_ray(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def test_the_oldest_ray_in_the_claimed_range_runs_the_main_example(oldest_ray, tmp_path):
     python, _ = oldest_ray
     # A cluster of its own: the test session's runs the newest Ray, and a driver
-    # must match its cluster. Ray keeps socket paths under its temp dir: short.
-    own = tempfile.mkdtemp(prefix="wv", dir="/tmp")
-    # RAY_ADDRESS=local: the example must not try the session's cluster ("auto"
-    # finds it, and weir refuses a driver of another Ray: the test below).
-    env = os.environ | {"RAY_ADDRESS": "local", "RAY_TMPDIR": own}
-    try:
+    # must match its cluster. RAY_ADDRESS=local: the example must not try the
+    # session's cluster ("auto" finds it, and weir refuses a driver of another
+    # Ray: the test below).
+    with own_ray_tmpdir() as own:
         run = subprocess.run([python, "-m", "examples.keyed_sum", "--records", "5000", "--parallelism", "1", "--output", str(tmp_path / "out")],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    finally:
-        shutil.rmtree(own, ignore_errors=True)
+                             cwd=ROOT, env=os.environ | {"RAY_ADDRESS": "local", "RAY_TMPDIR": own}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "job keyed-sum: FINISHED" in run.stdout and "final sums of 1000 keys match plain Python: True" in run.stdout, run.stdout[-3000:]
-
-
-def _kill_processes_naming(text: str) -> None:
-    """SIGKILL every process whose command line names ``text`` (a cluster's own
-    temp dir): ``ray stop`` would stop every cluster on the machine, the test
-    session's too."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes() and int(cmdline.parent.name) != os.getpid():
-                os.kill(int(cmdline.parent.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass  # gone already
 
 
 def test_a_driver_on_another_ray_than_the_machines_cluster_fails_at_once_naming_both_versions(oldest_ray):
@@ -85,21 +69,17 @@ def test_a_driver_on_another_ray_than_the_machines_cluster_fails_at_once_naming_
     import ray
 
     python, oldest = oldest_ray
-    own = tempfile.mkdtemp(prefix="wv", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
     with socket.socket() as s:  # a port of its own: the test session's cluster may hold 6379
         s.bind(("", 0))
         port = s.getsockname()[1]
-    try:
+    with own_ray_tmpdir() as own:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
         subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=0",
                         "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
         started = time.monotonic()
         run = subprocess.run([python, "-c", "from actors.cluster import ensure_ray; ensure_ray()"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         took = time.monotonic() - started
-    finally:
-        _kill_processes_naming(own)
-        shutil.rmtree(own, ignore_errors=True)
     assert run.returncode != 0
     assert ("RayVersionMismatchError: the Ray cluster at " in run.stderr
             and f":{port} runs Ray {ray.__version__}, and this driver runs Ray {oldest}" in run.stderr

@@ -1,0 +1,63 @@
+"""A driver whose machine recorded a Ray cluster that is gone: Ray reads the
+address a crashed (or uncleanly stopped) cluster left in
+``<temp>/ray/ray_current_cluster`` and waited over three minutes for it
+(measured before weir checked that anything listens there)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.own_ray import own_ray_tmpdir
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def gone_cluster_recorded() -> Iterator[dict[str, str]]:
+    """The environment of a driver whose Ray temp dir names a cluster nobody listens for."""
+    with own_ray_tmpdir() as own, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nothing listens there now
+        (Path(own) / "ray").mkdir()
+        (Path(own) / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+        yield {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
+
+
+def _driver(code: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    return run, time.monotonic() - started
+
+
+def test_a_client_that_never_starts_a_cluster_says_there_is_none_at_once(gone_cluster_recorded):
+    run, took = _driver("from actors.cluster import ensure_ray; ensure_ray(start=False)", gone_cluster_recorded)
+    assert run.returncode != 0
+    assert "the Ray cluster recorded at 127.0.0.1:" in run.stderr and "is gone (nothing listens there)" in run.stderr, run.stderr[-3000:]
+    assert "NoClusterError: no Ray cluster found on this machine (RAY_ADDRESS is unset)" in run.stderr, run.stderr[-3000:]
+    assert took < 30, f"it took {took:.1f} s"
+
+
+def test_a_job_driver_starts_a_cluster_of_its_own_instead(gone_cluster_recorded):
+    run, took = _driver("from actors.cluster import ensure_ray; ensure_ray(); import ray; print('joined', ray.is_initialized())",
+                        gone_cluster_recorded)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "joined True" in run.stdout and "Started a local Ray instance" in run.stderr, run.stdout + run.stderr[-3000:]
+    assert took < 90, f"it took {took:.1f} s"
+
+
+def test_ray_address_auto_asks_for_a_running_cluster_and_gets_a_clear_no(gone_cluster_recorded):
+    run, took = _driver("from actors.cluster import ensure_ray; ensure_ray()", gone_cluster_recorded | {"RAY_ADDRESS": "auto"})
+    assert run.returncode != 0
+    assert "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one" in run.stderr, run.stderr[-3000:]
+    assert took < 30, f"it took {took:.1f} s"
