@@ -95,9 +95,14 @@ def _listening(address: str) -> bool:
 
 
 def _auto_address() -> str | None:
-    """The cluster ``ray.init(address="auto")`` would join, found as Ray finds it
-    (None: none). Ray's lookup is private, and the same from 2.52 to 2.60."""
+    """The cluster to join on this machine (None: none): the one ``ray start``
+    recorded, else, as Ray's ``auto`` has it, a cluster found running here."""
+    temp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
     try:
+        return (Path(temp) / "ray" / "ray_current_cluster").read_text().split()[0]
+    except (OSError, IndexError):
+        pass
+    try:  # Ray's lookup is private, and the same from 2.52 to 2.60
         return ray._private.services.get_ray_address_from_environment("auto", None)
     except ConnectionError:
         return None
