@@ -71,7 +71,9 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
         found = None
     if found is not None:
         _same_ray(found)
-        ray.init(address=found, runtime_env=runtime_env)
+        # "auto", not the address: for a cluster on this machine Ray then also
+        # finds its auth token (ray start turns token authentication on).
+        ray.init(address="auto", runtime_env=runtime_env)
     elif start and address != "auto":  # RAY_ADDRESS=auto asks for a running cluster, as Ray's "auto" does
         ray.init(address="local", runtime_env=runtime_env)
     else:
@@ -126,6 +128,8 @@ def _same_ray(address: str) -> None:
         if commit is None or commit == ray.__commit__:
             return
         version = _version_of(Path(args[0]))
+        if version == ray.__version__:
+            return  # another build of the same release, which Ray's own check accepts
         theirs, fix = (f"Ray {version}", f'uv pip install "ray[default]=={version}"') if version else (f"another Ray build (commit {commit[:12]})", "install its Ray")
         raise RayVersionMismatchError(
             f"the Ray cluster at {address} runs {theirs}, and this driver runs Ray {ray.__version__} ({sys.executable}): "

@@ -1,7 +1,8 @@
-"""A driver whose machine recorded a Ray cluster that is gone: Ray reads the
-address a crashed (or uncleanly stopped) cluster left in
-``<temp>/ray/ray_current_cluster`` and waited over three minutes for it
-(measured before weir checked that anything listens there)."""
+"""How a driver finds the Ray cluster on its machine: the one ``ray start``
+recorded in ``<temp>/ray/ray_current_cluster``, and what happens when that
+cluster is gone (Ray waited over three minutes for the address a crashed or
+uncleanly stopped cluster left there, measured before weir checked that anything
+listens there)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,20 @@ def test_ray_address_auto_asks_for_a_running_cluster_and_gets_a_clear_no(gone_cl
     assert run.returncode != 0
     assert "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one" in run.stderr, run.stderr[-3000:]
     assert took < 30, f"it took {took:.1f} s"
+
+
+def test_a_driver_joins_the_cluster_ray_start_recorded():
+    """With Ray's token authentication on (``ray start``'s default since 2.52), a
+    driver that named the recorded address instead of "auto" was refused."""
+    with own_ray_tmpdir() as own, socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+        s.close()  # a port of its own: the test session's cluster may hold 6379
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
+        subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=0",
+                        "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
+        run, took = _driver("from actors.cluster import ensure_ray; ensure_ray(); import ray; "
+                            "print('joined', ray.get_runtime_context().gcs_address)", env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().endswith(f":{port}"), run.stdout
+    assert took < 60, f"it took {took:.1f} s"
