@@ -60,7 +60,7 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
     if address and address != "auto":
         if not start and not _listening(address):
             raise NoClusterError(f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?")
-        _same_ray(address)
+        _same_ray(address, start)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
     found = _auto_address()
@@ -70,7 +70,7 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
         log.warning("the Ray cluster recorded at %s is gone (nothing listens there)", found)
         found = None
     if found is not None:
-        _same_ray(found)
+        _same_ray(found, start)
         # "auto", not the address: for a cluster on this machine Ray then also
         # finds its auth token (ray start turns token authentication on).
         ray.init(address="auto", runtime_env=runtime_env)
@@ -98,21 +98,18 @@ def _listening(address: str) -> bool:
 
 def _auto_address() -> str | None:
     """The cluster to join on this machine (None: none): the one ``ray start``
-    recorded, else, as Ray's ``auto`` has it, a cluster found running here."""
-    temp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    recorded, else, as Ray's ``auto`` has it, a cluster found running here.
+    Ray's lookups are private, and the same from 2.52 to 2.60."""
+    services = ray._private.services
     try:
-        return (Path(temp) / "ray" / "ray_current_cluster").read_text().split()[0]
-    except (OSError, IndexError):
-        pass
-    try:  # Ray's lookup is private, and the same from 2.52 to 2.60
-        return ray._private.services.get_ray_address_from_environment("auto", None)
+        return services.find_bootstrap_address(None) or services.get_ray_address_from_environment("auto", None)
     except ConnectionError:
         return None
 
 
-def _same_ray(address: str) -> None:
+def _same_ray(address: str, start: bool) -> None:
     """Fail at once when the cluster at ``address`` runs on this machine under
-    another Ray build than this driver's (its GCS process names its commit).
+    another Ray release than this driver's (its GCS process names its build).
     Clusters on other machines are left to Ray's own check."""
     host, _, port = address.rpartition(":")
     for proc in Path("/proc").glob("[0-9]*"):
@@ -133,7 +130,8 @@ def _same_ray(address: str) -> None:
         theirs, fix = (f"Ray {version}", f'uv pip install "ray[default]=={version}"') if version else (f"another Ray build (commit {commit[:12]})", "install its Ray")
         raise RayVersionMismatchError(
             f"the Ray cluster at {address} runs {theirs}, and this driver runs Ray {ray.__version__} ({sys.executable}): "
-            f"a driver must run its cluster's Ray. Install it here ({fix}), or set RAY_ADDRESS=local to start a cluster of this driver's own"
+            f"a driver must run its cluster's Ray. Install it here ({fix})"
+            + (", or set RAY_ADDRESS=local to start a cluster of this driver's own" if start else "")
         )
 
 
