@@ -4,6 +4,7 @@ validates at once and names the setting at fault."""
 from __future__ import annotations
 
 import enum
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -146,38 +147,112 @@ class RestartStrategy:
     """How often and how soon a failed job restarts from its latest checkpoint.
 
     Use the constructors: :meth:`fixed_delay`, :meth:`exponential_delay`, :meth:`no_restart`.
+    A job that sets none runs under :func:`restart_strategy_for`'s default.
+    ``max_attempts`` None: no limit. ``max_delay_s`` 0: no cap. ``jitter``: each
+    delay moves by up to this share of it, either way. ``reset_backoff_threshold_s``
+    None: attempts count over the job's whole life and never reset (fixed delay);
+    else they count since the last reset (see :meth:`exponential_delay`).
     """
 
-    max_attempts: int
+    max_attempts: int | None
     initial_delay_s: float
     backoff_multiplier: float = 1.0
     max_delay_s: float = 0.0
+    jitter: float = 0.0
+    reset_backoff_threshold_s: float | None = None
 
     @staticmethod
     def fixed_delay(restart_attempts: int = 3, delay_s: float = 1.0) -> "RestartStrategy":
+        """Flink's fixed-delay: ``restart_attempts`` restarts over the job's whole
+        life, each after ``delay_s``; the next failure fails the job."""
         restart_attempts = _whole("restart_attempts", restart_attempts, allow_zero=True)
         _positive("restart delay_s", delay_s, allow_zero=True)
         return RestartStrategy(int(restart_attempts), float(delay_s), 1.0, float(delay_s))
 
     @staticmethod
     def exponential_delay(
-        max_attempts: int = 10, initial_delay_s: float = 0.5, multiplier: float = 2.0, max_delay_s: float = 30.0
+        max_attempts: int | None = 10, initial_delay_s: float = 0.5, multiplier: float = 2.0, max_delay_s: float = 30.0,
+        *, jitter: float = 0.1, reset_backoff_threshold_s: float = 3600.0,
     ) -> "RestartStrategy":
-        max_attempts = _whole("restart max_attempts", max_attempts, allow_zero=True)
+        """Flink's exponential-delay: the n-th restart since the last reset waits
+        ``initial_delay_s * multiplier ** (n - 1)``, moved by up to ``jitter`` of it
+        either way (Flink's jitter-factor: jobs that failed together do not restart
+        in step), then capped at ``max_delay_s``, and never less than
+        ``initial_delay_s``. ``max_attempts``: restarts allowed between resets
+        (None: no limit, as Flink's attempts-before-reset-backoff); the next failure
+        fails the job. Failures while a restart is on its way (other regions of the
+        job failing meanwhile) join that restart and count once, as in Flink.
+
+        The count and the delay go back to the start when the job ran
+        ``reset_backoff_threshold_s`` since its latest restart without failing
+        (Flink's reset-backoff-threshold), and, weir's own, when after a restart a
+        checkpoint completed and then another that began after it: the job ran on
+        from a checkpoint of its own and made that progress durable. (The first
+        alone does not count: it may begin the moment the tasks are back and hold
+        no more than they restored.) So kills now and then never escalate to long
+        delays, while a record that fails its task every time it is read still
+        does: the job fails on it before a second checkpoint completes."""
+        if max_attempts is not None:
+            max_attempts = _whole("restart max_attempts", max_attempts, allow_zero=True)
         _positive("restart initial_delay_s", initial_delay_s, allow_zero=True)
-        if multiplier < 1:
-            raise InvalidConfigurationError("restart multiplier", multiplier, "must be at least 1")
+        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier < 1:
+            raise InvalidConfigurationError("restart multiplier", multiplier, "must be a number of at least 1")
         _positive("restart max_delay_s", max_delay_s, allow_zero=True)
-        return RestartStrategy(int(max_attempts), float(initial_delay_s), float(multiplier), float(max_delay_s))
+        _positive("restart jitter", jitter, allow_zero=True)
+        if jitter > 1:
+            raise InvalidConfigurationError("restart jitter", jitter, "must be between 0 and 1")
+        _positive("restart reset_backoff_threshold_s", reset_backoff_threshold_s)
+        return RestartStrategy(
+            max_attempts, float(initial_delay_s), float(multiplier), float(max_delay_s), float(jitter),
+            float(reset_backoff_threshold_s),
+        )
 
     @staticmethod
     def no_restart() -> "RestartStrategy":
         return RestartStrategy(0, 0.0)
 
-    def delay_before(self, attempt: int) -> float:
-        """Seconds to wait before restart number ``attempt`` (1-based)."""
-        delay = self.initial_delay_s * self.backoff_multiplier ** (attempt - 1)
-        return min(delay, self.max_delay_s) if self.max_delay_s else delay
+    @property
+    def resets(self) -> bool:
+        """Whether attempts count since the last reset (else over the job's life)."""
+        return self.reset_backoff_threshold_s is not None
+
+    def delay_before(self, attempt: int, jitter_draw: float = 0.5) -> float:
+        """Seconds to wait before restart number ``attempt`` (1-based, since the last
+        reset). ``jitter_draw`` in [0, 1] places the delay in its jitter band: 0 at
+        its low end, 0.5 in the middle (no jitter), 1 at its high end."""
+        try:
+            delay = self.initial_delay_s * self.backoff_multiplier ** (attempt - 1)
+        except OverflowError:  # thousands of attempts without a reset: far past any cap
+            delay = math.inf
+        if math.isfinite(delay):
+            delay += delay * self.jitter * (2 * jitter_draw - 1)
+        if self.max_delay_s:
+            delay = min(delay, self.max_delay_s)
+        return max(delay, self.initial_delay_s)
+
+    def allowance(self) -> str:
+        """What it allows, for a failed job's message."""
+        if self.max_attempts is None:
+            return "restart strategy allows unlimited restarts"
+        if self.resets:
+            return f"restart strategy allows {self.max_attempts} in a row, counted since its backoff last reset"
+        return f"restart strategy allows {self.max_attempts}"
+
+
+def restart_strategy_for(strategy: RestartStrategy | None, checkpointing: bool) -> RestartStrategy:
+    """The strategy a job runs under: the one set, else Flink's default (1.19+).
+    With ``checkpointing`` that is exponential delay without limit, from 0.1 s
+    doubling to at most 60 s, jitter 0.1, reset after an hour without failure or
+    by checkpoints (see :meth:`RestartStrategy.exponential_delay`): a task killed
+    now and then never fails the job, and a failure that comes back every time
+    waits longer each time, up to a minute. Without checkpoints a restart goes
+    back to the job's start, so a failure that comes back every time would redo
+    all the work: ``fixed_delay(3, 0.5)``, then the job fails."""
+    if strategy is not None:
+        return strategy
+    if checkpointing:
+        return RestartStrategy.exponential_delay(None, 0.1, 2.0, 60.0, jitter=0.1, reset_backoff_threshold_s=3600.0)
+    return RestartStrategy.fixed_delay(3, 0.5)
 
 
 # Flink's spelling, for users who come from PyFlink.
@@ -203,7 +278,7 @@ class ExecutionConfig:
     task_cpus: float = 0.1  # Ray CPUs per task actor: 20 tasks fit on 2 cores
     placement: str = "spread"  # spread task actors over nodes, or pack them
     failover_strategy: str = "region"  # restart a failed task's pipelined region, or "full": every task
-    restart_strategy: RestartStrategy = field(default_factory=lambda: RestartStrategy.fixed_delay(3, 0.5))
+    restart_strategy: RestartStrategy | None = None  # None: restart_strategy_for's default
     transport: TransportConfig = field(default_factory=TransportConfig)
     watermark_interval_ms: int = 200         # how often sources emit watermarks
     restore_from: str | None = None          # a savepoint or retained checkpoint to start from

@@ -130,6 +130,9 @@ class StreamExecutionEnvironment:
         return self.checkpoint_config
 
     def set_restart_strategy(self, strategy: RestartStrategy) -> "StreamExecutionEnvironment":
+        """How often and how soon a failed job restarts. Unset, a job with
+        checkpointing restarts without limit at growing delays, and one without
+        restarts 3 times (see :func:`runtime.config.restart_strategy_for`)."""
         if not isinstance(strategy, RestartStrategy):
             raise InvalidConfigurationError("restart strategy", strategy, "use RestartStrategy.fixed_delay(...), exponential_delay(...) or no_restart()")
         self.config.restart_strategy = strategy

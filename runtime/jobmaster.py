@@ -19,6 +19,7 @@ import concurrent.futures
 import functools
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from typing import Any, Callable, Protocol
 
 from runtime import faults
 from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
+from runtime.config import restart_strategy_for
 from runtime.coordination import AsyncCall, CoordinatorHolder
 from runtime.errors import (
     CheckpointStorageError,
@@ -43,6 +45,7 @@ from runtime.events import CheckpointBarrier, CheckpointKind
 from runtime.executor import JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 from runtime.mailbox import Mailbox, MailboxClosedError
+from runtime.restarts import RestartBackoff
 from runtime.state import SnapshotSummary
 from runtime.storage import (
     CheckpointStorage,
@@ -318,7 +321,7 @@ class JobMaster:
         self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False,
         event_valve: bool = True, first_attempt: int = 0, on_end: Callable[[JobStatus], None] | None = None,
         tick_s: float = TICK_S, storage_io: Callable[[Callable[[], None]], None] | None = None,
-        coordinator_io: Callable[[Callable[[], None]], None] | None = None,
+        coordinator_io: Callable[[Callable[[], None]], None] | None = None, restart_jitter: random.Random | None = None,
     ) -> None:
         """``recovering``: this job master replaces one that died; it picks the job
         up from the latest completed checkpoint in storage. ``event_valve=False``
@@ -331,7 +334,8 @@ class JobMaster:
         gateway for task exits. ``storage_io``: runs checkpoint storage writes and
         deletes (default: a :class:`StorageThread`; :func:`inline` for tests).
         ``coordinator_io``: runs operator coordinators' async calls (default: a
-        small thread pool; :func:`inline` for tests)."""
+        small thread pool; :func:`inline` for tests). ``restart_jitter``: draws
+        where each restart delay falls in its jitter band (a seeded one replays)."""
         self.recovering = recovering
         self.event_valve = event_valve
         self.graph = graph
@@ -342,7 +346,9 @@ class JobMaster:
         self.coordinator = CheckpointCoordinator(graph)
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
         self.attempt = first_attempt
-        self.restarts = 0
+        self.restarts = 0  # every restart, a region's included
+        self._backoff = RestartBackoff(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled))
+        self._jitter = restart_jitter or random.Random()
         self.failure: BaseException | None = None
         self.started = clock()
         self.ended: float | None = None
@@ -534,9 +540,9 @@ class JobMaster:
 
     def failure_error(self) -> JobExecutionError:
         cause = self.failure
-        allowed = self.graph.execution.restart_strategy.max_attempts
+        allowed = self._backoff.strategy.allowance()
         err = JobExecutionError(
-            f"job '{self.graph.name}' failed after {self.restarts} restart(s) (restart strategy allows {allowed}): {cause}",
+            f"job '{self.graph.name}' failed after {self.restarts} restart(s) ({allowed}): {cause}",
             cause=cause,
         )
         err.__cause__ = cause
@@ -834,6 +840,7 @@ class JobMaster:
         commits = pending.kind is CheckpointKind.CHECKPOINT or (self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id)
         if commits:
             self._restore_points.append((location, metadata))
+            self._backoff = self._backoff.checkpoint_completed(pending.started, self.clock())
         for _, holder in self._coordinators.values():
             self._coordinator_call(holder, "notify_checkpoint_complete", holder.on_checkpoint_ended, checkpoint_id, commits)
         for key in pending.plan.to_ack if commits else ():
@@ -962,10 +969,9 @@ class JobMaster:
             return
         self.failure = error
         headline = str(error).splitlines()[0] if str(error) else repr(error)
-        strategy = self.graph.execution.restart_strategy
-        exhausted = count and self.restarts >= strategy.max_attempts
-        region = None if exhausted or not restartable else self._region_of(task)
-        if region is not None and self._restart_region(region, headline, count):
+        backoff = self._backoff.failed(self.clock(), self._jitter.random(), count)
+        region = None if backoff is None or not restartable else self._region_of(task)
+        if region is not None and backoff is not None and self._restart_region(region, headline, count, backoff):
             return
         log.warning("job %s: %s", self.graph.name, headline)
         if self.status is not JobStatus.CANCELLING:
@@ -980,11 +986,12 @@ class JobMaster:
         self._restarting.clear()
         if self._cancel_requested is not None:
             self._end(JobStatus.CANCELED)
-        elif not restartable or exhausted:
+        elif not restartable or backoff is None:
             self._end(JobStatus.FAILED)
         else:
             self.restarts += count
-            self._restart_at = self.clock() + strategy.delay_before(max(self.restarts, 1))
+            self._backoff = backoff
+            self._restart_at = backoff.restart_at
 
     def _region_of(self, task: TaskKey | None) -> frozenset[TaskKey] | None:
         """The pipelined region to restart for ``task``'s failure, or None for all
@@ -995,9 +1002,9 @@ class JobMaster:
         region = next((r for r in self._regions if task in r), None)
         return region if region is not None and len(region) < len(self.graph.task_names()) else None
 
-    def _restart_region(self, region: frozenset[TaskKey], headline: str, count: bool) -> bool:
+    def _restart_region(self, region: frozenset[TaskKey], headline: str, count: bool, backoff: RestartBackoff) -> bool:
         """Region failover: kill the region's tasks and redeploy them from the
-        latest checkpoint after the restart delay, while the other regions go on.
+        latest checkpoint when ``backoff`` says, while the other regions go on.
         Checkpoints in flight are aborted (they wait for the failed task) and none
         starts until the region is back. An operator coordinator whose subtasks all
         restart is started afresh with them; one that keeps others takes back what
@@ -1019,7 +1026,8 @@ class JobMaster:
                 if not self._coordinator_call(holder, "subtask_reset", holder.reset_subtask, i):
                     return self.status is not JobStatus.RUNNING  # it failed the job, or it cannot: restart all
         self.restarts += count
-        self._restarting[region] = self.clock() + self.graph.execution.restart_strategy.delay_before(max(self.restarts, 1))
+        self._backoff = backoff
+        self._restarting[region] = backoff.restart_at
         return True
 
     def _cancel(self) -> None:

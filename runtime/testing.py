@@ -394,7 +394,8 @@ class SimulatedJob:
         self.net = SimulatedNetwork(self.rng)
         self.now = 0.0
         graph.execution.transport.mailbox_capacity = 1 << 30  # a delivery never blocks the one thread
-        self.master = JobMaster(graph, self, clock=lambda: self.now, event_valve=event_valve, storage_io=inline, coordinator_io=inline)
+        self.master = JobMaster(graph, self, clock=lambda: self.now, event_valve=event_valve, storage_io=inline,
+                                coordinator_io=inline, restart_jitter=random.Random(seed))
         self.max_failures, self.failure_rate = max_failures, failure_rate
         self.tasks: dict[TaskKey, StreamTask] = {}
         self.attempts: dict[TaskKey, int] = {}
