@@ -73,7 +73,10 @@ from runtime.windows import (
 
 
 class StreamExecutionEnvironment:
-    """Builds a job and runs it. Not thread-safe; one per job script or notebook cell."""
+    """Builds a job and runs it. Not thread-safe; one per job script or notebook.
+    As in PyFlink, each ``execute()`` (``execute_async()``, ``execute_and_collect()``)
+    runs the sinks built since the one before: a notebook that runs a pipeline,
+    then builds another and executes again, runs only the new one."""
 
     def __init__(self) -> None:
         self.config = ExecutionConfig()
@@ -84,9 +87,12 @@ class StreamExecutionEnvironment:
         if os.environ.get("WEIR_RESTORE_FROM"):
             self.restore_from_savepoint(os.environ["WEIR_RESTORE_FROM"], bool(os.environ.get("WEIR_ALLOW_NON_RESTORED_STATE")))
         self._ids = itertools.count(1)
-        self._sinks: list[Transformation] = []
+        self._sinks: list[Transformation] = []  # built since the last execute: what the next one runs
         self._sink_locations: dict[str, str] = {}  # a sink's exclusive location -> its operator's name
-        self._source_sizes: list[int | None] = []  # each source's size_hint(), for the progress bar
+        # Each source's size_hint(), by transformation id, for the progress bar: a
+        # source that ran may feed a pipeline built later, so this is not cleared.
+        self._source_sizes: dict[int, int | None] = {}
+        self._last_run: str | None = None  # the job the last execute ran, for the error when nothing is new
         self._progress_bar: bool | None = None  # None: when someone watches (a terminal, a notebook)
 
     @staticmethod
@@ -230,7 +236,7 @@ class StreamExecutionEnvironment:
         t.record_types.at_source = True
         t.is_source = True
         t.bounded = source.bounded
-        self._source_sizes.append(source.size_hint())
+        self._source_sizes[t.id] = source.size_hint()
         t.make_coordinator = lambda: SourceCoordinator(source)
         return DataStream(self, [(t, None)], t)
 
@@ -283,16 +289,35 @@ class StreamExecutionEnvironment:
 
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
+        """The graph the next ``execute()`` runs (PyFlink's ``get_execution_plan``);
+        building it runs nothing and clears nothing."""
         return self._job_graph(job_name, self._sinks)
 
     def _job_graph(self, job_name: str, sinks: list[Transformation]) -> JobGraph:
         if not isinstance(job_name, str) or not job_name or "/" in job_name:
             raise InvalidConfigurationError("job name", job_name, "must be a non-empty string without '/'")
+        if not sinks and self._last_run is not None:
+            raise InvalidJobGraphError(
+                f"the job has no sink: the execute() of job '{self._last_run}' already ran the operators "
+                "built before it, and no sink was added since (each execute() runs what was built after "
+                "the last one, as in PyFlink): build the next pipeline, ending in sink_to(...) or print(), "
+                "then execute()")
         return build_job_graph(job_name, list(sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
+
+    def _ran(self, job_name: str) -> None:
+        """A job of the sinks built so far was submitted: the next execute() runs
+        only what is built after this, as PyFlink's clears its transformations.
+        (PyFlink clears them before submitting; weir after, so that a submission
+        refused, say for a name in use, can be retried.)"""
+        self._sinks = []
+        self._sink_locations = {}
+        self._last_run = job_name
 
     def execute_async(self, job_name: str = "weir-job", executor: str | None = None) -> JobClient:
         """Submit the job and return at once with a :class:`JobClient`."""
-        return find_executor(executor).submit(self.get_job_graph(job_name))
+        client = find_executor(executor).submit(self.get_job_graph(job_name))
+        self._ran(job_name)
+        return client
 
     def execute(self, job_name: str = "weir-job", executor: str | None = None) -> JobExecutionResult:
         """Run the job to its end; raise :class:`JobExecutionError` if it fails for good.
@@ -302,9 +327,10 @@ class StreamExecutionEnvironment:
         (``execute_async`` starts one that runs on)."""
         graph = self.get_job_graph(job_name)
         client = find_executor(executor).submit(graph)
+        self._ran(job_name)
         try:
             if progress.wanted(self._progress_bar):
-                sizes = self._source_sizes
+                sizes = [self._source_sizes[t.id] for t in topological(graph.sinks) if t.is_source]
                 return progress.watch(client, graph, sum(n for n in sizes if n is not None) if None not in sizes else None)
             return client.wait()
         except KeyboardInterrupt:
@@ -588,8 +614,9 @@ class DataStream:
         checkpoints commit them, so a failover never shows one twice: per
         checkpoint interval, and at the end of a bounded job. Without periodic
         checkpoints a bounded job's records all come at its end, and an unbounded
-        job is refused. Runs the environment's other sinks too, as ``execute``;
-        ``executor`` is weir's (``"local"`` runs in-process)."""
+        job is refused. Runs the environment's other sinks built since the last
+        execute too, and clears them, as ``execute``; ``executor`` is weir's
+        (``"local"`` runs in-process)."""
         if limit is not None:
             limit = _whole("execute_and_collect() limit", limit)
         env = self._env
@@ -606,7 +633,9 @@ class DataStream:
             publisher = channel.publisher()
             collect = env._add("Sink: collect", lambda n, u: SinkOperator(n, u, CollectSink(publisher)), list(self._inputs))
             collect.parallelism = 1  # one committable per checkpoint, records in the order they arrive
-            records = CloseableIterator(ex.submit(env._job_graph(job_execution_name or "collect", [*env._sinks, collect])), channel)
+            name = job_execution_name or "collect"
+            records = CloseableIterator(ex.submit(env._job_graph(name, [*env._sinks, collect])), channel)
+            env._ran(name)
         except BaseException:
             channel.close()
             raise

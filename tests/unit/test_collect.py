@@ -185,6 +185,7 @@ def test_collect_runs_beside_the_environments_other_sinks_and_does_not_stay_behi
     env.from_collection([1, 2, 3]).sink_to(FileSink(str(tmp_path / "files")))
     assert env.from_collection(["x"]).execute_and_collect(limit=1, executor="local") == ["x"]
     assert sorted(read_committed(str(tmp_path / "files"))) == [1, 2, 3]
+    env.from_collection([4]).sink_to(FileSink(str(tmp_path / "more")))  # the next execute runs only this
     assert [t.name for t in env.get_job_graph().sinks] == ["Sink: FileSink"]
 
 
