@@ -13,7 +13,11 @@ attempts. Readers (Spark, pandas, :func:`read_committed`) see only committed
 files: names starting with ``.`` or ``_`` are hidden by convention.
 
 Part files are named ``{prefix}-{attempt}-{subtask}-{counter}{suffix}``
-(:class:`OutputFileConfig`). One job writes to a folder at a time.
+(:class:`OutputFileConfig`); while hidden they also carry the id of the job's run,
+so that a sink's cleanup only ever removes what its own run left: never the
+pending files of another job's savepoint, or of an earlier run of this job. One
+running job writes to a folder at a time: a second one is refused when it is
+submitted (``Sink.exclusive_location``).
 """
 
 from __future__ import annotations
@@ -331,9 +335,11 @@ class FileSink(Sink):
 
     def exclusive_location(self) -> str:
         """Part files are named by attempt and subtask: a second FileSink of the
-        job on this folder would pick the same names."""
+        job on this folder would pick the same names, and a second running job's
+        restore would publish or drop what this one has pending."""
         fs, base = resolve(self.path, "FileSink path")
-        return f"{fs.type_name}:{posixpath.normpath(base)}"
+        base = posixpath.normpath(base)
+        return f"folder {base}" if fs.type_name == "local" else f"folder {fs.type_name}://{base}"
 
 
 class _FileWriter(SinkWriter):
@@ -346,7 +352,8 @@ class _FileWriter(SinkWriter):
         self._encoder = sink.writes if isinstance(sink.writes, Encoder) else None
         self._bulk = sink.writes.create() if isinstance(sink.writes, BulkWriterFactory) else None
         prefix, suffix = re.escape(self._config.part_prefix), re.escape(self._config.part_suffix)
-        self._hidden = re.compile(rf"^\.{prefix}-([0-9a-f]+)-(\d+)-\d+{suffix}\.(inprogress|pending)$")
+        self._run = ctx.run_id
+        self._hidden = re.compile(rf"^\.{prefix}-([0-9a-f]+)-(\d+)-\d+{suffix}\.{re.escape(self._run)}\.(inprogress|pending)$")
         self._counter = 0
         self._stream: Any = None
         self._name = ""
@@ -380,7 +387,7 @@ class _FileWriter(SinkWriter):
         c = self._config
         self._name = f"{c.part_prefix}-{self._ctx.attempt_id}-{self._ctx.subtask}-{self._counter}{c.part_suffix}"
         self._counter += 1
-        self._stream = self._fs.open_output_stream(self._path("." + self._name + ".inprogress"))
+        self._stream = self._fs.open_output_stream(self._hidden_path("inprogress"))
         if self._bulk is not None:
             self._bulk.start(self._stream)
         return self._stream
@@ -392,8 +399,8 @@ class _FileWriter(SinkWriter):
         self._stream.close()
         self._stream = None
         self._size = 0
-        pending = self._path("." + self._name + ".pending")
-        self._fs.move(self._path("." + self._name + ".inprogress"), pending)
+        pending = self._hidden_path("pending")
+        self._fs.move(self._hidden_path("inprogress"), pending)
         self._rolled.append((pending, self._path(self._name)))
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
@@ -412,9 +419,10 @@ class _FileWriter(SinkWriter):
                 raise FileNotFoundError(f"pending file {pending} vanished before it was committed as {final}")
 
     def checkpoint_completed(self, checkpoint_id: int) -> None:
-        """Delete the unpublished files earlier attempts of this subtask left (and,
-        subtask 0, of subtasks a rescale removed). Never another live subtask's:
-        with region failover, subtasks run different attempts."""
+        """Delete the unpublished files earlier attempts of this run's subtask left
+        (and, subtask 0, of subtasks a rescale removed). Never another live
+        subtask's (with region failover, subtasks run different attempts), nor
+        another run's (its savepoint may still publish them)."""
         if self._cleaned:
             return
         self._cleaned = True
@@ -433,6 +441,9 @@ class _FileWriter(SinkWriter):
 
     def _path(self, name: str) -> str:
         return posixpath.join(self._base, name)
+
+    def _hidden_path(self, stage: str) -> str:
+        return self._path(f".{self._name}.{self._run}.{stage}")
 
 
 def _to_table(rows: list[Any], schema: pa.Schema | None) -> pa.Table:

@@ -1108,6 +1108,7 @@ class JobMaster:
                     transport=g.execution.transport,
                     restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
                     runtime_mode=g.runtime_mode,
+                    run_id=g.run_id,
                 )
                 deployments.append(Deployment((v.id, i), self.attempt, td, []))
         by_key = {d.key: d for d in deployments}

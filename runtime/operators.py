@@ -192,6 +192,10 @@ class OperatorContext:
     # Sends an event from the operator (by uid) to its coordinator on the job master.
     send_operator_event: Callable[[str, Any], None] = field(default=lambda uid, event: None, repr=False)
     runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # the job's, resolved: never AUTOMATIC
+    # The submission this subtask runs for (the same across its failovers and
+    # rescales): a sink names what it leaves behind with it, so that its cleanup
+    # never touches what another job, or another run of this one, wrote.
+    run_id: str = ""
 
     @property
     def key_groups(self) -> KeyGroupRange:

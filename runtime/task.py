@@ -73,6 +73,7 @@ class TaskDeployment:
     transport: TransportConfig
     restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
     runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # the job's, resolved
+    run_id: str = ""  # the submission's id (JobGraph.run_id)
 
     @property
     def name(self) -> str:
@@ -217,7 +218,7 @@ class StreamTask:
         ]
         ctx = OperatorContext(
             d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id,
-            ports.send_operator_event, d.runtime_mode,
+            ports.send_operator_event, d.runtime_mode, d.run_id,
         )
         edges = d.vertex.outputs
         main = [w for w, e in zip(self.writers, edges) if e.side_output is None]

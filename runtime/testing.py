@@ -90,13 +90,15 @@ class OperatorHarness:
         max_parallelism: int = 128,
         attempt_id: str = "harness",
         runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING,
+        run_id: str = "run",
     ) -> None:
-        """``runtime_mode``: the job's, STREAMING or BATCH (see :class:`RuntimeExecutionMode`)."""
+        """``runtime_mode``: the job's, STREAMING or BATCH (see :class:`RuntimeExecutionMode`);
+        ``run_id``: the submission it runs for (see :class:`OperatorContext`)."""
         self.operator = operator
         self._out = _Collect()
         self._taken = 0
         ctx = OperatorContext(
-            "harness", operator.name, subtask, parallelism, max_parallelism, attempt_id, runtime_mode=runtime_mode)
+            "harness", operator.name, subtask, parallelism, max_parallelism, attempt_id, runtime_mode=runtime_mode, run_id=run_id)
         operator.setup(ctx, self._out)
         restored = RestoredState() if restore is None else RestoredState.from_snapshots(restore, subtask, parallelism)
         operator.initialize_state(restored)

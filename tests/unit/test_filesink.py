@@ -72,6 +72,25 @@ def test_a_subtask_cleans_only_its_own_leftovers_and_those_of_removed_subtasks(t
     assert sorted(read_committed(path)) == [[1, 1], [2, 2]]
 
 
+def test_a_run_never_cleans_up_the_files_another_run_left_for_its_savepoint(tmp_path):
+    """A job stopped with a savepoint leaves its pending files for the savepoint to
+    publish. A later job on the same folder (or a new run of the same job, not
+    restored) cleans up only its own leftovers, so the savepoint still restores."""
+    path = str(tmp_path / "out")
+    stopped = OperatorHarness.sink(FileSink(path), attempt_id="a1", run_id="r1")
+    stopped.process([1, 1])
+    savepoint = stopped.snapshot(1)                     # pending: the savepoint publishes it
+    later = OperatorHarness.sink(FileSink(path), attempt_id="b1", run_id="r2")
+    later.process([2, 2])
+    later.snapshot(1)
+    later.notify_complete(1)                            # its first checkpoint: its cleanup runs
+    assert read_committed(path) == [[2, 2]]
+    resumed = OperatorHarness.sink(FileSink(path), attempt_id="c1", run_id="r3", restore=[savepoint])
+    resumed.snapshot(2)
+    resumed.notify_complete(2)
+    assert sorted(read_committed(path)) == [[1, 1], [2, 2]]
+
+
 def test_commit_is_idempotent(tmp_path):
     path = str(tmp_path / "out")
     op = _sink_op(path, "jsonl", "a1")
@@ -96,7 +115,7 @@ def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
     numbers = env.from_collection([1, 2, 3])
     numbers.sink_to(FileSink(str(tmp_path / "out")))
     numbers.map(lambda x: -x).sink_to(FileSink(str(tmp_path / "other")))  # another folder: fine
-    with pytest.raises(InvalidJobGraphError, match=rf"two sinks of this job write to {tmp_path}/out \(Sink: FileSink and another FileSink\)"):
+    with pytest.raises(InvalidJobGraphError, match=rf"two sinks of this job write to folder {tmp_path}/out \(Sink: FileSink and another FileSink\)"):
         numbers.map(lambda x: x * 2).sink_to(FileSink(str(tmp_path / "out") + "/"))
 
 
