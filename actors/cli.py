@@ -187,8 +187,8 @@ def pool(ctx: click.Context, action: str) -> None:
     if ctx.obj["json"]:
         _emit(ctx, stats)
         return
-    _emit(ctx, stats["shapes"], ["shape", "idle", "starting", "leased"], "task actors")
-    _emit(ctx, {k: stats[k] for k in ("idle_coordinators", "jobs", "created", "settings")})
+    _emit(ctx, stats["shapes"], ["shape", "fresh", "idle", "starting", "leased"], "task actors")
+    _emit(ctx, {k: stats[k] for k in ("idle_coordinators", "applications", "jobs", "created", "settings")})
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

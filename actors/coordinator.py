@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray import cloudpickle  # keeps each function's file name: a user's traceback shows its source lines
 
 from actors.cluster import task_actor_name
 from actors.exchange import Endpoint, Route
 from actors.metrics import JobMetrics, report_every_second
-from actors.pool import CANCEL_GRACE_S, JobAssignment, JobScope, Shape, _id, get_pool
+from actors.ledger import Application, JobAssignment, Shape
+from actors.pool import CANCEL_GRACE_S, JobScope, _id, get_pool
 from runtime.checkpointing import TaskKey, task_name
 from runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
 from runtime.config import ExecutionConfig
@@ -118,8 +120,10 @@ class RayGateway:
     cancelled, not killed, and their slots are reused once the cancelled task has
     returned: a failover needs new processes only for slots that died."""
 
-    def __init__(self, graph: JobGraph, coordinator: Any, pool: Any, runtime_env: dict[str, Any], env: dict[str, str]) -> None:
+    def __init__(self, graph: JobGraph, app: Application, coordinator: Any, pool: Any, runtime_env: dict[str, Any],
+                 env: dict[str, str]) -> None:
         self._graph = graph
+        self._app = app  # the application whose slots the job may use
         self._coordinator = coordinator
         self._pool = pool
         self._runtime_env = runtime_env
@@ -215,7 +219,7 @@ class RayGateway:
             take, self._spare[key] = spare[: len(ds)], spare[len(ds):]
             actors.update({d.key: actor for d, actor in zip(ds, take)})
             if len(take) < len(ds):
-                leases[key] = self._pool.lease.remote(self._graph.name, shapes[key], len(ds) - len(take))
+                leases[key] = self._pool.lease.remote(self._graph.name, self._app, shapes[key], len(ds) - len(take))
         for key, ref in leases.items():
             rest = [d for d in wanted[key] if d.key not in actors]
             actors.update({d.key: actor for d, actor in zip(rest, ray.get(ref))})
@@ -390,7 +394,7 @@ class JobCoordinator:
         if _was_restarted() and self._pool is not None:
             assignment = ray.get(self._pool.assignment.remote(ray.get_runtime_context().get_actor_id()))
             if assignment is not None:
-                ray.get(self._pool.reclaim.remote(assignment.graph.name))
+                ray.get(self._pool.reclaim.remote(assignment.name))
                 self._start(assignment, recovering=True)
 
     def ready(self) -> bool:
@@ -407,16 +411,18 @@ class JobCoordinator:
 
     def start(self, assignment: JobAssignment) -> None:
         if self._running is not None:  # the pool hands a coordinator one job at a time
-            raise WeirError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.graph.name}'")
+            raise WeirError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.name}'")
         if _was_restarted():  # Ray may be delivering again a start its dead process had begun: no task of that must run on
-            ray.get(self._pool.reclaim.remote(assignment.graph.name))
+            ray.get(self._pool.reclaim.remote(assignment.name))
         self._start(assignment, recovering=False)
 
     def _start(self, assignment: JobAssignment, recovering: bool) -> None:
         context = ray.get_runtime_context()
         self._scope.enter(assignment.faults)
-        graph = assignment.graph
-        gateway = RayGateway(graph, context.current_actor, self._pool, context.runtime_env, assignment.faults)
+        graph = cloudpickle.loads(assignment.graph)
+        for parallelism in assignment.rescales:  # a restart keeps the rescales that completed
+            graph = graph.rescaled(parallelism)
+        gateway = RayGateway(graph, assignment.app, context.current_actor, self._pool, context.runtime_env, assignment.faults)
         master = JobMaster(graph, gateway, recovering=recovering, first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
                            on_end=lambda status: self._ended(hosted), tick_s=self.TICK_S)
         hosted = _HostedJob(graph, master, gateway)
@@ -468,7 +474,10 @@ class JobCoordinator:
         return self._ask(job, StopJob(path, drain, Request()), timeout_s)
 
     def rescale(self, job: str, parallelism: dict[str, int], timeout_s: float) -> tuple[str, Any]:
-        return self._ask(job, RescaleJob(parallelism, Request()), timeout_s)
+        answer = self._ask(job, RescaleJob(parallelism, Request()), timeout_s)
+        if answer[0] == "ok":  # before the caller hears of it: a restarted coordinator deploys the rescaled job
+            ray.get(self._pool.rescaled.remote(job, parallelism))
+        return answer
 
     def _ask(self, job: str, letter: AskLetter, timeout_s: float) -> tuple[str, Any]:
         try:

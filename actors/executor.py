@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import datetime
 import os
+import socket
 import time
 from typing import Any
 
 import ray
+from ray import cloudpickle  # keeps each function's file name: a user's traceback shows its source lines
 
 from actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
 from actors.collect import RayCollectChannel
 from actors.coordinator import check_feasible
-from actors.pool import JobAssignment, get_pool
-from runtime.errors import JobCancelledError, JobExecutionError, JobForgottenError, WeirError
+from actors.ledger import Application, Conflict, JobAssignment
+from actors.pool import get_pool
+from runtime.errors import (
+    JobAlreadyRunningError,
+    JobCancelledError,
+    JobExecutionError,
+    JobForgottenError,
+    OutputInUseError,
+    WeirError,
+)
 from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from runtime.graph import JobGraph
 from runtime.storage import CheckpointStorage
@@ -21,10 +32,6 @@ DEFAULT_LINGER_S = 300.0
 
 
 class JobNotFoundError(WeirError):
-    pass
-
-
-class JobAlreadyRunningError(WeirError):
     pass
 
 
@@ -177,18 +184,51 @@ def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
     return out
 
 
+_application: Application | None = None
+
+
+def this_application() -> Application:
+    """This driver as the pool knows it: its Ray job id, and an object it owns,
+    which Ray loses when the driver exits (then the pool retires the processes
+    that ran its code)."""
+    global _application
+    job_id = ray.get_runtime_context().get_job_id()
+    if _application is None or _application.id != job_id:  # a driver may reconnect: a new Ray job
+        _application = Application(job_id, f"{socket.gethostname()} pid {os.getpid()}", [ray.put(job_id)])
+    return _application
+
+
+def _refusal(name: str, conflict: Conflict) -> JobAlreadyRunningError | OutputInUseError:
+    since = datetime.datetime.fromtimestamp(conflict.submitted_at).strftime("%H:%M:%S") if conflict.submitted_at else "?"
+    running = f"(run {conflict.run_id}, submitted at {since} by {conflict.where})"
+    reach = (f"watch it with `weir status {conflict.job}` or RayJobClient.attach('{conflict.job}'), "
+             f"end it with `weir cancel {conflict.job}` or `weir stop {conflict.job} --savepoint PATH`")
+    if conflict.location is None:
+        return JobAlreadyRunningError(
+            f"a job named '{name}' is already running on this Ray cluster {running}; one name runs once at a time: "
+            f"{reach}, or submit under another name", job=conflict.job, run_id=conflict.run_id)
+    return OutputInUseError(
+        f"sink '{conflict.operator}' of job '{name}' writes to {conflict.location}, which running job '{conflict.job}' "
+        f"{running} writes to; "
+        f"an output belongs to one running job, and nothing was written: {reach}, or give the sink an output of its own",
+        job=conflict.job, location=conflict.location)
+
+
 class RayExecutor(Executor):
     def collect_channel(self) -> RayCollectChannel:
         ensure_ray()
         return RayCollectChannel()
 
     def submit(self, graph: JobGraph) -> RayJobClient:
+        """Start the job on the cluster's pool; refused (nothing started, nothing
+        written) when a running job holds its name or one of its outputs."""
         ensure_ray()
         check_feasible(graph)
         linger_s = float(os.environ.get("WEIR_JOB_LINGER_S", DEFAULT_LINGER_S))
         faults = {k: v for k, v in os.environ.items() if k.startswith("WEIR_FAULT")}  # weir's own failure tests
-        assignment = JobAssignment(graph, linger_s, faults)
-        actor, running = ray.get(get_pool().submit.remote(assignment, actor_runtime_env()))
-        if actor is None:
-            raise JobAlreadyRunningError(f"a job named '{graph.name}' is {running} on this Ray cluster; pick another name or cancel it")
+        assignment = JobAssignment(graph.name, graph.run_id, cloudpickle.dumps(graph), this_application(), graph.outputs,
+                                   linger_s, faults, submitted_at=time.time())
+        actor, conflict = ray.get(get_pool().submit.remote(assignment, actor_runtime_env()))
+        if conflict is not None:
+            raise _refusal(graph.name, conflict)
         return RayJobClient(graph.name, actor, CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id))

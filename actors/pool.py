@@ -5,22 +5,29 @@ a small machine that takes seconds. So weir starts them ahead of time. One pool 
 Ray cluster, a named actor (``weir-pool`` in the ``weir`` namespace) pinned to the
 head node and created by the first job submitted (or ``weir pool start``), keeps:
 
-- idle **slots**, task actors whose process is up, per *shape*: the Ray options a
-  task asks for (CPUs, GPUs, memory, custom resources, placement, concurrency)
-  plus the submitter's runtime env (its ``working_dir``, ``pip``, env vars);
-- idle **job coordinators**, per runtime env;
-- the **registry** of jobs by name (``weir list``, ``RayJobClient.attach``).
+- fresh **slots**, task actors whose process is up and has never run a job, per
+  *shape*: the Ray options a task asks for (CPUs, GPUs, memory, custom
+  resources, placement, concurrency) plus the submitter's runtime env (its
+  ``working_dir``, ``pip``, env vars);
+- fresh **job coordinators**, per runtime env;
+- the **registry** of jobs by name and by exclusive output (``weir list``,
+  ``RayJobClient.attach``): one running job per name and per output.
 
-A background thread tops each shape seen up to its idle target and retires idle
-slots beyond it after ``idle_timeout_s``.
+The rules (which application's code may run where, one name one job) are kept by
+:class:`actors.ledger.PoolLedger`, without Ray; this actor carries them out. A
+background thread tops each shape up to its target of fresh slots, retires idle
+ones after ``idle_timeout_s``, and retires the processes of applications whose
+driver has exited.
 
-A slot's life: idle → leased to one job, where it runs that job's tasks across
-attempts and rescales → given back when the job ends: *reset* (its task object,
-the Python modules the job imported from outside site-packages and the standard
-library, and the job's fault-injection settings are dropped) and idle again, or
-killed when its task did not end cleanly (killed, crashed, stuck after cancel) or
-when reuse is off (``WEIR_POOL_REUSE=0``). What a reused process still keeps is
-listed in docs/operations.md ("What a reused process keeps").
+A slot's life: fresh → leased to one job of one application, where it runs that
+job's tasks across attempts and rescales → given back when the job ends: *reset*
+(its task object, the Python modules the job imported from outside
+site-packages and the standard library, and the job's fault-injection settings
+are dropped) and idle for that application's next job, or killed when its task
+did not end cleanly (killed, crashed, stuck after cancel), when its application
+has ended, or when reuse is off (``WEIR_POOL_REUSE=0``). It never serves another
+application. What a reused process still keeps is listed in docs/operations.md
+("Jobs on a shared cluster").
 
 Ownership: slots and coordinators are this actor's children, so they outlive the
 driver that submitted a job (``weir run``, ``ray job submit``) and a coordinator
@@ -40,90 +47,16 @@ import sys
 import sysconfig
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
+from actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
 
 POOL_NAME = "weir-pool"
 log = logging.getLogger("weir.pool")
 COORDINATOR_RESTARTS = 5  # Ray restarts a dead job coordinator this often; it recovers from storage
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    """Read from the environment of the process that creates the pool."""
-
-    idle_slots: int = 4  # idle task actors kept per shape in use
-    idle_coordinators: int = 1  # idle job coordinators kept per runtime env
-    # Idle slots beyond the target leave after this; a shape no job leased for 6x
-    # this long keeps none. Idle slots hold their CPU share, which Spark or Ray
-    # Data on the same cluster may be waiting for.
-    idle_timeout_s: float = 60.0
-    reuse: bool = True  # a job's slots serve later jobs (reset) instead of leaving
-
-    @staticmethod
-    def from_env() -> "PoolSettings":
-        env = os.environ
-        return PoolSettings(
-            idle_slots=int(env.get("WEIR_POOL_IDLE_SLOTS", PoolSettings.idle_slots)),
-            idle_coordinators=int(env.get("WEIR_POOL_IDLE_COORDINATORS", PoolSettings.idle_coordinators)),
-            idle_timeout_s=float(env.get("WEIR_POOL_IDLE_TIMEOUT_S", PoolSettings.idle_timeout_s)),
-            reuse=env.get("WEIR_POOL_REUSE", "1") not in ("0", "false", "no"),
-        )
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a task actor is created with: Ray options and a runtime env."""
-
-    options: dict[str, Any]
-    runtime_env: dict[str, Any]
-
-    @property
-    def key(self) -> str:
-        return json.dumps([self.options, self.runtime_env], sort_keys=True, default=str)
-
-    @property
-    def cpus(self) -> float:
-        return float(self.options.get("num_cpus", 1))
-
-
-@dataclass
-class JobAssignment:
-    """What a job coordinator runs; kept by the pool so that a coordinator Ray
-    restarted can pick its job up again."""
-
-    graph: Any  # runtime.graph.JobGraph
-    linger_s: float
-    faults: dict[str, str]  # WEIR_FAULT* of the submitter (weir's own failure tests)
-    incarnation: int = 0  # how often Ray restarted this job's coordinator
-    # Its coordinator accepted it (``start`` returned). Until then a restarted
-    # coordinator must not recover it: the ``start`` call is still on its way
-    # (Ray delivers it to the new process, or the pool takes another coordinator).
-    started: bool = False
-
-
-@dataclass
-class _Slot:
-    actor: Any
-    shape: str
-    ready: Any  # ref of actor.ready(): the node id once the process is up
-    node_id: str = ""
-    job: str | None = None
-    idle_since: float = 0.0  # when a job gave it back (0: it never ran a task)
-
-
-@dataclass
-class _Coordinator:
-    actor: Any
-    env: str
-    ready: Any
-    job: str | None = None  # the job it runs now
-    retiring: bool = False  # Ray restarted it: it takes no new job
-    up: bool = False  # its process has started
 
 
 # Modules a job imports from these folders stay loaded when its process is reset
@@ -172,78 +105,54 @@ def _id(actor: Any) -> str:
 class SlotPool:
     REFILL_EVERY_S = 0.25
     CPU_RESERVE = 1.0
-    # A shape is refilled once it has been short of idle slots this long (at once
-    # when a slot was lost): a short job's slots come back when it ends, and a
-    # process started meanwhile would compete with the job for CPU (on 2 cores,
-    # 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2 boots: 2-4x
-    # their CPU).
-    REFILL_DELAY_S = 5.0
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
+        self.ledger = PoolLedger(settings)
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._shapes: dict[str, Shape] = {}
-        self._short_since: dict[str, float] = {}  # shape key -> when it fell short of idle slots
-        self._leased_at: dict[str, float] = {}  # shape key -> its latest lease
-        self._largest_lease: dict[str, int] = {}  # shape key -> most slots one lease took lately
-        self._refill_now: set[str] = set()  # shapes that lost slots: refill without the delay
-        self._scarce_until = 0.0  # idle slots were retired to free CPU: start none before this
-        self._slots: dict[str, _Slot] = {}
-        self._envs: dict[str, dict[str, Any]] = {}
-        self._coordinators: dict[str, _Coordinator] = {}
-        self._jobs: dict[str, tuple[str, JobAssignment]] = {}  # job name -> (coordinator id, assignment)
+        self._actors: dict[str, Any] = {}  # slot or coordinator id -> its actor
+        self._starting: dict[str, Any] = {}  # id -> its ready() call, while its process starts
+        self._alive: dict[str, Any] = {}  # application id -> the object its driver owns
         self.created = {"slots": 0, "coordinators": 0}
         threading.Thread(target=self._refill_loop, name="refill", daemon=True).start()
 
     # ------------------------------------------------------------ slots
-    def lease(self, job: str, shape: Shape, count: int) -> list[Any]:
-        """``count`` slots of ``shape`` for ``job``, at once: idle started ones first
-        (spread over nodes round-robin), then idle ones still starting, then new
-        ones. Those not started yet may wait for room on the cluster: the job's
-        gateway waits for them (with its deadline, and gives up on a cancel)."""
+    def lease(self, job: str, app: Application, shape: Shape, count: int) -> list[Any]:
+        """``count`` slots of ``shape`` for ``job`` of ``app``, at once (see
+        :meth:`PoolLedger.lease`). Those not started yet may wait for room on the
+        cluster: the job's gateway waits for them (with its deadline, and gives up
+        on a cancel)."""
         with self._lock:
-            self._shapes.setdefault(shape.key, shape)
-            if time.monotonic() - self._leased_at.get(shape.key, 0.0) > 6 * self.settings.idle_timeout_s:
-                self._largest_lease[shape.key] = 0
-            self._leased_at[shape.key] = time.monotonic()
-            self._largest_lease[shape.key] = max(count, self._largest_lease.get(shape.key, 0))
-            # Slots given back last go out first (warm, and the rest can retire).
-            idle = sorted((s for s in self._slots.values() if s.shape == shape.key and s.job is None), key=lambda s: -s.idle_since)
-            started = _spread([s for s in idle if s.node_id])
-            waiting = [s for s in idle if not s.node_id]
-            taken = (started + waiting)[:count]
-            taken += [self._new_slot(shape) for _ in range(count - len(taken))]
-            for s in taken:
-                s.job = job
+            self._watch(app)
+            taken, missing = self.ledger.lease(job, app.id, shape, count, time.monotonic())
+            taken += [self._new_slot(shape, job, app.id) for _ in range(missing)]
+            actors = [self._actors[sid] for sid in taken]
         self._wake.set()
-        return [s.actor for s in taken]
+        return actors
 
     def give_back(self, job: str, actors: list[Any]) -> None:
         """The job is done with these slots and their tasks ended cleanly: reset
-        them for the next job, or let them go when reuse is off."""
-        if not self.settings.reuse:
-            self.forget(actors, kill=True)
-            return
+        them for its application's next job, or let them go (see
+        :meth:`PoolLedger.give_back`)."""
         resets = {_id(a): a.reset.remote() for a in actors}
-        for aid, ref in resets.items():
+        for a in actors:
             try:
-                ray.get(ref, timeout=30)
+                ray.get(resets[_id(a)], timeout=30)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-                self.forget([a for a in actors if _id(a) == aid], kill=True)
+                self.forget([a], kill=True)
                 continue
             with self._lock:
-                slot = self._slots.get(aid)
-                if slot is not None and slot.job == job:
-                    slot.job, slot.idle_since = None, time.monotonic()
+                kept = self.ledger.give_back(job, _id(a), time.monotonic())
+            if not kept:
+                self.forget([a], kill=True)
 
     def forget(self, actors: list[Any], kill: bool = False) -> None:
         """These slots are gone (the job killed them) or must go."""
         with self._lock:
+            self.ledger.forget_slots([_id(a) for a in actors])
             for a in actors:
-                gone = self._slots.pop(_id(a), None)
-                if gone is not None:
-                    self._refill_now.add(gone.shape)
+                self._actors.pop(_id(a), None)
         if kill:
             for a in actors:
                 ray.kill(a, no_restart=True)
@@ -256,19 +165,19 @@ class SlotPool:
         as a failover reuses the slots of cancelled tasks; one whose task does
         not return within CANCEL_GRACE_S is killed. Returns how many were killed."""
         with self._lock:
-            leased = [s.actor for s in self._slots.values() if s.job == job]
+            leased = [self._actors[sid] for sid in self.ledger.leased_to(job)]
         answers = {_id(a): a.abandon.remote(CANCEL_GRACE_S) for a in leased}
-        freed, victims = [], []
+        victims = []
         for a in leased:
             try:
-                (freed if ray.get(answers[_id(a)], timeout=CANCEL_GRACE_S + 10) else victims).append(a)
+                freed = ray.get(answers[_id(a)], timeout=CANCEL_GRACE_S + 10)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                freed = False
+            if freed:
+                with self._lock:
+                    freed = self.ledger.give_back(job, _id(a), time.monotonic())
+            if not freed:
                 victims.append(a)
-        with self._lock:
-            for a in freed:
-                slot = self._slots.get(_id(a))
-                if slot is not None and slot.job == job:
-                    slot.job, slot.idle_since = None, time.monotonic()
         self.forget(victims, kill=True)
         for a in victims:  # wait until they are gone: no letter of theirs may reach the new attempt
             try:
@@ -277,151 +186,153 @@ class SlotPool:
                 pass
         return len(victims)
 
-    def _new_slot(self, shape: Shape) -> _Slot:
+    def _new_slot(self, shape: Shape, job: str | None = None, app: str | None = None) -> str:
         from actors.task_actor import RemoteTaskActor
 
         actor = RemoteTaskActor.options(**shape.options, runtime_env=shape.runtime_env).remote()
-        slot = _Slot(actor, shape.key, actor.ready.remote())
-        self._slots[_id(actor)] = slot
+        sid = _id(actor)
+        self.ledger.add_slot(sid, shape.key, job, app)
+        self._actors[sid], self._starting[sid] = actor, actor.ready.remote()
         self.created["slots"] += 1
-        return slot
+        return sid
 
     # ------------------------------------------------------------ jobs
-    def submit(self, assignment: JobAssignment, runtime_env: dict[str, Any]) -> tuple[Any, str | None]:
-        """Start a job on an idle coordinator. Returns (coordinator, None), or
-        (None, status) when a job of that name is still running."""
-        name = assignment.graph.name
-        with self._lock:
-            old = self._jobs.get(name)
-        if old is not None:
-            actor = self._coordinators[old[0]].actor
-            try:
-                status = ray.get(actor.status.remote(name), timeout=10)
-            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-                status = "FAILED"  # its record is gone
-            if status not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
-                return None, status
+    def submit(self, assignment: JobAssignment, runtime_env: dict[str, Any]) -> tuple[Any, Conflict | None]:
+        """Start a job on a coordinator of its application or a fresh one. Returns
+        (coordinator, None), or (None, conflict) when a running job holds its name
+        or one of its outputs (see :meth:`PoolLedger.reserve`)."""
         env_key = json.dumps(runtime_env, sort_keys=True, default=str)
-        for _try in range(3):
+        for _try in range(5):
             with self._lock:
-                self._envs.setdefault(env_key, runtime_env)
-                idle = [c for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring]
-                coordinator = idle[0] if idle else self._new_coordinator(env_key)
-                coordinator.job = name
-                self._jobs[name] = (_id(coordinator.actor), assignment)
+                self._watch(assignment.app)
+                outcome = self.ledger.reserve(assignment, runtime_env, env_key, time.monotonic())
+                if not isinstance(outcome, Conflict):
+                    cid = outcome if outcome is not None else self._new_coordinator(env_key)
+                    if outcome is None:
+                        self.ledger.place_job(assignment, cid)
+                    actor = self._actors[cid]
             self._wake.set()
+            if isinstance(outcome, Conflict):
+                if self._has_ended(outcome):
+                    continue  # its name and outputs are free now
+                return None, outcome
             try:
-                ray.get(coordinator.actor.start.remote(assignment))
+                ray.get(actor.start.remote(assignment))
                 with self._lock:
                     assignment.started = True
-                return coordinator.actor, None
+                return actor, None
             except ray.exceptions.RayActorError:  # it died idle: drop it, take another
                 with self._lock:
-                    self._coordinators.pop(_id(coordinator.actor), None)
-                    self._jobs.pop(name, None)
-        raise RuntimeError(f"could not start a job coordinator for '{name}'")
+                    self.ledger.start_failed(assignment.name, cid)
+                    self._actors.pop(cid, None)
+        raise RuntimeError(f"could not start a job coordinator for '{assignment.name}'")
+
+    def _has_ended(self, conflict: Conflict) -> bool:
+        """Whether the job in the way has ended after all: its status is final
+        (its coordinator is still reporting the end to the pool), or its
+        coordinator is dead and Ray will not restart it again. A coordinator
+        that does not answer (restarting, busy) holds its job's name and outputs."""
+        actor = self._actors.get(conflict.coordinator)
+        try:
+            status = ray.get(actor.status.remote(conflict.job), timeout=5) if actor is not None else "RUNNING"
+            if status not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
+                return False
+        except ray.exceptions.RayTaskError:  # the coordinator has forgotten the job: it ended long ago
+            pass
+        except ray.exceptions.ActorDiedError:
+            with self._lock:
+                held = [self._actors.pop(sid) for sid in self.ledger.coordinator_lost(conflict.coordinator) if sid in self._actors]
+                self._actors.pop(conflict.coordinator, None)
+            for a in held:
+                ray.kill(a, no_restart=True)
+            return True
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            return False
+        with self._lock:
+            self.ledger.job_over(conflict.job, conflict.run_id)
+        return True
 
     def assignment(self, coordinator_id: str) -> JobAssignment | None:
-        """The running job of a coordinator that Ray restarted (one more
-        incarnation); None when its job had ended (an ended job never runs
-        again) or when the job was only on its way to it: a coordinator killed
-        idle and handed a job before its new process was up gets that job by
-        its ``start`` call, once."""
+        """The running job of a coordinator that Ray restarted (see
+        :meth:`PoolLedger.restarted_assignment`)."""
         with self._lock:
-            c = self._coordinators.get(coordinator_id)
-            if c is None or c.job is None:
-                return None
-            assignment = self._jobs[c.job][1]
-            if not assignment.started:
-                return None
-            assignment.incarnation += 1
-            return assignment
+            return self.ledger.restarted_assignment(coordinator_id)
 
     def job_finished(self, coordinator_id: str, reusable: bool) -> None:
-        """The coordinator's job has ended: it is free for the next job, unless Ray
-        restarted it (its restart budget is spent in part): then it serves no
-        other job and leaves once its records are forgotten."""
+        """The coordinator's job has ended: its name and outputs are free."""
         with self._lock:
-            c = self._coordinators.get(coordinator_id)
-            if c is not None:
-                c.job = None
-                c.retiring = not reusable
+            self.ledger.job_ended(coordinator_id, reusable, time.monotonic())
         self._wake.set()
 
     def forget_job(self, job: str, coordinator_id: str) -> None:
         """The ended job's record has lingered long enough (``WEIR_JOB_LINGER_S``)."""
         with self._lock:
-            if self._jobs.get(job, ("",))[0] == coordinator_id:
-                del self._jobs[job]
-            c = self._coordinators.get(coordinator_id)
-            leaving = c is not None and c.retiring and not any(cid == coordinator_id for cid, _ in self._jobs.values())
-            if leaving:
-                del self._coordinators[coordinator_id]
-        if leaving:
-            ray.kill(c.actor, no_restart=True)
+            leaving = self._actors.pop(coordinator_id, None) if self.ledger.forget_job(job, coordinator_id) else None
+        if leaving is not None:
+            ray.kill(leaving, no_restart=True)
+
+    def rescaled(self, job: str, parallelism: dict[str, int]) -> None:
+        """A rescale of ``job`` completed: a restart of its coordinator keeps it."""
+        with self._lock:
+            self.ledger.rescaled(job, parallelism)
 
     def coordinator_of(self, job: str) -> Any:
         with self._lock:
-            entry = self._jobs.get(job)
-            return self._coordinators[entry[0]].actor if entry else None
+            entry = self.ledger.jobs.get(job)
+            return None if entry is None else self._actors.get(entry.coordinator)
 
     def jobs(self) -> list[str]:
         """Jobs running or ended lately (their records linger)."""
         with self._lock:
-            return sorted(self._jobs)
+            return sorted(self.ledger.jobs)
+
+    def running_jobs(self) -> list[str]:
+        with self._lock:
+            return sorted(name for name, e in self.ledger.jobs.items() if not e.ended)
 
     def idle_slots(self) -> list[Any]:
-        """The idle slots' actors (for operators and tests: killing one rehearses
-        a slot that dies while it waits)."""
+        """The idle slots' actors, fresh or an application's (for operators and
+        tests: killing one rehearses a slot that dies while it waits)."""
         with self._lock:
-            return [s.actor for s in self._slots.values() if s.job is None and s.node_id]
+            return [self._actors[sid] for sid, s in self.ledger.slots.items() if s.job is None and s.node_id]
 
     def idle_coordinators(self) -> list[Any]:
         """The idle job coordinators' actors (for operators and tests, as
         :meth:`idle_slots`)."""
         with self._lock:
-            return [c.actor for c in self._coordinators.values() if c.job is None and not c.retiring]
+            return [self._actors[cid] for cid, c in self.ledger.coordinators.items() if c.job is None and not c.retiring]
 
     def slot_ids(self) -> list[str]:
         """Every slot the pool holds, idle or leased (Ray actor ids)."""
         with self._lock:
-            return list(self._slots)
+            return list(self.ledger.slots)
 
-    def running_jobs(self) -> list[str]:
+    def slot_owners(self) -> dict[str, str | None]:
+        """Each slot's application (None: fresh), by Ray actor id."""
         with self._lock:
-            return sorted(c.job for c in self._coordinators.values() if c.job is not None)
+            return {sid: s.app for sid, s in self.ledger.slots.items()}
 
-    def _new_coordinator(self, env_key: str) -> _Coordinator:
+    def _new_coordinator(self, env_key: str) -> str:
         from actors.coordinator import RemoteJobCoordinator
 
         actor = RemoteJobCoordinator.options(
-            num_cpus=0, max_concurrency=64, runtime_env=self._envs[env_key],
+            num_cpus=0, max_concurrency=64, runtime_env=self.ledger.envs[env_key],
             max_restarts=COORDINATOR_RESTARTS, max_task_retries=COORDINATOR_RESTARTS,
         ).remote()
-        c = _Coordinator(actor, env_key, actor.ready.remote())
-        self._coordinators[_id(actor)] = c
+        cid = _id(actor)
+        self.ledger.add_coordinator(cid, env_key)
+        self._actors[cid], self._starting[cid] = actor, actor.ready.remote()
         self.created["coordinators"] += 1
-        return c
+        return cid
+
+    def _watch(self, app: Application) -> None:
+        if app.alive is not None:
+            self._alive.setdefault(app.id, app.alive[0])
 
     # ------------------------------------------------------------ upkeep
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            shapes = []
-            for key, shape in self._shapes.items():
-                mine = [s for s in self._slots.values() if s.shape == key]
-                shapes.append({
-                    "shape": ", ".join(f"{k}={v}" for k, v in sorted(shape.options.items()) if k != "scheduling_strategy"),
-                    "idle": sum(1 for s in mine if s.job is None and s.node_id),
-                    "starting": sum(1 for s in mine if s.job is None and not s.node_id),
-                    "leased": sum(1 for s in mine if s.job is not None),
-                })
-            return {
-                "settings": vars(self.settings),
-                "shapes": shapes,
-                "idle_coordinators": sum(1 for c in self._coordinators.values() if c.job is None and not c.retiring),
-                "jobs": sorted(self._jobs),
-                "created": dict(self.created),
-            }
+            return {**self.ledger.stats(), "created": dict(self.created)}
 
     def _refill_loop(self) -> None:
         while True:
@@ -435,84 +346,70 @@ class SlotPool:
                 log.exception("refilling the slot pool failed")
 
     def _refill(self) -> None:
-        now = time.monotonic()
-        retire = []
+        """Carry out the ledger's refill plan, note the processes that came up, and
+        retire those of applications whose driver has exited."""
         # Idle slots never take the cluster's last CPU_RESERVE CPUs: Spark, Ray
-        # Data (whose tasks ask for a whole CPU) and other work keep room, and
-        # idle slots give it back when it runs short.
+        # Data (whose tasks ask for a whole CPU) and other work keep room.
         free = ray.available_resources().get("CPU", 0.0) - self.CPU_RESERVE
         with self._lock:
-            # No spare starts beside a process still starting (a job's own slots
-            # or coordinator, on a cold pool): on a small machine they would
-            # compete with it for CPU. Replacing a lost slot does not wait.
-            booting = any(not s.node_id for s in self._slots.values()) or any(not c.up for c in self._coordinators.values())
-            for key, shape in self._shapes.items():
-                idle = sorted((s for s in self._slots.values() if s.shape == key and s.job is None), key=lambda s: s.idle_since)
-                in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
-                # Enough idle slots to redeploy the largest job of this shape at
-                # once: a failover that restarts all its tasks need not wait.
-                target = max(self.settings.idle_slots, self._largest_lease.get(key, 0)) if in_use else 0
-                if len(idle) >= target:
-                    self._short_since.pop(key, None)
-                    self._refill_now.discard(key)
-                elif key in self._refill_now or (now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S and not booting):
-                    # After a loss, every slot missing at once; otherwise one spare at a
-                    # time, so a running job never shares the CPU with several starts.
-                    for _ in range(target - len(idle) if key in self._refill_now else 1):
-                        if free < shape.cpus or now < self._scarce_until:
-                            break
-                        self._new_slot(shape)
-                        free -= shape.cpus
-                extra = idle[: max(0, len(idle) - target)]
-                retire += [s.actor for s in extra if now - s.idle_since > self.settings.idle_timeout_s]
-                for slot in idle:  # short of room: the oldest idle ones go, and none start for a while
-                    if free >= 0:
-                        break
-                    if slot.actor not in retire:
-                        retire.append(slot.actor)
-                        free += shape.cpus
-                        self._scarce_until = now + self.settings.idle_timeout_s
-            for env_key in self._envs if not booting else ():
-                idle_c = sum(1 for c in self._coordinators.values() if c.env == env_key and c.job is None and not c.retiring)
-                for _ in range(self.settings.idle_coordinators - idle_c):
-                    self._new_coordinator(env_key)
-            starting = {_id(s.actor): s.ready for s in self._slots.values() if not s.node_id}
-            coming = {c.ready: c for c in self._coordinators.values() if not c.up}
-        if coming:  # up, or dead starting (Ray restarts it): either way no longer starting
-            ready, _ = ray.wait(list(coming), num_returns=len(coming), timeout=0)
-            with self._lock:
-                for ref in ready:
-                    coming[ref].up = True
-        if retire:  # retired on purpose: no refill for them
-            with self._lock:
-                for a in retire:
-                    self._slots.pop(_id(a), None)
-            for a in retire:
-                ray.kill(a, no_restart=True)
-        if starting:  # note the node of slots that came up; drop those that died starting
+            plan = self.ledger.refill(time.monotonic(), free)
+            for key in plan.new_slots:
+                self._new_slot(self.ledger.shapes[key])
+            for env_key in plan.new_coordinators:
+                self._new_coordinator(env_key)
+            starting = dict(self._starting)
+            watched = {app: self._alive[app] for app in self.ledger.live_apps() if app in self._alive}
+        self._retire(plan.retire_slots + plan.retire_coordinators)
+        if starting:  # up, or dead starting (a coordinator Ray restarts): either way no longer starting
             ready, _ = ray.wait(list(starting.values()), num_returns=len(starting), timeout=0)
-            done = {ref: aid for aid, ref in starting.items() if ref in ready}
-            for ref, aid in done.items():
-                try:
-                    node = ray.get(ref)
-                except ray.exceptions.RayError:
-                    with self._lock:
-                        self._slots.pop(aid, None)
-                    continue
+            for aid, ref in starting.items():
+                if ref in ready:
+                    self._came_up(aid, ref)
+        for app, alive in watched.items():
+            if _owner_died(alive):
                 with self._lock:
-                    slot = self._slots.get(aid)
-                    if slot is not None and not slot.node_id:
-                        slot.node_id = node
+                    ended = self.ledger.app_ended(app)
+                log.info("application %s has ended: retiring its %d idle process(es)", app,
+                         len(ended.retire_slots) + len(ended.retire_coordinators))
+                self._retire(ended.retire_slots + ended.retire_coordinators)
+
+    def _came_up(self, aid: str, ref: Any) -> None:
+        try:
+            node = ray.get(ref)
+        except ray.exceptions.RayError:
+            node = None
+        with self._lock:
+            self._starting.pop(aid, None)
+            if aid in self.ledger.coordinators:
+                self.ledger.coordinators[aid].up = True
+            elif node is None:  # a slot that died starting
+                self.ledger.forget_slots([aid])
+                self._actors.pop(aid, None)
+            else:
+                self.ledger.slot_up(aid, node)
+
+    def _retire(self, ids: list[str]) -> None:
+        with self._lock:
+            actors = [self._actors.pop(i) for i in ids if i in self._actors]
+            for i in ids:
+                self._starting.pop(i, None)
+        for a in actors:
+            ray.kill(a, no_restart=True)
 
 
-def _spread(slots: list[_Slot]) -> list[_Slot]:
-    """Interleave slots by node (keeping their order on each node), so a job's
-    tasks land on as many nodes as it can."""
-    by_node: dict[str, list[_Slot]] = {}
-    for s in slots:
-        by_node.setdefault(s.node_id, []).append(s)
-    rounds = [[on_node[i] for on_node in by_node.values() if i < len(on_node)] for i in range(max(map(len, by_node.values()), default=0))]
-    return [s for r in rounds for s in r]
+def _owner_died(alive: Any) -> bool:
+    """Whether the driver that owns this object has exited (Ray loses an object
+    with its owner)."""
+    ready, _ = ray.wait([alive], timeout=0)
+    if not ready:
+        return False
+    try:
+        ray.get(alive, timeout=0)
+        return False
+    except ray.exceptions.OwnerDiedError:
+        return True
+    except ray.exceptions.RayError:
+        return False
 
 
 RemoteSlotPool = ray.remote(SlotPool)

@@ -633,6 +633,13 @@ class KafkaSink(Sink):
             return _TransactionalWriter(config, self.serializer, f"{self.prefix}-{ctx.subtask}-{ctx.attempt_id}")
         return _StreamingWriter(config, self.serializer, self.guarantee is DeliveryGuarantee.AT_LEAST_ONCE)
 
+    def exclusive_location(self) -> str | None:
+        """With EXACTLY_ONCE, the transactional-id prefix: two running writers under
+        one prefix would abort or fence each other's transactions."""
+        if self.guarantee is not DeliveryGuarantee.EXACTLY_ONCE:
+            return None
+        return f"Kafka transactional-id prefix '{self.prefix}' at {self.bootstrap}"
+
 
 class KafkaSinkBuilder:
     def __init__(self) -> None:

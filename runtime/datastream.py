@@ -593,7 +593,7 @@ class DataStream:
         other = self._env._sink_locations.get(where) if where is not None else None
         if where is not None and other is not None:
             raise InvalidJobGraphError(
-                f"two sinks of this job write to {where.split(':', 1)[1]} ({other} and another {type(sink).__name__}): "
+                f"two sinks of this job write to {where} ({other} and another {type(sink).__name__}): "
                 "their files would collide; give each sink a folder of its own"
             )
         s = self._then(f"Sink: {type(sink).__name__}", lambda n, u: SinkOperator(n, u, sink))
@@ -601,6 +601,7 @@ class DataStream:
         self._env._sinks.append(s._t)
         if where is not None:
             self._env._sink_locations[where] = s._t.name
+            s._t.output = where
         return s
 
     def print(self) -> "DataStream":

@@ -205,3 +205,14 @@ class JobForgottenError(WeirError):
 
 class JobCancelledError(WeirError):
     """The job was cancelled while a caller waited for its result."""
+
+
+class JobAlreadyRunningError(WeirError):
+    """A job of the same name runs on the cluster (submitted by any driver): one
+    name, one running job. Names the running job and how to reach or stop it."""
+
+
+class OutputInUseError(WeirError):
+    """A sink's exclusive output (a FileSink's folder, a Kafka transactional-id
+    prefix) is written by another running job; refused before anything is
+    written. Names both jobs, the sink and the output."""

@@ -54,6 +54,7 @@ class Transformation:
     resources: dict[str, float] = field(default_factory=dict)  # num_cpus, num_gpus, memory, or custom names
     make_coordinator: Callable[[], OperatorCoordinator] | None = None  # runs on the job master
     record_types: RecordTypes = field(default_factory=RecordTypes)  # output_type=, a read side output's tag type
+    output: str | None = None  # a sink's exclusive output (Sink.exclusive_location): one running job writes there
 
     @property
     def effective_uid(self) -> str:
@@ -142,6 +143,13 @@ class JobGraph:
             for t in by_name[name]:
                 t.parallelism = p
         return replace(build_job_graph(self.name, sinks, self.execution, self.checkpointing), run_id=self.run_id)
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        """Each exclusive output of the job's sinks (a FileSink's folder, a Kafka
+        transactional-id prefix) and the sink operator that writes it: while the
+        job runs, no other job may write there."""
+        return {t.output: t.name for t in topological(self.sinks) if t.output is not None}
 
     def to_svg(self) -> str:
         """The job graph as a picture (SVG): vertices with their chained operators

@@ -10,7 +10,7 @@ import time
 import pytest
 import ray
 
-from actors.pool import JobAssignment, PoolSettings, SlotPool, _Coordinator, get_pool
+from actors.pool import get_pool
 from connectors.files import FileSink, read_committed
 from runtime import JobStatus, StreamExecutionEnvironment
 
@@ -111,20 +111,6 @@ def test_an_ended_job_does_not_come_back_when_its_coordinator_is_restarted(ray_c
     assert "pool-ended" not in ray.get(get_pool().running_jobs.remote())
     time.sleep(1.0)  # a redeployed job would commit again within this
     assert sorted(map(tuple, read_committed(out_dir))) == committed
-
-
-def test_a_restarted_coordinator_recovers_only_a_job_whose_start_it_had_accepted(ray_cluster):
-    """The rule behind the coordinator hand-over race, without the race's timing:
-    a job the pool has handed to a coordinator whose start() has not returned is
-    on its way there (Ray delivers the start to the restarted process), so the
-    restarted process must not also recover it; once started, it must."""
-    pool = SlotPool(PoolSettings())
-    assignment = JobAssignment(graph=None, linger_s=0.0, faults={})
-    pool._coordinators["c"] = _Coordinator(actor=None, env="", ready=None, job="j", up=True)
-    pool._jobs["j"] = ("c", assignment)
-    assert pool.assignment("c") is None
-    assignment.started = True
-    assert pool.assignment("c") is assignment and assignment.incarnation == 1
 
 
 def test_slots_that_died_while_idle_are_replaced_without_a_restart(ray_cluster, out_dir):

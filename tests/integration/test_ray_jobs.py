@@ -113,21 +113,6 @@ def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, che
     assert client.status() is JobStatus.CANCELED
 
 
-def test_a_second_job_with_a_running_name_is_refused(ray_cluster, checkpoint_dir):
-    def job():
-        env = StreamExecutionEnvironment.get_execution_environment()
-        env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-        env.from_generator(lambda i: i, records_per_second=100).sink_to(DiscardingSink())
-        return env
-
-    client = job().execute_async("same-name")
-    try:
-        with pytest.raises(Exception, match="a job named 'same-name' is RUNNING"):
-            job().execute_async("same-name")
-    finally:
-        client.cancel()
-
-
 def test_ten_tasks_run_on_two_cores(ray_cluster, checkpoint_dir, out_dir):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(5)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)

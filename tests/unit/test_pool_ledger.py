@@ -1,113 +1,238 @@
-"""When the slot pool starts spare processes, with Ray and the clock stubbed out
-so each rule is checked on its own: a shape short of idle slots waits
-REFILL_DELAY_S (a short job gives its slots back before then); no spare starts
-while a pool process is still starting; spares start one at a time; a lost
-slot is replaced at once, every missing one together."""
+"""The slot pool's rules, on its Ray-free ledger (actors/ledger.py), with time
+and free CPUs given by hand: which application's processes a job may use, one
+running job per name and per output, and when spare processes start or retire."""
 
 from __future__ import annotations
 
 import itertools
-import types
 
 import pytest
 
-import actors.pool as pool_module
-from actors.pool import PoolSettings, Shape, SlotPool, _Coordinator, _Slot
+from actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
 
 SHAPE = Shape(options={"num_cpus": 0.5}, runtime_env={})
+CPUS = 16.0
+A, B = Application("app-a", "host-a pid 1"), Application("app-b", "host-b pid 2")
 
 
-class _Actor:
-    def __init__(self, n: int) -> None:
-        self._actor_id = types.SimpleNamespace(hex=lambda: f"actor-{n}")
+class Pool:
+    """A ledger and the processes it asks for, all of which start at once."""
+
+    def __init__(self, **settings: object) -> None:
+        self.ledger = PoolLedger(PoolSettings(**{"idle_slots": 0, "idle_coordinators": 0, **settings}))
+        self._ids = itertools.count()
+        self.started = {"slots": 0, "coordinators": 0}
+
+    def lease(self, job: str, app: Application, count: int, now: float = 0.0, shape: Shape = SHAPE) -> list[str]:
+        taken, missing = self.ledger.lease(job, app.id, shape, count, now)
+        for _ in range(missing):
+            sid = self._slot(shape.key, job, app.id)
+            taken.append(sid)
+        return taken
+
+    def _slot(self, shape: str, job: str | None = None, app: str | None = None) -> str:
+        sid = f"slot-{next(self._ids)}"
+        self.ledger.add_slot(sid, shape, job, app)
+        self.started["slots"] += 1
+        return sid
+
+    def refill(self, now: float, free: float = CPUS):
+        plan = self.ledger.refill(now, free)
+        for key in plan.new_slots:
+            self._slot(key)
+        for env in plan.new_coordinators:
+            self.ledger.add_coordinator(f"coordinator-{next(self._ids)}", env)
+            self.started["coordinators"] += 1
+        return plan
+
+    def up(self) -> None:
+        for sid, s in self.ledger.slots.items():
+            self.ledger.slot_up(sid, "node-1")
+        for c in self.ledger.coordinators.values():
+            c.up = True
+
+    def submit(self, name: str, app: Application, outputs: dict[str, str] | None = None, now: float = 0.0) -> str | Conflict:
+        assignment = JobAssignment(name, f"run-{name}", b"", app, outputs or {}, 0.0, {})
+        outcome = self.ledger.reserve(assignment, {}, "env", now)
+        if outcome is None:
+            outcome = f"coordinator-{next(self._ids)}"
+            self.ledger.add_coordinator(outcome, "env")
+            self.ledger.place_job(assignment, outcome)
+        return outcome
 
 
 @pytest.fixture
-def pool(monkeypatch):
-    clock = types.SimpleNamespace(now=0.0)
-    monkeypatch.setattr(pool_module, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
-    monkeypatch.setattr(pool_module, "ray", types.SimpleNamespace(
-        available_resources=lambda: {"CPU": 16.0},
-        wait=lambda refs, **_: ([], refs),  # nothing comes up unless a test says so
-        kill=lambda *a, **k: None,
-    ))
-    monkeypatch.setattr(SlotPool, "_refill_loop", lambda self: None)  # the test calls _refill itself
-    numbers = itertools.count()
-
-    def new_slot(self, shape):
-        slot = _Slot(_Actor(next(numbers)), shape.key, ready=None)
-        self._slots[slot.actor._actor_id.hex()] = slot
-        self.created["slots"] += 1
-        return slot
-
-    def new_coordinator(self, env_key):
-        c = _Coordinator(_Actor(next(numbers)), env_key, ready=None)
-        self._coordinators[c.actor._actor_id.hex()] = c
-        self.created["coordinators"] += 1
-        return c
-
-    monkeypatch.setattr(SlotPool, "_new_slot", new_slot)
-    monkeypatch.setattr(SlotPool, "_new_coordinator", new_coordinator)
-    p = SlotPool(PoolSettings(idle_slots=0, idle_coordinators=0))
-    p.clock = clock
-    return p
+def pool() -> Pool:
+    return Pool()
 
 
-def _up(p: SlotPool) -> None:
-    """Every process the pool started has come up."""
-    for s in p._slots.values():
-        s.node_id = s.node_id or "node-1"
-    for c in p._coordinators.values():
-        c.up = True
+def _started_at(pool: Pool, t: float) -> int:
+    """Run one refill round at time t; how many slots have started so far."""
+    pool.refill(t)
+    return pool.started["slots"]
 
 
-def _at(p: SlotPool, t: float) -> int:
-    """Run one refill round at time t; how many slots the pool has started so far."""
-    p.clock.now = t
-    p._refill()
-    return p.created["slots"]
-
-
-def _running_job_of_4(p: SlotPool) -> list:
-    leased = p.lease("job", SHAPE, 4)  # nothing idle: 4 new slots, the job's own
-    _up(p)
+def _running_job_of_4(pool: Pool) -> list[str]:
+    leased = pool.lease("job", A, 4)  # nothing idle: 4 new slots, the job's own
+    pool.up()
     return leased
 
 
+# ---------------------------------------------------------------- applications
+def test_a_slot_that_ran_one_applications_job_never_serves_another_application(pool):
+    first = pool.lease("a-1", A, 2)
+    pool.up()
+    for sid in first:
+        assert pool.ledger.give_back("a-1", sid, now=1.0)
+    b = pool.lease("b-1", B, 2, now=2.0)
+    assert not set(b) & set(first), "application B got a process that ran A's code"
+    assert set(pool.lease("a-2", A, 2, now=3.0)) == set(first), "A's next job reuses A's slots"
+
+
+def test_an_applications_next_job_takes_its_own_idle_slots_before_fresh_ones(pool):
+    mine = pool.lease("a-1", A, 1)
+    pool.up()
+    pool.ledger.give_back("a-1", mine[0], now=1.0)
+    fresh = pool._slot(SHAPE.key)
+    pool.up()
+    assert pool.lease("a-2", A, 1, now=2.0) == mine
+    assert pool.lease("b-1", B, 1, now=2.0) == [fresh], "a fresh process may go to any application"
+
+
+def test_when_an_application_ends_its_idle_slots_retire_and_its_running_jobs_slots_leave_with_the_job(pool):
+    idle = pool.lease("a-1", A, 1)
+    running = pool.lease("a-2", A, 1)
+    pool.up()
+    pool.ledger.give_back("a-1", idle[0], now=1.0)
+    plan = pool.ledger.app_ended(A.id)
+    assert plan.retire_slots == idle and running[0] in pool.ledger.slots
+    assert not pool.ledger.give_back("a-2", running[0], now=2.0), "a slot of an ended application was kept"
+    assert A.id not in pool.ledger.live_apps()
+
+
+def test_fresh_slots_are_the_refill_target_an_applications_idle_ones_do_not_count(pool):
+    pool.ledger.settings = PoolSettings(idle_slots=2, idle_coordinators=0)
+    leased = pool.lease("a-1", A, 2)
+    pool.up()
+    for sid in leased:
+        pool.ledger.give_back("a-1", sid, now=0.0)
+    assert _started_at(pool, 0.0) == 2
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 3, "idle slots of A counted as spares for other applications"
+
+
+def test_an_applications_idle_slots_retire_after_the_idle_timeout(pool):
+    leased = pool.lease("a-1", A, 1)
+    pool.up()
+    pool.ledger.give_back("a-1", leased[0], now=10.0)
+    assert pool.refill(10.0 + pool.ledger.settings.idle_timeout_s - 1).retire_slots == []
+    assert pool.refill(10.0 + pool.ledger.settings.idle_timeout_s + 1).retire_slots == leased
+
+
+def test_an_applications_coordinator_serves_its_next_job_and_never_another_applications(pool):
+    first = pool.submit("a-1", A)
+    pool.ledger.job_ended(first, reusable=True, now=1.0)
+    assert pool.submit("b-1", B) != first, "application B's job went to A's coordinator"
+    assert pool.submit("a-2", A) == first
+
+
+# ---------------------------------------------------------------- one name, one output, one job
+def test_a_name_runs_once_until_its_job_ends(pool):
+    coordinator = pool.submit("orders", A)
+    refused = pool.submit("orders", B)
+    assert isinstance(refused, Conflict) and (refused.job, refused.where, refused.location) == ("orders", A.where, None)
+    assert isinstance(pool.submit("orders", A), Conflict), "the same driver submitted the running name twice"
+    pool.ledger.job_ended(coordinator, reusable=True, now=1.0)
+    assert not isinstance(pool.submit("orders", B), Conflict)
+
+
+def test_an_output_belongs_to_one_running_job(pool):
+    coordinator = pool.submit("a", A, {"folder /out": "Sink: FileSink"})
+    refused = pool.submit("b", B, {"folder /other": "Sink: two", "folder /out": "Sink: one"})
+    assert isinstance(refused, Conflict) and (refused.job, refused.location, refused.operator) == ("a", "folder /out", "Sink: one")
+    assert not isinstance(pool.submit("c", B, {"folder /other": "Sink: two"}), Conflict)
+    pool.ledger.job_ended(coordinator, reusable=True, now=1.0)
+    assert not isinstance(pool.submit("b", B, {"folder /out": "Sink: one"}), Conflict)
+
+
+def test_a_job_its_coordinator_says_has_ended_frees_its_name_before_the_end_reaches_the_pool(pool):
+    pool.submit("orders", A)
+    pool.ledger.job_over("orders", "run-of-another-instance")
+    assert isinstance(pool.submit("orders", B), Conflict)
+    pool.ledger.job_over("orders", "run-orders")
+    assert not isinstance(pool.submit("orders", B), Conflict)
+
+
+def test_a_job_whose_coordinator_is_lost_for_good_frees_its_name_and_its_slots_leave(pool):
+    coordinator = pool.submit("orders", A)
+    slots = pool.lease("orders", A, 2)
+    assert sorted(pool.ledger.coordinator_lost(coordinator)) == sorted(slots)
+    assert not pool.ledger.slots
+    assert not isinstance(pool.submit("orders", A), Conflict)
+
+
+def test_a_restarted_coordinator_recovers_only_a_job_whose_start_it_had_accepted(pool):
+    """A job the pool has handed to a coordinator whose start() has not returned is
+    on its way there (Ray delivers the start to the restarted process), so the
+    restarted process must not also recover it; once started, it must."""
+    coordinator = pool.submit("j", A)
+    assignment = pool.ledger.jobs["j"].assignment
+    assert pool.ledger.restarted_assignment(coordinator) is None
+    assignment.started = True
+    assert pool.ledger.restarted_assignment(coordinator) is assignment and assignment.incarnation == 1
+
+
+def test_a_restarted_coordinator_gets_the_rescales_that_completed(pool):
+    pool.submit("j", A)
+    pool.ledger.rescaled("j", {"total": 3})
+    pool.ledger.rescaled("j", {"total": 1, "source": 2})
+    assert pool.ledger.jobs["j"].assignment.rescales == [{"total": 3}, {"total": 1, "source": 2}]
+
+
+# ---------------------------------------------------------------- when spares start
 def test_a_short_shape_waits_the_refill_delay_before_starting_a_spare(pool):
     _running_job_of_4(pool)
-    assert _at(pool, 0.0) == 4
-    assert _at(pool, SlotPool.REFILL_DELAY_S - 0.1) == 4, "a spare started before the delay"
-    assert _at(pool, SlotPool.REFILL_DELAY_S) == 5
+    assert _started_at(pool, 0.0) == 4
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S - 0.1) == 4, "a spare started before the delay"
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 5
 
 
 def test_spares_start_one_at_a_time_and_none_while_a_process_is_starting(pool):
     _running_job_of_4(pool)
-    _at(pool, 0.0)
-    counts = [_at(pool, SlotPool.REFILL_DELAY_S + 0.25 * i) for i in range(4)]
+    pool.refill(0.0)
+    counts = [_started_at(pool, PoolLedger.REFILL_DELAY_S + 0.25 * i) for i in range(4)]
     assert counts == [5, 5, 5, 5], "a second spare started beside one still starting"
-    _up(pool)
-    assert _at(pool, SlotPool.REFILL_DELAY_S + 1.0) == 6
+    pool.up()
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S + 1.0) == 6
     for i in range(3):
-        _up(pool)
-        _at(pool, SlotPool.REFILL_DELAY_S + 2.0 + i)
-    assert pool.created["slots"] == 8, "the shape's target is the largest lease: 4 idle beside the 4 leased"
+        pool.up()
+        pool.refill(PoolLedger.REFILL_DELAY_S + 2.0 + i)
+    assert pool.started["slots"] == 8, "the shape's target is the largest lease: 4 fresh beside the 4 leased"
 
 
-def test_no_idle_coordinator_starts_while_a_job_slot_is_starting(pool):
-    pool._envs["env"] = {}
-    pool.settings = PoolSettings(idle_slots=0, idle_coordinators=1)
-    pool.lease("job", SHAPE, 2)  # its slots are starting
-    _at(pool, 0.0)
-    assert pool.created["coordinators"] == 0, "a coordinator started beside the job's starting slots"
-    _up(pool)
-    _at(pool, 0.25)
-    assert pool.created["coordinators"] == 1
+def test_no_fresh_coordinator_starts_while_a_job_slot_is_starting(pool):
+    pool.ledger.settings = PoolSettings(idle_slots=0, idle_coordinators=1)
+    pool.ledger.envs["env"] = {}
+    pool.lease("job", A, 2)  # its slots are starting
+    pool.refill(0.0)
+    assert pool.started["coordinators"] == 0, "a coordinator started beside the job's starting slots"
+    pool.up()
+    pool.refill(0.25)
+    assert pool.started["coordinators"] == 1
 
 
 def test_a_lost_slot_is_replaced_at_once_with_every_missing_spare_even_while_others_start(pool):
     leased = _running_job_of_4(pool)
-    _at(pool, 0.0)
-    pool.lease("other", Shape(options={"num_cpus": 0.25}, runtime_env={}), 1)  # starting: the pool is booting
-    pool.forget(leased[:1])  # a task actor of the running job died
-    assert _at(pool, 0.1) == 5 + 4, "after a loss every missing slot starts at once, without the delay"
+    pool.refill(0.0)
+    pool.lease("other", A, 1, shape=Shape(options={"num_cpus": 0.25}, runtime_env={}))  # starting: the pool is booting
+    pool.ledger.forget_slots(leased[:1])  # a task actor of the running job died
+    assert _started_at(pool, 0.1) == 5 + 4, "after a loss every missing slot starts at once, without the delay"
+
+
+def test_short_of_cpus_an_applications_idle_slots_retire_before_fresh_ones(pool):
+    pool.ledger.settings = PoolSettings(idle_slots=1, idle_coordinators=0)
+    mine = pool.lease("a-1", A, 1)
+    fresh = pool._slot(SHAPE.key)
+    pool.up()
+    pool.ledger.give_back("a-1", mine[0], now=0.0)
+    assert pool.refill(1.0, free=-0.1).retire_slots == mine
+    assert fresh in pool.ledger.slots

@@ -1,0 +1,430 @@
+"""The slot pool's bookkeeping, without Ray: the processes it holds and whose code
+each has run, the jobs running under each name and output, and what to start or
+retire next. :class:`actors.pool.SlotPool` is its Ray shell: it calls these
+methods under its lock and carries out what they return. Time comes in as an
+argument, so the rules are tested by calling them.
+
+The rules:
+
+- **A process that ran one application's code never runs another's.** An
+  application is one driver process (a notebook's kernel, a ``weir run``, a
+  ``ray job submit`` entrypoint), known by its Ray job id; a job's operators,
+  its coordinator's copy of the job graph and everything they import run in
+  that application's processes only. A *fresh* process (one that never ran a
+  job) may go to any application. Once leased it belongs to that application
+  for its life: it serves the application's later jobs (reset in between, see
+  :class:`actors.pool.JobScope`) and retires once the application has ended
+  and its jobs are done. Spark draws the same line around an application's
+  executors.
+- **One name, one running job; one exclusive output, one running job.** A
+  FileSink's folder or a Kafka transactional-id prefix (``Sink.exclusive_location``)
+  belongs to the job that writes it while that job runs. :meth:`PoolLedger.reserve`
+  is the compare-and-set that enforces both, for every driver of the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Application:
+    """The driver process that submits jobs. ``alive`` holds a Ray object the
+    driver owns: Ray loses it when the driver exits, which is how the pool learns
+    that the application has ended."""
+
+    id: str  # the driver's Ray job id
+    where: str  # its host and process id, for messages
+    alive: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass
+class JobAssignment:
+    """What a job coordinator runs, kept by the pool so that a coordinator Ray
+    restarted picks its job up again. The job graph travels pickled: the pool
+    serves every application and never loads one's code; only the job's own
+    coordinator unpickles it."""
+
+    name: str
+    run_id: str
+    graph: bytes  # the pickled runtime.graph.JobGraph
+    app: Application
+    outputs: dict[str, str]  # exclusive output -> the sink operator writing it
+    linger_s: float
+    faults: dict[str, str]  # WEIR_FAULT* of the submitter (weir's own failure tests)
+    submitted_at: float = 0.0  # wall-clock time, for messages
+    rescales: list[dict[str, int]] = field(default_factory=list)  # completed rescales, in order: a restart keeps them
+    incarnation: int = 0  # how often Ray restarted this job's coordinator
+    # Its coordinator accepted it (``start`` returned). Until then a restarted
+    # coordinator must not recover it: the ``start`` call is still on its way
+    # (Ray delivers it to the new process, or the pool takes another coordinator).
+    started: bool = False
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a task actor is created with: Ray options and a runtime env."""
+
+    options: dict[str, Any]
+    runtime_env: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.options, self.runtime_env], sort_keys=True, default=str)
+
+    @property
+    def cpus(self) -> float:
+        return float(self.options.get("num_cpus", 1))
+
+
+@dataclass
+class SlotEntry:
+    shape: str
+    app: str | None = None  # the application whose code it has run; None: fresh
+    job: str | None = None  # leased to this job
+    node_id: str = ""  # "" while its process starts
+    idle_since: float = 0.0  # when a job gave it back (0: it never ran a task)
+
+
+@dataclass
+class CoordinatorEntry:
+    env: str
+    app: str | None = None
+    job: str | None = None  # the job it runs now
+    retiring: bool = False  # it takes no new job: Ray restarted it, or its application ended
+    up: bool = False  # its process has started
+    idle_since: float = 0.0  # when its last job ended
+
+
+@dataclass
+class JobEntry:
+    assignment: JobAssignment
+    coordinator: str
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why a job cannot start now: ``job`` runs under its name, or writes an output
+    (``location``, by its sink ``operator``) that the new job would write too."""
+
+    job: str
+    run_id: str
+    where: str
+    submitted_at: float
+    coordinator: str
+    location: str | None = None
+    operator: str | None = None
+
+
+@dataclass
+class RefillPlan:
+    new_slots: list[str] = field(default_factory=list)  # shape keys, one per slot to start
+    new_coordinators: list[str] = field(default_factory=list)  # runtime env keys
+    retire_slots: list[str] = field(default_factory=list)
+    retire_coordinators: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    idle_slots: int = 4  # fresh idle task actors kept per shape in use
+    idle_coordinators: int = 1  # fresh idle job coordinators kept per runtime env
+    # Idle slots beyond the target leave after this; a shape no job leased for 6x
+    # this long keeps none. Idle slots hold their CPU share, which Spark or Ray
+    # Data on the same cluster may be waiting for.
+    idle_timeout_s: float = 60.0
+    reuse: bool = True  # an application's slots serve its later jobs (reset) instead of leaving
+
+    @staticmethod
+    def from_env() -> "PoolSettings":
+        """Read from the environment of the process that creates the pool."""
+        env = os.environ
+        return PoolSettings(
+            idle_slots=int(env.get("WEIR_POOL_IDLE_SLOTS", PoolSettings.idle_slots)),
+            idle_coordinators=int(env.get("WEIR_POOL_IDLE_COORDINATORS", PoolSettings.idle_coordinators)),
+            idle_timeout_s=float(env.get("WEIR_POOL_IDLE_TIMEOUT_S", PoolSettings.idle_timeout_s)),
+            reuse=env.get("WEIR_POOL_REUSE", "1") not in ("0", "false", "no"),
+        )
+
+
+class PoolLedger:
+    # A shape is refilled once it has been short of fresh slots this long (at once
+    # when a slot was lost): a short job's slots come back when it ends, and a
+    # process started meanwhile would compete with the job for CPU (on 2 cores,
+    # 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2 boots: 2-4x
+    # their CPU).
+    REFILL_DELAY_S = 5.0
+
+    def __init__(self, settings: PoolSettings) -> None:
+        self.settings = settings
+        self.shapes: dict[str, Shape] = {}
+        self.envs: dict[str, dict[str, Any]] = {}
+        self.slots: dict[str, SlotEntry] = {}
+        self.coordinators: dict[str, CoordinatorEntry] = {}
+        self.jobs: dict[str, JobEntry] = {}
+        self.apps: dict[str, bool] = {}  # application id -> it has ended
+        self._short_since: dict[str, float] = {}  # shape key -> when it fell short of fresh slots
+        self._leased_at: dict[str, float] = {}  # shape key -> its latest lease
+        self._largest_lease: dict[str, int] = {}  # shape key -> most slots one lease took lately
+        self._refill_now: set[str] = set()  # shapes that lost slots: refill without the delay
+        self._scarce_until = 0.0  # idle slots were retired to free CPU: start none before this
+
+    # ------------------------------------------------------------ applications
+    def ended(self, app: str | None) -> bool:
+        return app is not None and self.apps.get(app, False)
+
+    def live_apps(self) -> list[str]:
+        """Applications that own a process or a running job: the ones to watch."""
+        owners = {s.app for s in self.slots.values()} | {c.app for c in self.coordinators.values()}
+        return [a for a, ended in self.apps.items() if not ended and a in owners]
+
+    def app_ended(self, app: str) -> RefillPlan:
+        """The driver has exited: its idle processes retire now; those its running
+        jobs hold retire when the jobs end."""
+        self.apps[app] = True
+        plan = RefillPlan()
+        for sid, s in self.slots.items():
+            if s.app == app and s.job is None:
+                plan.retire_slots.append(sid)
+        for cid, c in self.coordinators.items():
+            if c.app == app and c.job is None:
+                c.retiring = True
+                if not self._has_record(cid):
+                    plan.retire_coordinators.append(cid)
+        self.drop(plan)
+        return plan
+
+    # ------------------------------------------------------------ slots
+    def lease(self, job: str, app: str, shape: Shape, count: int, now: float) -> tuple[list[str], int]:
+        """``count`` slots of ``shape`` for ``job``: the application's own idle ones
+        first (warm, given back last first), then fresh ones, started ones before
+        those still starting, spread over nodes. Returns them and how many more
+        the pool must start."""
+        self.shapes.setdefault(shape.key, shape)
+        self.apps.setdefault(app, False)
+        if now - self._leased_at.get(shape.key, 0.0) > 6 * self.settings.idle_timeout_s:
+            self._largest_lease[shape.key] = 0
+        self._leased_at[shape.key] = now
+        self._largest_lease[shape.key] = max(count, self._largest_lease.get(shape.key, 0))
+        idle = [(sid, s) for sid, s in self.slots.items() if s.shape == shape.key and s.job is None]
+        own = sorted((x for x in idle if x[1].app == app), key=lambda x: -x[1].idle_since)
+        fresh = [x for x in idle if x[1].app is None]
+        taken = [sid for sid, _ in (_spread([x for x in own if x[1].node_id]) + _spread([x for x in fresh if x[1].node_id])
+                                    + [x for x in own + fresh if not x[1].node_id])][:count]
+        for sid in taken:
+            self.slots[sid].job, self.slots[sid].app = job, app
+        return taken, count - len(taken)
+
+    def add_slot(self, sid: str, shape: str, job: str | None = None, app: str | None = None) -> None:
+        self.slots[sid] = SlotEntry(shape, app, job)
+
+    def give_back(self, job: str, sid: str, now: float) -> bool:
+        """A slot of ``job`` is reset and free: idle for its application's next job.
+        False when it must go instead (its application has ended)."""
+        s = self.slots.get(sid)
+        if s is None or s.job != job:
+            return False
+        if self.ended(s.app) or not self.settings.reuse:
+            return False
+        s.job, s.idle_since = None, now
+        return True
+
+    def leased_to(self, job: str) -> list[str]:
+        return [sid for sid, s in self.slots.items() if s.job == job]
+
+    def forget_slots(self, sids: list[str]) -> None:
+        """These slots are gone or going; a shape that lost one is refilled at once."""
+        for sid in sids:
+            gone = self.slots.pop(sid, None)
+            if gone is not None:
+                self._refill_now.add(gone.shape)
+
+    def slot_up(self, sid: str, node_id: str) -> None:
+        s = self.slots.get(sid)
+        if s is not None and not s.node_id:
+            s.node_id = node_id
+
+    # ------------------------------------------------------------ jobs
+    def reserve(self, assignment: JobAssignment, env: dict[str, Any], env_key: str, now: float) -> str | Conflict | None:
+        """The compare-and-set of a job's identity: the running job that holds its
+        name or one of its outputs, or else the job is recorded as running on the
+        coordinator returned (None: the pool must start one and
+        :meth:`place_job` it there)."""
+        for name, entry in self.jobs.items():
+            if entry.ended:
+                continue
+            other = entry.assignment
+            if name == assignment.name:
+                return Conflict(name, other.run_id, other.app.where, other.submitted_at, entry.coordinator)
+            for location, operator in assignment.outputs.items():
+                if location in other.outputs:
+                    return Conflict(name, other.run_id, other.app.where, other.submitted_at, entry.coordinator, location, operator)
+        self.envs.setdefault(env_key, env)
+        app = assignment.app.id
+        self.apps.setdefault(app, False)
+        free = [(cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring]
+        chosen = next((cid for cid, c in free if c.app == app), None) or next((cid for cid, c in free if c.app is None), None)
+        if chosen is not None:
+            self.place_job(assignment, chosen)
+        return chosen
+
+    def add_coordinator(self, cid: str, env_key: str) -> None:
+        self.coordinators[cid] = CoordinatorEntry(env_key)
+
+    def place_job(self, assignment: JobAssignment, cid: str) -> None:
+        c = self.coordinators[cid]
+        c.job, c.app = assignment.name, assignment.app.id
+        self.jobs[assignment.name] = JobEntry(assignment, cid)
+
+    def start_failed(self, name: str, cid: str) -> None:
+        """The coordinator died idle before it took the job: drop both."""
+        self.coordinators.pop(cid, None)
+        if name in self.jobs and self.jobs[name].coordinator == cid:
+            del self.jobs[name]
+
+    def restarted_assignment(self, cid: str) -> JobAssignment | None:
+        """The running job of a coordinator Ray restarted (one more incarnation);
+        None when its job had ended (an ended job never runs again) or was only
+        on its way to it (its ``start`` call brings it, once)."""
+        c = self.coordinators.get(cid)
+        if c is None or c.job is None:
+            return None
+        assignment = self.jobs[c.job].assignment
+        if not assignment.started:
+            return None
+        assignment.incarnation += 1
+        return assignment
+
+    def job_ended(self, cid: str, reusable: bool, now: float) -> None:
+        """The coordinator's job has ended (before anyone hears of it): its name and
+        outputs are free. The coordinator serves its application's next job,
+        unless Ray restarted it or the application has ended: then it leaves once
+        the job's record is forgotten."""
+        c = self.coordinators.get(cid)
+        if c is None:
+            return
+        if c.job is not None and c.job in self.jobs and self.jobs[c.job].coordinator == cid:
+            self.jobs[c.job].ended = True
+        c.job, c.idle_since = None, now
+        c.retiring = c.retiring or not reusable or self.ended(c.app) or not self.settings.reuse
+
+    def job_over(self, name: str, run_id: str) -> None:
+        """Its coordinator says the job has ended, before the end reached the pool."""
+        entry = self.jobs.get(name)
+        if entry is not None and entry.assignment.run_id == run_id:
+            entry.ended = True
+
+    def coordinator_lost(self, cid: str) -> list[str]:
+        """Ray will not restart this coordinator again: its job has ended (failed).
+        Returns the slots its job held, which must go (an attempt may still run there)."""
+        held = []
+        for name, entry in self.jobs.items():
+            if entry.coordinator == cid and not entry.ended:
+                entry.ended = True
+                held += self.leased_to(name)
+        self.coordinators.pop(cid, None)
+        self.forget_slots(held)
+        return held
+
+    def forget_job(self, name: str, cid: str) -> bool:
+        """The ended job's record has lingered long enough. True when its
+        coordinator must go now (it is retiring and holds no other record)."""
+        if name in self.jobs and self.jobs[name].coordinator == cid and self.jobs[name].ended:
+            del self.jobs[name]
+        c = self.coordinators.get(cid)
+        if c is not None and c.retiring and c.job is None and not self._has_record(cid):
+            del self.coordinators[cid]
+            return True
+        return False
+
+    def _has_record(self, cid: str) -> bool:
+        return any(e.coordinator == cid for e in self.jobs.values())
+
+    def rescaled(self, name: str, parallelism: dict[str, int]) -> None:
+        if name in self.jobs:
+            self.jobs[name].assignment.rescales.append(dict(parallelism))
+
+    # ------------------------------------------------------------ upkeep
+    def refill(self, now: float, free_cpus: float) -> RefillPlan:
+        """What to start and retire now, with ``free_cpus`` CPUs free beyond the
+        cluster's reserve. Fresh slots are kept per shape in use: enough to
+        redeploy the largest job of the shape at once (so a failover never waits
+        for a process), after REFILL_DELAY_S short of it (at once after a loss),
+        one at a time, and none beside a pool process still starting (on a small
+        machine it would compete with it). An application's idle slots retire
+        after the idle timeout; when CPUs run short, idle slots go, the
+        applications' first, and none start for a while."""
+        plan = RefillPlan()
+        booting = any(not s.node_id for s in self.slots.values()) or any(not c.up for c in self.coordinators.values())
+        for key, shape in self.shapes.items():
+            idle = sorted(((sid, s) for sid, s in self.slots.items() if s.shape == key and s.job is None), key=lambda x: x[1].idle_since)
+            fresh = [x for x in idle if x[1].app is None]
+            in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
+            target = max(self.settings.idle_slots, self._largest_lease.get(key, 0)) if in_use else 0
+            if len(fresh) >= target:
+                self._short_since.pop(key, None)
+                self._refill_now.discard(key)
+            elif key in self._refill_now or (now - self._short_since.setdefault(key, now) >= self.REFILL_DELAY_S and not booting):
+                for _ in range(target - len(fresh) if key in self._refill_now else 1):
+                    if free_cpus < shape.cpus or now < self._scarce_until:
+                        break
+                    plan.new_slots.append(key)
+                    free_cpus -= shape.cpus
+            extra = fresh[: max(0, len(fresh) - target)] + [x for x in idle if x[1].app is not None]
+            plan.retire_slots += [sid for sid, s in extra if now - s.idle_since > self.settings.idle_timeout_s]
+            for sid, _ in [x for x in idle if x[1].app is not None] + fresh:  # short of room: idle ones go
+                if free_cpus >= 0:
+                    break
+                if sid not in plan.retire_slots:
+                    plan.retire_slots.append(sid)
+                    free_cpus += shape.cpus
+                    self._scarce_until = now + self.settings.idle_timeout_s
+        for env_key in self.envs if not booting else ():
+            fresh_c = sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
+            plan.new_coordinators += [env_key] * (self.settings.idle_coordinators - fresh_c)
+        for cid, c in self.coordinators.items():  # an application's idle coordinator retires as its slots do
+            if c.app is not None and c.job is None and (c.retiring or now - c.idle_since > self.settings.idle_timeout_s):
+                c.retiring = True
+                if not self._has_record(cid):  # else it leaves when its last record is forgotten
+                    plan.retire_coordinators.append(cid)
+        self.drop(plan)
+        return plan
+
+    def drop(self, plan: RefillPlan) -> None:
+        """Retired on purpose: no refill for them."""
+        for sid in plan.retire_slots:
+            self.slots.pop(sid, None)
+        for cid in plan.retire_coordinators:
+            self.coordinators.pop(cid, None)
+
+    def stats(self) -> dict[str, Any]:
+        shapes = []
+        for key, shape in self.shapes.items():
+            mine = [s for s in self.slots.values() if s.shape == key]
+            shapes.append({
+                "shape": ", ".join(f"{k}={v}" for k, v in sorted(shape.options.items()) if k != "scheduling_strategy"),
+                "fresh": sum(1 for s in mine if s.job is None and s.app is None and s.node_id),
+                "idle": sum(1 for s in mine if s.job is None and s.app is not None),
+                "starting": sum(1 for s in mine if s.job is None and not s.node_id),
+                "leased": sum(1 for s in mine if s.job is not None),
+            })
+        return {
+            "settings": vars(self.settings),
+            "shapes": shapes,
+            "idle_coordinators": sum(1 for c in self.coordinators.values() if c.job is None and not c.retiring),
+            "applications": sum(1 for ended in self.apps.values() if not ended),
+            "jobs": sorted(self.jobs),
+        }
+
+
+def _spread(slots: list[tuple[str, SlotEntry]]) -> list[tuple[str, SlotEntry]]:
+    """Interleave slots by node (keeping their order on each node), so a job's
+    tasks land on as many nodes as it can."""
+    by_node: dict[str, list[tuple[str, SlotEntry]]] = {}
+    for x in slots:
+        by_node.setdefault(x[1].node_id, []).append(x)
+    rounds = [[on_node[i] for on_node in by_node.values() if i < len(on_node)] for i in range(max(map(len, by_node.values()), default=0))]
+    return [x for r in rounds for x in r]
