@@ -230,15 +230,17 @@ class SlotPool:
     def _has_ended(self, conflict: Conflict) -> bool:
         """Whether the job in the way has ended after all: its status is final
         (its coordinator is still reporting the end to the pool), or its
-        coordinator is dead and Ray will not restart it again. A coordinator
-        that does not answer (restarting, busy) holds its job's name and outputs."""
-        actor = self._actors.get(conflict.coordinator)
-        try:
-            status = ray.get(actor.status.remote(conflict.job), timeout=5) if actor is not None else "RUNNING"
-            if status not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
+        coordinator is dead and Ray will not restart it again. A job on its way
+        to its coordinator, and one whose coordinator does not answer or does not
+        know it (restarting, busy), holds its name and outputs."""
+        with self._lock:
+            entry = self.ledger.jobs.get(conflict.job)
+            actor = self._actors.get(conflict.coordinator)
+            if entry is None or actor is None or not entry.assignment.started:
                 return False
-        except ray.exceptions.RayTaskError:  # the coordinator has forgotten the job: it ended long ago
-            pass
+        try:
+            if ray.get(actor.status.remote(conflict.job), timeout=5) not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
+                return False
         except ray.exceptions.ActorDiedError:
             with self._lock:
                 held = [self._actors.pop(sid) for sid in self.ledger.coordinator_lost(conflict.coordinator) if sid in self._actors]

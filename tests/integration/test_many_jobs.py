@@ -250,6 +250,16 @@ def test_a_second_job_on_a_running_jobs_folder_is_refused_before_it_writes(ray_c
     assert later.execute("folder-later").status is JobStatus.FINISHED
 
 
+def test_a_second_execute_in_a_notebook_runs_only_what_was_built_since(ray_cluster, tmp_path):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.from_collection(list(range(100))).sink_to(FileSink(str(tmp_path / "first"), format="jsonl"))
+    env.execute("cell-1")
+    env.from_collection(list(range(100, 150))).sink_to(FileSink(str(tmp_path / "second"), format="jsonl"))
+    env.execute("cell-2")
+    assert sorted(read_committed(str(tmp_path / "first"))) == list(range(100))
+    assert sorted(read_committed(str(tmp_path / "second"))) == list(range(100, 150))
+
+
 def test_a_restarted_coordinator_keeps_the_last_completed_rescale(ray_cluster, checkpoint_dir, out_dir):
     n = 40_000
     env = _streaming_env(checkpoint_dir)
