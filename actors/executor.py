@@ -202,7 +202,7 @@ def _refusal(name: str, conflict: Conflict) -> JobAlreadyRunningError | OutputIn
     since = datetime.datetime.fromtimestamp(conflict.submitted_at).strftime("%H:%M:%S") if conflict.submitted_at else "?"
     running = f"(run {conflict.run_id}, submitted at {since} by {conflict.where})"
     reach = (f"watch it with `weir status {conflict.job}` or RayJobClient.attach('{conflict.job}'), "
-             f"end it with `weir cancel {conflict.job}` or `weir stop {conflict.job} --savepoint PATH`")
+             f"end it with `weir cancel {conflict.job}` or `weir stop {conflict.job} --savepoint-path PATH`")
     if conflict.location is None:
         return JobAlreadyRunningError(
             f"a job named '{name}' is already running on this Ray cluster {running}; one name runs once at a time: "

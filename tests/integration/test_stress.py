@@ -19,6 +19,7 @@ from tests.regions import outputs, two_pipelines
 pytestmark = [pytest.mark.ray, pytest.mark.stress]
 
 RUNS = int(os.environ.get("WEIR_STRESS_RUNS", "1"))
+DRILL_KILLS = int(os.environ.get("WEIR_DRILL_KILLS", "8"))  # the long version: 50
 
 
 SUMMARY: list[ChaosRun] = []
@@ -40,6 +41,19 @@ def test_bursts_of_kills_lose_and_duplicate_nothing(ray_cluster, tmp_path, seed)
         if run.conclusive:
             break
     assert run.conclusive, f"seed={seed}: three inconclusive runs in a row"
+
+
+def test_a_failover_drill_under_the_default_restart_strategy_ends_exact(ray_cluster, tmp_path):
+    """A user rehearsing failover kills task actors of one job again and again,
+    without setting a restart strategy. Before, the default allowed 3 restarts in
+    the job's life and the 4th kill failed the job for good."""
+    seed = 4242
+    print(f"seed={seed} kills={DRILL_KILLS}  (WEIR_DRILL_KILLS=50 for the long drill)")
+    run = keyed_sum_with_kills(seed, str(tmp_path / "out"), "file://" + str(tmp_path / "chk"), records=20_000 * 3 * DRILL_KILLS,
+                               kills=DRILL_KILLS, pause_s=(0.5, 1.5), rate=20_000, default_restarts=True)
+    assert len(run.killed) == DRILL_KILLS, f"the job ended after {len(run.killed)} kills"
+    assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), run.verdict
+    assert 1 <= run.restarts <= DRILL_KILLS
 
 
 @pytest.mark.parametrize("seed", range(2000, 2000 + RUNS))
