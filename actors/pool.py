@@ -150,7 +150,7 @@ class SlotPool:
     def forget(self, actors: list[Any], kill: bool = False) -> None:
         """These slots are gone (the job killed them) or must go."""
         with self._lock:
-            self.ledger.forget_slots([_id(a) for a in actors])
+            self.ledger.forget_slots([_id(a) for a in actors], time.monotonic())
             for a in actors:
                 self._actors.pop(_id(a), None)
         if kill:
@@ -243,7 +243,8 @@ class SlotPool:
                 return False
         except ray.exceptions.ActorDiedError:
             with self._lock:
-                held = [self._actors.pop(sid) for sid in self.ledger.coordinator_lost(conflict.coordinator) if sid in self._actors]
+                held = [self._actors.pop(sid) for sid in self.ledger.coordinator_lost(conflict.coordinator, time.monotonic())
+                        if sid in self._actors]
                 self._actors.pop(conflict.coordinator, None)
             for a in held:
                 ray.kill(a, no_restart=True)
@@ -385,7 +386,7 @@ class SlotPool:
             if aid in self.ledger.coordinators:
                 self.ledger.coordinators[aid].up = True
             elif node is None:  # a slot that died starting
-                self.ledger.forget_slots([aid])
+                self.ledger.forget_slots([aid], time.monotonic())
                 self._actors.pop(aid, None)
             else:
                 self.ledger.slot_up(aid, node)

@@ -1,7 +1,7 @@
 """Recovery and rescale times as a user meets them, on a warm cluster.
 
-- recovery: a keyed running sum (parallelism 2, checkpoints every 500 ms, restart
-  delay 0.2 s) while task actors are killed one at a time (``ray.kill`` or
+- recovery: a keyed running sum (parallelism 2, checkpoints every 500 ms, the
+  restart strategy a user gets without setting one) while task actors are killed one at a time (``ray.kill`` or
   SIGKILL); each sample is kill -> first output committed by the new attempt
   (the chaos harness of ``tests/chaos.py``, so the figure and the stress suite
   measure the same thing). The output is checked exact at the end. Two runs:
@@ -42,7 +42,8 @@ def _dist(samples: list[float]) -> str:
 def recovery(kills: int, seed: int, pause_s: tuple[float, float], victim=kill_random_task) -> list[float]:
     rate = 60_000
     run = keyed_sum_with_kills(seed, tempfile.mkdtemp(prefix="weir-rec-out-"), "file://" + tempfile.mkdtemp(prefix="weir-rec-chk-"),
-                               records=int(rate * (pause_s[1] + 2) * kills), kills=kills, pause_s=pause_s, rate=rate, victim=victim)
+                               records=int(rate * (pause_s[1] + 2) * kills), kills=kills, pause_s=pause_s, rate=rate, victim=victim,
+                               default_restarts=True)
     assert run.verdict is not None and (run.verdict.lost, run.verdict.duplicated) == (0, 0), run.verdict
     return run.recovery_s
 

@@ -1,20 +1,33 @@
-"""Start-up: a tiny job as a user waits for it, on a warm cluster.
+"""Start-up: a tiny job as a user waits for it.
 
-A 1,000-record keyed running sum into a FileSink with 1 s checkpoints, at each
-parallelism; prints the whole ``execute()`` wall time (median of ``--repeat``
-runs after one warm-up run per parallelism, which fills the slot pool) next to
-the job's own duration (deploy to end, as the job master counts it).
+A 1,000-record keyed running sum into a FileSink with 1 s checkpoints.
 
-    python3 -m bench.startup [--parallelism 1 2 4 8 16] [--repeat 5]
+- notebook: jobs one after another from one driver on a warm cluster, at each
+  parallelism; the whole ``execute()`` wall time (median of ``--repeat`` runs
+  after one warm-up run per parallelism, which fills the slot pool) next to the
+  job's own duration (deploy to end, as the job master counts it);
+- new drivers (``--new-drivers N``): N driver processes, one after another, each
+  joining the warm cluster and running one job at p=2 (a second notebook
+  opening): its first ``execute()``, on fresh processes from the pool since no
+  process that ran another driver's code serves it, and its connection to Ray;
+- cold (``--cold N``): N times, a driver on a machine with no cluster, which
+  starts Ray itself: Ray's start (``ray.init``) and the first job's
+  ``execute()`` after it.
+
+    python3 -m bench.startup [--parallelism 1 2 4 8 16] [--repeat 5] [--new-drivers 5] [--cold 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -43,6 +56,53 @@ def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000)
     return wall, result.duration_s
 
 
+_DRIVER = """
+import json, sys, time
+started = time.perf_counter()
+from actors.cluster import ensure_ray
+ensure_ray()
+joined = time.perf_counter()
+from bench.startup import tiny_job
+wall, _ = tiny_job(2, sys.argv[1], 0.1)
+print("BENCH-RESULT", json.dumps({"ray": joined - started, "execute": wall}))
+"""
+
+
+def driver_process(name: str, env: dict[str, str]) -> dict[str, float]:
+    """A driver of its own: seconds to join (or start) Ray, and its first execute()."""
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", _DRIVER, name], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr[-3000:])
+    return json.loads(next(line for line in run.stdout.splitlines() if line.startswith("BENCH-RESULT")).split(" ", 1)[1])
+
+
+def _spread(label: str, samples: list[float]) -> str:
+    return f"{label} median {statistics.median(samples):.2f} s ({min(samples):.2f}-{max(samples):.2f}, n={len(samples)})"
+
+
+def new_drivers(count: int, address: str) -> None:
+    env = {**os.environ, "RAY_ADDRESS": address}
+    runs = []
+    for i in range(count):
+        settle_pool()  # warm: the pool has started its fresh processes
+        runs.append(driver_process(f"bench-new-driver-{i}", env))
+    print("new driver on a warm cluster, p=2: " + _spread("first execute()", [r["execute"] for r in runs])
+          + "; " + _spread("joining Ray", [r["ray"] for r in runs]), flush=True)
+
+
+def cold(count: int) -> None:
+    from tests.own_ray import own_ray_tmpdir
+
+    runs = []
+    for i in range(count):
+        with own_ray_tmpdir() as own:  # a Ray of its own, stopped afterwards; the benchmark's own cluster stays
+            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own, "RAY_ADDRESS": "local"}
+            runs.append(driver_process(f"bench-cold-{i}", env))
+    print("cold start, p=2: " + _spread("Ray's start (ray.init)", [r["ray"] for r in runs]) + "; "
+          + _spread("then the first execute()", [r["execute"] for r in runs]), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -51,7 +111,11 @@ def main() -> None:
                     help="Ray CPUs per task: 32 tasks (p=16) take 0.96 of 2 cores, leaving the 1 CPU the pool keeps free")
     ap.add_argument("--settle-s", type=float, default=6.0,
                     help="after each warm-up, wait until the slot pool started no task actor for this long")
+    ap.add_argument("--new-drivers", type=int, default=5, help="driver processes joining the warm cluster, one after another")
+    ap.add_argument("--cold", type=int, default=3, help="drivers that each start a Ray cluster of their own")
     args = ap.parse_args()
+    if args.cold:
+        cold(args.cold)
     table = Table(title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
     for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
         table.add_column(col, justify="right")
@@ -64,6 +128,10 @@ def main() -> None:
         table.add_row(str(p), str(2 * p), f"{statistics.median(walls):.3f}", f"{min(walls):.3f}", f"{max(walls):.3f}",
                       f"{statistics.median(d for _, d in runs):.3f}")
     Console().print(table)
+    if args.new_drivers:
+        import ray
+
+        new_drivers(args.new_drivers, ray.get_runtime_context().gcs_address)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 
 @pytest.mark.ray
 @pytest.mark.parametrize("command,expected", [
-    (["bench.startup", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"], ["parallelism 2: execute() median"]),
+    (["bench.startup", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0", "--new-drivers", "1", "--cold", "1"],
+     ["parallelism 2: execute() median", "new driver on a warm cluster, p=2: first execute() median",
+      "cold start, p=2: Ray's start (ray.init) median"]),
     (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--side-by-side", "2", "--repeat", "1", "--settle-s", "0"],
      ["parallelism 2: ", "2 jobs at parallelism 1 side by side: "]),
     (["bench.recovery", "--kills", "1", "--rapid-kills", "0", "--coordinator-kills", "1", "--rescales", "1"],  # rapid: the same run, sooner kills

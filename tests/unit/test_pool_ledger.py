@@ -116,8 +116,9 @@ def test_fresh_slots_are_the_refill_target_an_applications_idle_ones_do_not_coun
     pool.up()
     for sid in leased:
         pool.ledger.give_back("a-1", sid, now=0.0)
-    assert _started_at(pool, 0.0) == 2
-    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 3, "idle slots of A counted as spares for other applications"
+    assert _started_at(pool, 0.0) == 3, "idle slots of A counted as spares for other applications"
+    pool.up()
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 4
 
 
 def test_an_applications_idle_slots_retire_after_the_idle_timeout(pool):
@@ -165,7 +166,7 @@ def test_a_job_its_coordinator_says_has_ended_frees_its_name_before_the_end_reac
 def test_a_job_whose_coordinator_is_lost_for_good_frees_its_name_and_its_slots_leave(pool):
     coordinator = pool.submit("orders", A)
     slots = pool.lease("orders", A, 2)
-    assert sorted(pool.ledger.coordinator_lost(coordinator)) == sorted(slots)
+    assert sorted(pool.ledger.coordinator_lost(coordinator, now=1.0)) == sorted(slots)
     assert not pool.ledger.slots
     assert not isinstance(pool.submit("orders", A), Conflict)
 
@@ -189,11 +190,14 @@ def test_a_restarted_coordinator_gets_the_rescales_that_completed(pool):
 
 
 # ---------------------------------------------------------------- when spares start
-def test_a_short_shape_waits_the_refill_delay_before_starting_a_spare(pool):
+def test_a_shape_with_no_fresh_slot_gets_one_at_once_and_more_after_the_refill_delay(pool):
+    """A job that can fail over keeps a spare ready; beyond the first, a short
+    job's slots come back before the delay and nothing boots beside it."""
     _running_job_of_4(pool)
-    assert _started_at(pool, 0.0) == 4
-    assert _started_at(pool, PoolLedger.REFILL_DELAY_S - 0.1) == 4, "a spare started before the delay"
-    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 5
+    assert _started_at(pool, 0.0) == 5, "no spare started for a shape without one"
+    pool.up()
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S - 0.1) == 5, "a second spare started before the delay"
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 6
 
 
 def test_spares_start_one_at_a_time_and_none_while_a_process_is_starting(pool):
@@ -220,12 +224,15 @@ def test_no_fresh_coordinator_starts_while_a_job_slot_is_starting(pool):
     assert pool.started["coordinators"] == 1
 
 
-def test_a_lost_slot_is_replaced_at_once_with_every_missing_spare_even_while_others_start(pool):
+def test_a_lost_slot_is_replaced_after_the_failover_with_every_missing_spare_even_while_others_start(pool):
+    """The job that lost it takes a spare and redeploys first; then every missing
+    spare starts, without the refill delay."""
     leased = _running_job_of_4(pool)
-    pool.refill(0.0)
+    pool.refill(0.0)  # its first spare
     pool.lease("other", A, 1, shape=Shape(options={"num_cpus": 0.25}, runtime_env={}))  # starting: the pool is booting
-    pool.ledger.forget_slots(leased[:1])  # a task actor of the running job died
-    assert _started_at(pool, 0.1) == 5 + 4, "after a loss every missing slot starts at once, without the delay"
+    pool.ledger.forget_slots(leased[:1], now=0.1)  # a task actor of the running job died
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S - 0.05) == 6, "a replacement started beside the failover"
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S) == 6 + 3, "after a loss every missing slot starts"
 
 
 def test_short_of_cpus_an_applications_idle_slots_retire_before_fresh_ones(pool):
