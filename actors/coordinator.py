@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -353,15 +352,6 @@ class RayGateway:
         return out
 
 
-def _was_restarted() -> bool:
-    """Whether Ray restarted this actor. Ray's own property reads its deprecated
-    ``actor_id`` inside (Ray 2.60), which printed a deprecation warning into every
-    job's log; the warning is about Ray's code, not weir's, so it is muted here."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-
-
 @dataclass
 class _HostedJob:
     graph: JobGraph
@@ -373,14 +363,15 @@ class JobCoordinator:
     """Hosts job masters, one running at a time, on a process the pool started
     ahead of time. :meth:`start` gives it a job; when that job has ended, its
     record stays here for ``linger_s`` (``weir status``, clients) while the
-    coordinator, reset like a slot, serves the next job. When Ray restarts a
-    coordinator that died, its constructor finds its running job in the pool,
+    coordinator, reset like a slot, serves its application's next job. When a
+    coordinator dies, the pool hands its running job to a standby coordinator
+    (one already up, Flink's standby JobManager), started with ``recovering``: it
     has the pool take back the slots of the old attempt (their tasks cancelled,
-    or the slots killed when a task does not return), and recovers the job from
+    or the slots killed when a task does not return) and recovers the job from
     the latest checkpoint in storage, on them. Client calls name the job they are about."""
 
-    # Letters of a restarted coordinator's tasks carry attempts from here on, so
-    # none from before its death can pass for one of the new attempt.
+    # Letters of a recovering coordinator's tasks carry attempts from here on, so
+    # none from before the takeover can pass for one of the new attempt.
     ATTEMPTS_PER_INCARNATION = 1_000_000
     TICK_S = 0.01  # a task's exit is seen this soon (a bounded job's end waits for it)
 
@@ -390,15 +381,17 @@ class JobCoordinator:
         self._scope = JobScope()
         self._pool = get_pool(create=False)
         self._metrics = JobMetrics()
+        self._gone = threading.Event()  # never set: until_gone() returns only by this process's death
+        self._arriving: dict[str, threading.Event] = {}  # jobs being started here: clients' calls wait for them
         report_every_second(self._report_metrics, "metrics")
-        if _was_restarted() and self._pool is not None:
-            assignment = ray.get(self._pool.assignment.remote(ray.get_runtime_context().get_actor_id()))
-            if assignment is not None:
-                ray.get(self._pool.reclaim.remote(assignment.name))
-                self._start(assignment, recovering=True)
 
     def ready(self) -> bool:
         return True
+
+    def until_gone(self) -> None:
+        """Answers only when this coordinator has died (with Ray's error): the
+        pool's way to learn of it at once and hand its job to another."""
+        self._gone.wait()
 
     def _report_metrics(self) -> None:
         hosted = self._running
@@ -409,14 +402,22 @@ class JobCoordinator:
         last = max(done, key=lambda st: st.checkpoint_id, default=None)
         self._metrics.report(hosted.graph.name, m.restarts, m.coordinator.completed, None if last is None else vars(last))
 
-    def start(self, assignment: JobAssignment) -> None:
+    def start(self, assignment: JobAssignment, recovering: bool = False) -> None:
+        """Run a job; ``recovering``: take over one whose coordinator died (its
+        old attempt's tasks are stopped first, and it resumes from its latest
+        checkpoint, or ends as it had recorded)."""
         if self._running is not None:  # the pool hands a coordinator one job at a time
             raise WeirError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.name}'")
-        if _was_restarted():  # Ray may be delivering again a start its dead process had begun: no task of that must run on
-            ray.get(self._pool.reclaim.remote(assignment.name))
-        self._start(assignment, recovering=False)
+        arrived = self._arriving.setdefault(assignment.name, threading.Event())
+        try:
+            if recovering:
+                ray.get(self._pool.reclaim.remote(assignment.name))
+            self._host(assignment, recovering)
+        finally:
+            arrived.set()
+            del self._arriving[assignment.name]
 
-    def _start(self, assignment: JobAssignment, recovering: bool) -> None:
+    def _host(self, assignment: JobAssignment, recovering: bool) -> None:
         context = ray.get_runtime_context()
         self._scope.enter(assignment.faults)
         graph = cloudpickle.loads(assignment.graph)
@@ -431,12 +432,12 @@ class JobCoordinator:
 
     def _ended(self, hosted: _HostedJob) -> None:
         """Before anyone hears the job ended: the pool no longer counts it as
-        running, so a restart of this coordinator does not bring it back."""
+        running, so this coordinator's death does not bring it back."""
         if self._running is hosted:
             self._running = None
         hosted.gateway.give_back()
         self._scope.leave()
-        ray.get(self._pool.job_finished.remote(ray.get_runtime_context().get_actor_id(), not _was_restarted()))
+        ray.get(self._pool.job_finished.remote(ray.get_runtime_context().get_actor_id()))
 
     def _run(self, hosted: _HostedJob, linger_s: float) -> None:
         hosted.master.run()
@@ -451,7 +452,13 @@ class JobCoordinator:
             del self._jobs[name]
             self._pool.forget_job.remote(name, ray.get_runtime_context().get_actor_id())
 
+    # A client that followed a job here may ask before its start has done.
+    ARRIVAL_WAIT_S = 60.0
+
     def _job(self, name: str) -> _HostedJob:
+        arriving = self._arriving.get(name)
+        if arriving is not None:
+            arriving.wait(self.ARRIVAL_WAIT_S)
         hosted = self._jobs.get(name)
         if hosted is None:
             raise JobForgottenError(f"job '{name}' ended long ago (its record is gone)")
@@ -475,7 +482,7 @@ class JobCoordinator:
 
     def rescale(self, job: str, parallelism: dict[str, int], timeout_s: float) -> tuple[str, Any]:
         answer = self._ask(job, RescaleJob(parallelism, Request()), timeout_s)
-        if answer[0] == "ok":  # before the caller hears of it: a restarted coordinator deploys the rescaled job
+        if answer[0] == "ok":  # before the caller hears of it: a coordinator taking the job over deploys it rescaled
             ray.get(self._pool.rescaled.remote(job, parallelism))
         return answer
 
@@ -504,7 +511,7 @@ class JobCoordinator:
             "status": m.status.value,
             "restarts": m.restarts,
             "attempt": m.attempt,
-            "coordinator_recovered": m.recovering,  # Ray restarted this coordinator; it recovered the job from storage
+            "coordinator_recovered": m.recovering,  # this coordinator took the job over and recovered it from storage
             "restarting_tasks": m.restarting_tasks(),  # failed-over regions on their way back
             "duration_s": round((m.ended or m.clock()) - m.started, 3),
             "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},

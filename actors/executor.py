@@ -35,19 +35,6 @@ class JobNotFoundError(WeirError):
     pass
 
 
-def _call(job_name: str, ref: Any, timeout_s: float | None = 60) -> Any:
-    try:
-        return ray.get(ref, timeout=timeout_s)
-    except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, WeirError):
-            raise exc.cause from None
-        raise
-    except ray.exceptions.RayActorError:
-        raise WeirError(f"the job coordinator of '{job_name}' is gone (it died, or the job ended long ago)") from None
-    except ray.exceptions.GetTimeoutError:
-        raise TimeoutError(f"the job coordinator of '{job_name}' did not answer within {timeout_s}s") from None
-
-
 class RayJobClient(JobClient):
     def __init__(self, job_name: str, coordinator: Any, storage: CheckpointStorage | None = None) -> None:
         """``storage``: the run's checkpoint storage, where its end is recorded (the
@@ -56,6 +43,42 @@ class RayJobClient(JobClient):
         self.job_name = job_name
         self._coordinator = coordinator
         self._storage = storage
+
+    # A coordinator that died hands its job to another within a second or two
+    # (the pool's standby); a client follows the job there for this long.
+    FOLLOW_S = 30.0
+
+    def _ask(self, method: str, *args: Any, timeout_s: float | None = 60) -> Any:
+        """Call ``method`` of the job's coordinator (with the job's name first).
+        When that coordinator has died, follow the job to the one that took it
+        over and ask again; a WeirError raised there is raised here."""
+        deadline = time.monotonic() + self.FOLLOW_S
+        while True:
+            coordinator = self._coordinator
+            try:
+                return ray.get(getattr(coordinator, method).remote(self.job_name, *args), timeout=timeout_s)
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, WeirError):
+                    raise exc.cause from None
+                raise
+            except ray.exceptions.RayActorError:
+                self._follow(coordinator, deadline)
+            except ray.exceptions.GetTimeoutError:
+                raise TimeoutError(f"the job coordinator of '{self.job_name}' did not answer within {timeout_s}s") from None
+
+    def _follow(self, dead: Any, deadline: float) -> None:
+        """The coordinator the pool now names for the job, once it is not ``dead``."""
+        pool = get_pool(create=False)
+        while pool is not None and time.monotonic() < deadline:
+            actor = ray.get(pool.coordinator_of.remote(self.job_name))
+            if actor is None:
+                raise JobForgottenError(f"job '{self.job_name}' ended long ago (its record is gone)")
+            if actor._actor_id != dead._actor_id:
+                self._coordinator = actor
+                return
+            time.sleep(0.05)
+        raise WeirError(f"the job coordinator of '{self.job_name}' died and no other took the job over within "
+                        f"{self.FOLLOW_S:g} s (is the cluster's weir pool gone?)")
 
     @staticmethod
     def attach(job_name: str, address: str | None = None) -> "RayJobClient":
@@ -68,12 +91,12 @@ class RayJobClient(JobClient):
 
     @property
     def coordinator(self) -> Any:
-        """The job coordinator's Ray actor (failure tests kill it)."""
+        """The job coordinator's Ray actor now (failure tests kill it)."""
         return self._coordinator
 
     def status(self) -> JobStatus:
         try:
-            return JobStatus(_call(self.job_name, self._coordinator.status.remote(self.job_name)))
+            return JobStatus(self._ask("status"))
         except JobForgottenError as exc:
             return JobStatus(self._recorded_end(exc)["status"])
 
@@ -86,13 +109,13 @@ class RayJobClient(JobClient):
         return recorded
 
     def info(self) -> dict[str, Any]:
-        return _call(self.job_name, self._coordinator.info.remote(self.job_name))
+        return self._ask("info")
 
     def _wait_ended(self, timeout_s: float | None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             step = 5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic()))
-            if _call(self.job_name, self._coordinator.wait.remote(self.job_name, step), None):
+            if self._ask("wait", step, timeout_s=None):
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job '{self.job_name}' still {self.status().value} after {timeout_s}s")
@@ -100,7 +123,7 @@ class RayJobClient(JobClient):
     def wait(self, timeout_s: float | None = None) -> JobExecutionResult:
         try:
             self._wait_ended(timeout_s)
-            kind, value = _call(self.job_name, self._coordinator.result.remote(self.job_name))
+            kind, value = self._ask("result")
             if kind == "error":
                 raise value
         except JobForgottenError as exc:
@@ -120,18 +143,18 @@ class RayJobClient(JobClient):
                                   recorded.get("completed_checkpoints", 0))
 
     def cancel(self, timeout_s: float = 30) -> None:
-        _call(self.job_name, self._coordinator.cancel.remote(self.job_name))
+        self._ask("cancel")
         self._wait_ended(timeout_s)
 
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
-        return self._answer(self._coordinator.rescale.remote(self.job_name, dict(parallelism), timeout_s), timeout_s)
+        return self._answer("rescale", dict(parallelism), timeout_s)
 
     def task_actor(self, vertex: str, subtask: int) -> Any:
         """The Ray actor that runs task ``vertex/subtask`` now. Task actors come
         from a pool and carry no Ray name: this is the way from a task to its actor."""
         deadline = time.monotonic() + 60  # a job just submitted, or failing over, may not have deployed it yet
         name = task_actor_name(self.job_name, vertex, subtask)
-        while (actor := _call(self.job_name, self._coordinator.task_actor.remote(self.job_name, vertex, subtask))) is None:
+        while (actor := self._ask("task_actor", vertex, subtask)) is None:
             tasks = self.tasks()
             if time.monotonic() > deadline or (tasks and name not in tasks) or self.status().is_terminal:
                 break  # deployed (and it has no such task), or ended
@@ -145,13 +168,14 @@ class RayJobClient(JobClient):
         return task_actor_name(self.job_name, vertex, subtask)
 
     def savepoint(self, path: str | None = None, timeout_s: float = 120) -> str:
-        return self._answer(self._coordinator.savepoint.remote(self.job_name, path, timeout_s), timeout_s)
+        return self._answer("savepoint", path, timeout_s)
 
     def stop(self, savepoint_path: str | None = None, drain: bool = False, timeout_s: float = 120) -> str:
-        return self._answer(self._coordinator.stop.remote(self.job_name, savepoint_path, drain, timeout_s), timeout_s)
+        return self._answer("stop", savepoint_path, drain, timeout_s)
 
-    def _answer(self, ref: Any, timeout_s: float) -> Any:
-        kind, value = _call(self.job_name, ref, timeout_s + 30)
+    def _answer(self, method: str, *args: Any) -> Any:
+        """A control call whose last argument is its time-out: its answer, or its error raised."""
+        kind, value = self._ask(method, *args, timeout_s=args[-1] + 30)
         if kind == "error":
             raise value
         return value
@@ -160,16 +184,16 @@ class RayJobClient(JobClient):
         return int(self.info()["restarts"])
 
     def checkpoints(self) -> list[dict[str, Any]]:
-        return _call(self.job_name, self._coordinator.checkpoints.remote(self.job_name))
+        return self._ask("checkpoints")
 
     def tasks(self) -> list[str]:
-        return _call(self.job_name, self._coordinator.tasks.remote(self.job_name))
+        return self._ask("tasks")
 
     def graph_svg(self) -> str:
-        return _call(self.job_name, self._coordinator.graph_svg.remote(self.job_name))
+        return self._ask("graph_svg")
 
     def metrics(self) -> list[dict[str, Any]]:
-        return _call(self.job_name, self._coordinator.metrics.remote(self.job_name))
+        return self._ask("metrics")
 
 
 def list_jobs(address: str | None = None) -> list[dict[str, Any]]:

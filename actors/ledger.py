@@ -57,10 +57,10 @@ class JobAssignment:
     faults: dict[str, str]  # WEIR_FAULT* of the submitter (weir's own failure tests)
     submitted_at: float = 0.0  # wall-clock time, for messages
     rescales: list[dict[str, int]] = field(default_factory=list)  # completed rescales, in order: a restart keeps them
-    incarnation: int = 0  # how often Ray restarted this job's coordinator
-    # Its coordinator accepted it (``start`` returned). Until then a restarted
-    # coordinator must not recover it: the ``start`` call is still on its way
-    # (Ray delivers it to the new process, or the pool takes another coordinator).
+    incarnation: int = 0  # how often another coordinator took the job over
+    # Its coordinator accepted it (``start`` returned). Until then its submitter,
+    # not the pool, answers for it: a coordinator that dies with the start on
+    # its way is replaced by the submitter's retry.
     started: bool = False
 
 
@@ -94,7 +94,7 @@ class CoordinatorEntry:
     env: str
     app: str | None = None
     job: str | None = None  # the job it runs now
-    retiring: bool = False  # it takes no new job: Ray restarted it, or its application ended
+    retiring: bool = False  # it takes no new job: its application ended, or it stayed idle too long
     up: bool = False  # its process has started
     idle_since: float = 0.0  # when its last job ended
 
@@ -104,6 +104,7 @@ class JobEntry:
     assignment: JobAssignment
     coordinator: str
     ended: bool = False
+    accepted: bool = False  # the coordinator's start returned: it answers for the job
 
 
 @dataclass(frozen=True)
@@ -291,49 +292,49 @@ class PoolLedger:
         if name in self.jobs and self.jobs[name].coordinator == cid:
             del self.jobs[name]
 
-    def restarted_assignment(self, cid: str) -> JobAssignment | None:
-        """The running job of a coordinator Ray restarted (one more incarnation);
-        None when its job had ended (an ended job never runs again) or was only
-        on its way to it (its ``start`` call brings it, once)."""
-        c = self.coordinators.get(cid)
-        if c is None or c.job is None:
+    def coordinator_died(self, cid: str) -> tuple[JobAssignment, str | None, str] | None:
+        """A coordinator has died. Its running job, if it had accepted one, goes
+        to a successor (:meth:`take_over`); a job still on its way there stays
+        with the submitter, who takes it over once its start has returned."""
+        c = self.coordinators.pop(cid, None)
+        for name in [n for n, e in self.jobs.items() if e.coordinator == cid and e.ended]:
+            del self.jobs[name]  # ended records it kept: gone with it
+        entry = self.jobs.get(c.job) if c is not None and c.job is not None else None
+        if entry is None or entry.ended or entry.coordinator != cid or not entry.assignment.started:
             return None
-        assignment = self.jobs[c.job].assignment
-        if not assignment.started:
-            return None
-        assignment.incarnation += 1
-        return assignment
+        return self.take_over(entry.assignment.name, c.env)
 
-    def job_ended(self, cid: str, reusable: bool, now: float) -> None:
+    def take_over(self, name: str, env_key: str) -> tuple[JobAssignment, str | None, str]:
+        """The job's next incarnation goes to a standby coordinator: one of its
+        application's, else a fresh one (None: the pool must start one and
+        :meth:`place_job` it there)."""
+        assignment = self.jobs[name].assignment
+        assignment.incarnation += 1
+        free = [(cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring]
+        app = assignment.app.id
+        chosen = next((cid for cid, c in free if c.app == app), None) or next((cid for cid, c in free if c.app is None), None)
+        if chosen is not None:
+            self.place_job(assignment, chosen)
+        return assignment, chosen, env_key
+
+    def job_ended(self, cid: str, now: float) -> None:
         """The coordinator's job has ended (before anyone hears of it): its name and
         outputs are free. The coordinator serves its application's next job,
-        unless Ray restarted it or the application has ended: then it leaves once
-        the job's record is forgotten."""
+        unless the application has ended: then it leaves once the job's record
+        is forgotten."""
         c = self.coordinators.get(cid)
         if c is None:
             return
         if c.job is not None and c.job in self.jobs and self.jobs[c.job].coordinator == cid:
             self.jobs[c.job].ended = True
         c.job, c.idle_since = None, now
-        c.retiring = c.retiring or not reusable or self.ended(c.app) or not self.settings.reuse
+        c.retiring = c.retiring or self.ended(c.app) or not self.settings.reuse
 
     def job_over(self, name: str, run_id: str) -> None:
         """Its coordinator says the job has ended, before the end reached the pool."""
         entry = self.jobs.get(name)
         if entry is not None and entry.assignment.run_id == run_id:
             entry.ended = True
-
-    def coordinator_lost(self, cid: str, now: float) -> list[str]:
-        """Ray will not restart this coordinator again: its job has ended (failed).
-        Returns the slots its job held, which must go (an attempt may still run there)."""
-        held = []
-        for name, entry in self.jobs.items():
-            if entry.coordinator == cid and not entry.ended:
-                entry.ended = True
-                held += self.leased_to(name)
-        self.coordinators.pop(cid, None)
-        self.forget_slots(held, now)
-        return held
 
     def forget_job(self, name: str, cid: str) -> bool:
         """The ended job's record has lingered long enough. True when its

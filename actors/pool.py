@@ -30,9 +30,11 @@ application. What a reused process still keeps is listed in docs/operations.md
 ("Jobs on a shared cluster").
 
 Ownership: slots and coordinators are this actor's children, so they outlive the
-driver that submitted a job (``weir run``, ``ray job submit``) and a coordinator
-that Ray restarts finds here which job it ran. The pool lives on the head node:
-losing it is losing the cluster's control plane, and its children go with it.
+driver that submitted a job (``weir run``, ``ray job submit``). Ray restarts no
+coordinator: each one's ``until_gone`` call ends when it dies, and the pool then
+hands its running job to a standby coordinator already up (Flink's standby
+JobManagers), any number of times. The pool lives on the head node: losing it
+is losing the cluster's control plane, and its children go with it.
 
 Threading: a threaded actor; one lock guards the tables, and no Ray call waits
 while holding it.
@@ -56,7 +58,6 @@ from actors.ledger import Application, Conflict, JobAssignment, PoolLedger, Pool
 
 POOL_NAME = "weir-pool"
 log = logging.getLogger("weir.pool")
-COORDINATOR_RESTARTS = 5  # Ray restarts a dead job coordinator this often; it recovers from storage
 
 
 # Modules a job imports from these folders stay loaded when its process is reset
@@ -94,7 +95,7 @@ class JobScope:
 
 # A cancelled task has this long to return before its slot is killed instead of
 # reused (a user function that does not return, a source blocked on input): in a
-# failover, and when a restarted coordinator takes its job's slots back.
+# failover, and when a coordinator taking a job over takes its slots back.
 CANCEL_GRACE_S = 3.0
 
 
@@ -114,6 +115,7 @@ class SlotPool:
         self._actors: dict[str, Any] = {}  # slot or coordinator id -> its actor
         self._starting: dict[str, Any] = {}  # id -> its ready() call, while its process starts
         self._alive: dict[str, Any] = {}  # application id -> the object its driver owns
+        self._watches: dict[str, Any] = {}  # coordinator id -> its until_gone() call, which ends with it
         self.created = {"slots": 0, "coordinators": 0}
         threading.Thread(target=self._refill_loop, name="refill", daemon=True).start()
 
@@ -218,21 +220,26 @@ class SlotPool:
                 return None, outcome
             try:
                 ray.get(actor.start.remote(assignment))
-                with self._lock:
-                    assignment.started = True
-                return actor, None
             except ray.exceptions.RayActorError:  # it died idle: drop it, take another
                 with self._lock:
                     self.ledger.start_failed(assignment.name, cid)
                     self._actors.pop(cid, None)
+                continue
+            with self._lock:
+                assignment.started = self.ledger.jobs[assignment.name].accepted = True
+                orphaned = cid not in self.ledger.coordinators  # it died right after it accepted the job
+                successor = self.ledger.take_over(assignment.name, env_key) if orphaned else None
+            if successor is not None:
+                self._take_over(*successor)
+            return actor, None
         raise RuntimeError(f"could not start a job coordinator for '{assignment.name}'")
 
     def _has_ended(self, conflict: Conflict) -> bool:
         """Whether the job in the way has ended after all: its status is final
-        (its coordinator is still reporting the end to the pool), or its
-        coordinator is dead and Ray will not restart it again. A job on its way
-        to its coordinator, and one whose coordinator does not answer or does not
-        know it (restarting, busy), holds its name and outputs."""
+        (its coordinator is still reporting the end to the pool). A job on its
+        way to its coordinator, and one whose coordinator does not answer, does
+        not know it yet or has died (its job is being taken over), holds its
+        name and outputs."""
         with self._lock:
             entry = self.ledger.jobs.get(conflict.job)
             actor = self._actors.get(conflict.coordinator)
@@ -241,48 +248,78 @@ class SlotPool:
         try:
             if ray.get(actor.status.remote(conflict.job), timeout=5) not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
                 return False
-        except ray.exceptions.ActorDiedError:
-            with self._lock:
-                held = [self._actors.pop(sid) for sid in self.ledger.coordinator_lost(conflict.coordinator, time.monotonic())
-                        if sid in self._actors]
-                self._actors.pop(conflict.coordinator, None)
-            for a in held:
-                ray.kill(a, no_restart=True)
-            return True
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
             return False
         with self._lock:
             self.ledger.job_over(conflict.job, conflict.run_id)
         return True
 
-    def assignment(self, coordinator_id: str) -> JobAssignment | None:
-        """The running job of a coordinator that Ray restarted (see
-        :meth:`PoolLedger.restarted_assignment`)."""
-        with self._lock:
-            return self.ledger.restarted_assignment(coordinator_id)
-
-    def job_finished(self, coordinator_id: str, reusable: bool) -> None:
+    def job_finished(self, coordinator_id: str) -> None:
         """The coordinator's job has ended: its name and outputs are free."""
         with self._lock:
-            self.ledger.job_ended(coordinator_id, reusable, time.monotonic())
+            self.ledger.job_ended(coordinator_id, time.monotonic())
         self._wake.set()
+
+    def _coordinator_died(self, cid: str) -> None:
+        with self._lock:
+            self._actors.pop(cid, None)
+            self._watches.pop(cid, None)
+            successor = self.ledger.coordinator_died(cid)
+        if successor is not None:
+            self._take_over(*successor)
+
+    def _take_over(self, assignment: JobAssignment, cid: str | None, env_key: str) -> None:
+        """Start ``assignment``'s next incarnation on coordinator ``cid`` (None: a
+        new one), without waiting for it: should that one die too, its watch
+        says so and the job moves on again."""
+        with self._lock:
+            if cid is None:
+                cid = self._new_coordinator(env_key)
+                self.ledger.place_job(assignment, cid)
+            actor = self._actors[cid]
+        log.warning("job %s: its coordinator died; coordinator %s takes it over (incarnation %d)", assignment.name, cid[:8],
+                    assignment.incarnation)
+        threading.Thread(target=self._hand_over, args=(assignment.name, cid, actor.start.remote(assignment, True)),
+                         name=f"take-over-{assignment.name}", daemon=True).start()
+
+    def _hand_over(self, job: str, cid: str, started: Any) -> None:
+        """Once the successor has accepted the job, clients are sent to it. One
+        that dies first is noticed by its watch, and the job moves on again."""
+        try:
+            ray.get(started)
+        except ray.exceptions.RayError as exc:
+            log.warning("job %s: coordinator %s could not take it over: %s", job, cid[:8], exc)
+            return
+        with self._lock:
+            entry = self.ledger.jobs.get(job)
+            if entry is not None and entry.coordinator == cid:
+                entry.accepted = True
 
     def forget_job(self, job: str, coordinator_id: str) -> None:
         """The ended job's record has lingered long enough (``WEIR_JOB_LINGER_S``)."""
         with self._lock:
-            leaving = self._actors.pop(coordinator_id, None) if self.ledger.forget_job(job, coordinator_id) else None
-        if leaving is not None:
-            ray.kill(leaving, no_restart=True)
+            leaving = self.ledger.forget_job(job, coordinator_id)
+        if leaving:
+            self._retire([coordinator_id])
 
     def rescaled(self, job: str, parallelism: dict[str, int]) -> None:
         """A rescale of ``job`` completed: a restart of its coordinator keeps it."""
         with self._lock:
             self.ledger.rescaled(job, parallelism)
 
-    def coordinator_of(self, job: str) -> Any:
-        with self._lock:
-            entry = self.ledger.jobs.get(job)
-            return None if entry is None else self._actors.get(entry.coordinator)
+    def coordinator_of(self, job: str, wait_s: float = 30.0) -> Any:
+        """The coordinator that answers for ``job`` (None: no such job). While the
+        job is on its way to a coordinator, waits (up to ``wait_s``) until it has
+        arrived, so a client never asks one that does not know it yet."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._lock:
+                entry = self.ledger.jobs.get(job)
+                if entry is None:
+                    return None
+                if entry.accepted or time.monotonic() > deadline:
+                    return self._actors.get(entry.coordinator)
+            time.sleep(0.02)
 
     def jobs(self) -> list[str]:
         """Jobs running or ended lately (their records linger)."""
@@ -318,13 +355,13 @@ class SlotPool:
     def _new_coordinator(self, env_key: str) -> str:
         from actors.coordinator import RemoteJobCoordinator
 
-        actor = RemoteJobCoordinator.options(
-            num_cpus=0, max_concurrency=64, runtime_env=self.ledger.envs[env_key],
-            max_restarts=COORDINATOR_RESTARTS, max_task_retries=COORDINATOR_RESTARTS,
-        ).remote()
+        # Ray does not restart it: when it dies, its watch tells the pool, which
+        # hands its job to a standby coordinator already up.
+        actor = RemoteJobCoordinator.options(num_cpus=0, max_concurrency=64, runtime_env=self.ledger.envs[env_key]).remote()
         cid = _id(actor)
         self.ledger.add_coordinator(cid, env_key)
         self._actors[cid], self._starting[cid] = actor, actor.ready.remote()
+        self._watches[cid] = actor.until_gone.remote()
         self.created["coordinators"] += 1
         return cid
 
@@ -362,8 +399,13 @@ class SlotPool:
                 self._new_coordinator(env_key)
             starting = dict(self._starting)
             watched = {app: self._alive[app] for app in self.ledger.live_apps() if app in self._alive}
+            watches = dict(self._watches)
+        if watches:
+            gone, _ = ray.wait(list(watches.values()), num_returns=len(watches), timeout=0)
+            for cid in [cid for cid, ref in watches.items() if ref in gone]:
+                self._coordinator_died(cid)
         self._retire(plan.retire_slots + plan.retire_coordinators)
-        if starting:  # up, or dead starting (a coordinator Ray restarts): either way no longer starting
+        if starting:  # up, or dead starting: either way no longer starting
             ready, _ = ray.wait(list(starting.values()), num_returns=len(starting), timeout=0)
             for aid, ref in starting.items():
                 if ref in ready:
@@ -396,6 +438,7 @@ class SlotPool:
             actors = [self._actors.pop(i) for i in ids if i in self._actors]
             for i in ids:
                 self._starting.pop(i, None)
+                self._watches.pop(i, None)
         for a in actors:
             ray.kill(a, no_restart=True)
 

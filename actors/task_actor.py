@@ -107,7 +107,7 @@ class TaskActor:
         return self._scope.leave()
 
     def abandon(self, grace_s: float) -> bool:
-        """The job's coordinator died and Ray restarted it: cancel whatever task
+        """The job's coordinator died and another takes the job over: cancel whatever task
         of the old attempt runs here (its run() answers a caller that is gone)
         and reset. False when the task did not return within ``grace_s`` (stuck
         in a user function): the slot must be killed instead."""

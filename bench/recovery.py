@@ -9,10 +9,10 @@
   come in production; and rapid ones, 0.5-1 s after, where on a small machine
   the process the pool starts to replace the last killed slot (seconds of CPU)
   competes with the recovery from the next kill.
-- coordinator recovery: the same job while its job coordinator is killed (Ray
-  restarts it; it recovers the job from the latest checkpoint, on the job's task
-  actors), 3-4 s apart, 4 kills per job (Ray restarts a coordinator up to 5
-  times); each sample is kill -> first output committed by the recovered job.
+- coordinator recovery: the same job while its job coordinator is killed (the
+  pool hands the job to a standby coordinator; it recovers the job from the
+  latest checkpoint, on the job's task actors), 3-4 s apart; each sample is
+  kill -> first output committed by the recovered job.
 - rescale: the same job rescaled back and forth (``client.rescale``) between
   parallelism 2 and 3; each sample is the pause the job master reports (stop at a
   checkpoint -> the new tasks deployed and restored).
@@ -49,8 +49,7 @@ def recovery(kills: int, seed: int, pause_s: tuple[float, float], victim=kill_ra
 
 
 def coordinator_recovery(kills: int, seed: int) -> list[float]:
-    per_job = 4  # Ray restarts a job coordinator up to 5 times
-    return [s for job in range(0, kills, per_job) for s in recovery(min(per_job, kills - job), seed + job, ISOLATED_S, kill_coordinator)]
+    return recovery(kills, seed, ISOLATED_S, kill_coordinator)
 
 
 def rescales(count: int) -> list[float]:

@@ -48,7 +48,7 @@ class JobStatus(enum.Enum):
 # it raises and the status stays as it was. Any live status may become FAILED
 # (a bug in weir fails the job loudly).
 _NEXT: dict[JobStatus, frozenset[JobStatus]] = {
-    # The first deployment; a restarted coordinator that finds the run's end recorded takes it over.
+    # The first deployment; a job master recovering a run whose end is recorded takes that end over.
     JobStatus.CREATED: frozenset({JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.SUSPENDED, JobStatus.FAILED}),
     # A stop, savepoint-and-stop or rescale; a failure; a cancel; every task finished.
     JobStatus.RUNNING: frozenset({JobStatus.STOPPING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.FAILED}),

@@ -327,7 +327,7 @@ class JobMaster:
         up from the latest completed checkpoint in storage. ``event_valve=False``
         switches off the FLINK-16986 protection of operator coordinators (tests
         only: it shows what the valve prevents). ``first_attempt``: attempts are
-        numbered after it (a restarted coordinator starts above its predecessor's).
+        numbered after it (a coordinator taking a job over starts above its predecessor's).
         ``on_end``: records the job's end where a restarted job master would look,
         before the end is reported to anyone (an ended job never runs again).
         ``tick_s``: the longest the loop waits for a letter before it polls the

@@ -56,10 +56,10 @@ def kill_random_task(client, rng: random.Random) -> str | None:
 
 
 def kill_coordinator(client, rng: random.Random) -> str | None:
-    """Kill the running job's coordinator; Ray restarts it and it recovers the job."""
+    """Kill the running job's coordinator; a standby takes the job over and recovers it."""
     if client.status() is not JobStatus.RUNNING:
         return None
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     return "job coordinator (ray.kill)"
 
 
@@ -192,7 +192,7 @@ def mixed_chaos(seed: int, tmp: pathlib.Path, n: int = 30_000, rate: float = 3_0
             if action == "kill task":
                 outcome = kill_random_task(client, rng) or "no task to kill"
             elif action == "kill coordinator":
-                ray.kill(client.coordinator, no_restart=False)
+                ray.kill(client.coordinator)
                 outcome = "killed"
             elif action == "savepoint":
                 outcome = client.savepoint(str(tmp / f"savepoint-{step}"), timeout_s=30)
@@ -222,7 +222,7 @@ def mixed_chaos(seed: int, tmp: pathlib.Path, n: int = 30_000, rate: float = 3_0
     if run.ending == JobStatus.FINISHED.value and rng.random() < 0.5:
         # A coordinator that dies after its job ended must not bring the job back.
         files = committed_files(out)
-        ray.kill(client.coordinator, no_restart=False)
+        ray.kill(client.coordinator)
         time.sleep(3)
         assert committed_files(out) == files, f"seed {seed}: the ended job ran again after its coordinator restarted"
         assert _quietly(client.status, JobStatus.FINISHED) is JobStatus.FINISHED

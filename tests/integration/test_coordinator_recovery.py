@@ -1,5 +1,6 @@
-"""The job coordinator dies: Ray restarts it and it recovers the job from the
-latest completed checkpoint in storage; the output stays exact."""
+"""The job coordinator dies: the pool hands its job to a standby coordinator,
+which recovers it from the latest completed checkpoint in storage; the output
+stays exact, and clients follow the job there."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import pytest
 import ray
 
+from actors.executor import RayJobClient
 from actors.pool import get_pool
 from connectors.files import FileSink, committed_files, read_committed
 from runtime import JobStatus, StreamExecutionEnvironment, WeirError
@@ -66,7 +68,7 @@ def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_outpu
         last = _wait_completed_after(client, last)
         assert not actors or _task_actor_ids(client) == actors, "the recovery started new task actors instead of reusing the job's"
         actors = _task_actor_ids(client)
-        ray.kill(client.coordinator, no_restart=False)
+        ray.kill(client.coordinator)
         print(f"killed the coordinator after checkpoint {last}")
     result = client.wait(180)
     assert result.status is JobStatus.FINISHED
@@ -84,7 +86,7 @@ def test_a_savepoint_then_the_coordinator_dying_duplicates_nothing(ray_cluster, 
     _wait_completed_after(client, 0)
     time.sleep(0.5)
     location = client.savepoint(str(tmp_path / "sp"))
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     assert "/savepoint-" in location
     result = client.wait(180)
     assert result.status is JobStatus.FINISHED
@@ -137,7 +139,7 @@ def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
     asking = threading.Thread(target=ask)
     asking.start()
     time.sleep(0.05)
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     asking.join(150)
     assert not asking.is_alive(), f"the {call} call hangs after its coordinator died"
     assert isinstance(answers[0], (str, float, WeirError)), answers
@@ -163,35 +165,51 @@ def test_the_coordinator_dying_in_the_final_checkpoint_of_a_bounded_job_duplicat
     _exact(out_dir, n)
 
 
-def test_a_coordinator_restarted_after_its_job_ended_does_not_run_it_again(ray_cluster, checkpoint_dir, out_dir):
-    """Issue #13 item 3, on Ray: the ended job's coordinator lingers; Ray restarts it
-    after it dies; it must not redeploy the job and commit again."""
+def test_a_coordinator_killed_after_its_job_ended_does_not_bring_it_back(ray_cluster, checkpoint_dir, out_dir):
+    """Issue #13 item 3, on Ray: the ended job's coordinator lingers and dies; no
+    standby may take the ended job over and commit again."""
     n = 20_000
     client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async("ended-then-killed")
     assert client.wait(120).status is JobStatus.FINISHED
     files = committed_files(out_dir)
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     time.sleep(5)  # a redeployed job would have committed output by now
     assert committed_files(out_dir) == files
     _exact(out_dir, n)
 
 
-def test_a_job_handed_to_a_coordinator_that_ray_is_restarting_runs_once_to_its_end(ray_cluster, checkpoint_dir, out_dir):
+def test_a_job_handed_to_a_coordinator_that_died_idle_runs_once_to_its_end(ray_cluster, checkpoint_dir, out_dir):
     """Every idle coordinator is killed and the next job is submitted at once:
-    the pool hands it to one of them before its new process is up. The new
-    process must not take the job for one of its own to recover (it did: that
-    second job master ended, cleared the running job, and the tasks' letters
-    went nowhere; the job hung with no checkpoint ever completing)."""
+    the pool may hand it to a dead one before it noticed the death. The start
+    fails, and the job runs once, on another."""
     assert _keyed_sum(checkpoint_dir, out_dir, 2_000).execute("fills-the-pool").status is JobStatus.FINISHED
     killed = ray.get(get_pool(create=False).idle_coordinators.remote())
     for coordinator in killed:
-        ray.kill(coordinator, no_restart=False)
+        ray.kill(coordinator)
     n, second_out = 20_000, out_dir + "-second"
-    second = _keyed_sum(checkpoint_dir, second_out, n).execute_async("handed-over-while-restarting")
-    assert second.coordinator._actor_id in {c._actor_id for c in killed}, "the pool took another coordinator: this run tests nothing"
+    second = _keyed_sum(checkpoint_dir, second_out, n).execute_async("handed-to-the-dead")
+    assert second.coordinator._actor_id not in {c._actor_id for c in killed}
     result = second.wait(60)
     assert (result.status, result.restarts) == (JobStatus.FINISHED, 0)
     _exact(second_out, n)
+
+
+def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster, checkpoint_dir, out_dir):
+    """Another driver's client (attach) and the submitter's keep working, and
+    coordinators can die any number of times: no Ray restart budget."""
+    n = 60_000
+    client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async("followed")
+    watcher = RayJobClient.attach("followed")
+    last = _wait_completed_after(client, 0)
+    first, killed = client.coordinator, set()
+    for _ in range(6):
+        killed.add(watcher.coordinator._actor_id)
+        ray.kill(watcher.coordinator)
+        last = _wait_completed_after(watcher, last)
+    assert len(killed) == 6 and watcher.info()["coordinator_recovered"]
+    assert client.wait(120).status is JobStatus.FINISHED
+    assert client.coordinator._actor_id not in killed and first._actor_id in killed
+    _exact(out_dir, n)
 
 
 def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_rest_reused(ray_cluster, checkpoint_dir, out_dir, tmp_path):
@@ -218,7 +236,7 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
         assert time.monotonic() < deadline, "the function never stalled"
         time.sleep(0.05)
     before, last = _task_actor_ids(client), max(_completed(client))
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     _wait_completed_after(client, last)  # recovered
     assert len(before - _task_actor_ids(client)) == 1, "exactly the stuck task's actor is replaced; the others are reused"
     assert client.wait(120).status is JobStatus.FINISHED

@@ -214,7 +214,7 @@ def test_a_name_resubmitted_while_ray_restarts_its_coordinator_is_refused(ray_cl
     _keyed_sum(env, n, 6_000, out_dir)
     client = env.execute_async("restarting-name")
     _first_checkpoint(client)
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     again = _streaming_env(checkpoint_dir)
     _keyed_sum(again, n, 6_000, out_dir + "-again")
     with pytest.raises(JobAlreadyRunningError, match="a job named 'restarting-name' is already running"):
@@ -268,12 +268,12 @@ def test_a_restarted_coordinator_keeps_the_last_completed_rescale(ray_cluster, c
     _first_checkpoint(client)
     client.rescale({"total": 3})
     assert client.info()["parallelism"]["total"] == 3
-    ray.kill(client.coordinator, no_restart=False)
+    ray.kill(client.coordinator)
     deadline = time.monotonic() + 60
     while not client.info()["coordinator_recovered"] or client.status() is not JobStatus.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert client.info()["parallelism"]["total"] == 3, "the restarted coordinator went back to the old parallelism"
+    assert client.info()["parallelism"]["total"] == 3, "the coordinator that took the job over went back to the old parallelism"
     assert client.wait(120).status is JobStatus.FINISHED
     _exact(out_dir, n)
 

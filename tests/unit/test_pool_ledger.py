@@ -131,7 +131,7 @@ def test_an_applications_idle_slots_retire_after_the_idle_timeout(pool):
 
 def test_an_applications_coordinator_serves_its_next_job_and_never_another_applications(pool):
     first = pool.submit("a-1", A)
-    pool.ledger.job_ended(first, reusable=True, now=1.0)
+    pool.ledger.job_ended(first, now=1.0)
     assert pool.submit("b-1", B) != first, "application B's job went to A's coordinator"
     assert pool.submit("a-2", A) == first
 
@@ -142,7 +142,7 @@ def test_a_name_runs_once_until_its_job_ends(pool):
     refused = pool.submit("orders", B)
     assert isinstance(refused, Conflict) and (refused.job, refused.where, refused.location) == ("orders", A.where, None)
     assert isinstance(pool.submit("orders", A), Conflict), "the same driver submitted the running name twice"
-    pool.ledger.job_ended(coordinator, reusable=True, now=1.0)
+    pool.ledger.job_ended(coordinator, now=1.0)
     assert not isinstance(pool.submit("orders", B), Conflict)
 
 
@@ -151,7 +151,7 @@ def test_an_output_belongs_to_one_running_job(pool):
     refused = pool.submit("b", B, {"folder /other": "Sink: two", "folder /out": "Sink: one"})
     assert isinstance(refused, Conflict) and (refused.job, refused.location, refused.operator) == ("a", "folder /out", "Sink: one")
     assert not isinstance(pool.submit("c", B, {"folder /other": "Sink: two"}), Conflict)
-    pool.ledger.job_ended(coordinator, reusable=True, now=1.0)
+    pool.ledger.job_ended(coordinator, now=1.0)
     assert not isinstance(pool.submit("b", B, {"folder /out": "Sink: one"}), Conflict)
 
 
@@ -163,26 +163,32 @@ def test_a_job_its_coordinator_says_has_ended_frees_its_name_before_the_end_reac
     assert not isinstance(pool.submit("orders", B), Conflict)
 
 
-def test_a_job_whose_coordinator_is_lost_for_good_frees_its_name_and_its_slots_leave(pool):
-    coordinator = pool.submit("orders", A)
-    slots = pool.lease("orders", A, 2)
-    assert sorted(pool.ledger.coordinator_lost(coordinator, now=1.0)) == sorted(slots)
-    assert not pool.ledger.slots
-    assert not isinstance(pool.submit("orders", A), Conflict)
-
-
-def test_a_restarted_coordinator_recovers_only_a_job_whose_start_it_had_accepted(pool):
-    """A job the pool has handed to a coordinator whose start() has not returned is
-    on its way there (Ray delivers the start to the restarted process), so the
-    restarted process must not also recover it; once started, it must."""
-    coordinator = pool.submit("j", A)
-    assignment = pool.ledger.jobs["j"].assignment
-    assert pool.ledger.restarted_assignment(coordinator) is None
+def test_a_dead_coordinators_job_goes_to_a_standby_of_its_application_else_a_fresh_one(pool):
+    dead = pool.submit("orders", A)
+    own = pool.submit("a-old", A)
+    pool.ledger.job_ended(own, now=1.0)  # idle now, and A's
+    fresh = "coordinator-fresh"
+    pool.ledger.add_coordinator(fresh, "env")
+    assignment = pool.ledger.jobs["orders"].assignment
     assignment.started = True
-    assert pool.ledger.restarted_assignment(coordinator) is assignment and assignment.incarnation == 1
+    assert pool.ledger.coordinator_died(dead) == (assignment, own, "env")
+    assert assignment.incarnation == 1 and pool.ledger.jobs["orders"].coordinator == own
+    assert isinstance(pool.submit("orders", B), Conflict), "a job being taken over lost its name"
+    assert pool.ledger.coordinator_died(own) == (assignment, fresh, "env")
+    assert pool.ledger.coordinator_died(fresh) == (assignment, None, "env"), "no standby: the pool must start one"
+    assert assignment.incarnation == 3
 
 
-def test_a_restarted_coordinator_gets_the_rescales_that_completed(pool):
+def test_a_dead_coordinators_job_still_on_its_way_stays_with_its_submitter_and_ended_records_go(pool):
+    dead = pool.submit("ended-here", A)
+    pool.ledger.job_ended(dead, now=1.0)
+    dead = pool.submit("on-its-way", A)  # the same coordinator, its start not yet returned
+    assert pool.ledger.coordinator_died(dead) is None
+    assert "ended-here" not in pool.ledger.jobs and pool.ledger.jobs["on-its-way"].assignment.incarnation == 0
+    assert pool.ledger.take_over("on-its-way", "env")[1] is None  # the submitter's start returned: it takes it over
+
+
+def test_a_coordinator_taking_a_job_over_gets_the_rescales_that_completed(pool):
     pool.submit("j", A)
     pool.ledger.rescaled("j", {"total": 3})
     pool.ledger.rescaled("j", {"total": 1, "source": 2})

@@ -62,7 +62,7 @@ def test_abandon_reports_a_task_that_does_not_return_within_the_grace():
 
 def test_a_late_run_of_a_dead_coordinators_attempt_runs_nothing():
     slot, task = TaskActor(), _Task()
-    slot._task, slot._attempt = task, 1_000_001  # set up by the restarted coordinator
+    slot._task, slot._attempt = task, 1_000_001  # set up by the coordinator that took the job over
     with pytest.raises(WeirError, match="no task of attempt 7 to run"):
         slot.run(7)
     assert task.ran == 0
