@@ -137,12 +137,39 @@ class RayGateway:
         self._shapes: dict[TaskKey, Shape] = {}
         self._events: dict[Any, TaskKey] = {}  # operator events on their way
         self._endpoints: dict[str, Endpoint] = {}  # slot's actor id -> where it takes deliveries
+        self._warming: dict[Any, tuple[str, Any]] = {}  # endpoint() call -> (shape key, slot) of a reserved slot starting
         self._stopped = threading.Event()  # the job is cancelled: deploys give up
 
-    def _shape(self, d: Deployment) -> Shape:
-        options = actor_resources(d.task.vertex, self._graph.execution)
+    def _shape(self, vertex: JobVertex) -> Shape:
+        options = actor_resources(vertex, self._graph.execution)
         options["max_concurrency"] = SLOT_CONCURRENCY
         return Shape(options, self._runtime_env)
+
+    def reserve(self, graph: JobGraph) -> bool:
+        """Slots for every task of ``graph`` (a rescale about to deploy it): lease
+        what the job's deployed and spare slots of each shape do not cover, as
+        spares of the job, and say whether they are all up."""
+        shapes = {v.id: self._shape(v) for v in graph.vertices.values()}
+        wanted: dict[str, int] = {}
+        for v in graph.vertices.values():
+            wanted[shapes[v.id].key] = wanted.get(shapes[v.id].key, 0) + v.parallelism
+        for key, count in wanted.items():
+            have = sum(self._shapes[k].key == key for k in self.actors) + len(self._spare.get(key, [])) \
+                + len(self._cancelling.get(key, [])) + sum(k == key for k, _ in self._warming.values())
+            if count > have:
+                shape = next(s for s in shapes.values() if s.key == key)
+                for actor in ray.get(self._pool.lease.remote(self._graph.name, self._app, shape, count - have)):
+                    self._warming[actor.endpoint.remote()] = (key, actor)
+        if self._warming:
+            ready, _ = ray.wait(list(self._warming), num_returns=len(self._warming), timeout=0)
+            for ref in ready:
+                key, actor = self._warming.pop(ref)
+                try:
+                    self._endpoints[_id(actor)] = ray.get(ref)
+                    self._spare.setdefault(key, []).append(actor)
+                except ray.exceptions.RayActorError:
+                    self._drop([actor])  # it died starting: the next call leases another
+        return not self._warming
 
     def deploy(self, deployments: list[Deployment]) -> None:
         """Run these tasks on the job's free slots and on slots leased from the
@@ -207,7 +234,7 @@ class RayGateway:
         wanted: dict[str, list[Deployment]] = {}
         shapes: dict[str, Shape] = {}
         for d in deployments:
-            shape = self._shape(d)
+            shape = self._shape(d.task.vertex)
             shapes[shape.key] = shape
             self._shapes[d.key] = shape
             wanted.setdefault(shape.key, []).append(d)
@@ -297,8 +324,8 @@ class RayGateway:
         the end is reported (a job submitted right after finds them idle)."""
         for shape in list(self._cancelling):
             self._spare.setdefault(shape, []).extend(self._returned(shape))
-        spare = [a for slots in self._spare.values() for a in slots]
-        self._spare = {}
+        spare = [a for slots in self._spare.values() for a in slots] + [a for _, a in self._warming.values()]
+        self._spare, self._warming = {}, {}
         if spare:
             ray.get(self._pool.give_back.remote(self._graph.name, spare))
 

@@ -158,10 +158,12 @@ class PoolLedger:
     # (on 2 cores, 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2
     # boots: 2-4x their CPU).
     REFILL_DELAY_S = 5.0
-    # After a slot was lost, its replacements (every missing spare at once) wait
-    # this long: the job that lost it takes a spare and redeploys first. On 2
-    # cores a process booting beside that recovery tripled it (bench.recovery,
-    # 10 isolated kills each: p50 1.06 s, p99 4.2 s, against 0.29 s and 1.9 s).
+    # After slots were lost, as many replacements start together this long
+    # after: the job that lost them takes spares and redeploys first. On 2 cores a
+    # process booting beside that recovery tripled it (bench.recovery, 10
+    # isolated kills each: p50 1.06 s, p99 4.2 s, against 0.29 s and 1.9 s); and
+    # replacing every missing spare at once kept the cores busy into the next
+    # kill's recovery (2.05 s against 0.25-0.81 s for the others).
     REPLACE_DELAY_S = 1.0
 
     def __init__(self, settings: PoolSettings) -> None:
@@ -175,7 +177,7 @@ class PoolLedger:
         self._short_since: dict[str, float] = {}  # shape key -> when it fell short of fresh slots
         self._leased_at: dict[str, float] = {}  # shape key -> its latest lease
         self._largest_lease: dict[str, int] = {}  # shape key -> most slots one lease took lately
-        self._lost_at: dict[str, float] = {}  # shape key -> when it lost a slot: replace them all soon
+        self._lost: dict[str, tuple[float, int]] = {}  # shape key -> (when it first lost slots, how many): replace them soon
         self._scarce_until = 0.0  # idle slots were retired to free CPU: start none before this
 
     # ------------------------------------------------------------ applications
@@ -242,12 +244,12 @@ class PoolLedger:
         return [sid for sid, s in self.slots.items() if s.job == job]
 
     def forget_slots(self, sids: list[str], now: float) -> None:
-        """These slots are gone or going; a shape that lost one is refilled soon
-        (REPLACE_DELAY_S)."""
+        """These slots are gone or going; each is replaced soon (REPLACE_DELAY_S)."""
         for sid in sids:
             gone = self.slots.pop(sid, None)
             if gone is not None:
-                self._lost_at.setdefault(gone.shape, now)
+                at, count = self._lost.get(gone.shape, (now, 0))
+                self._lost[gone.shape] = (at, count + 1)
 
     def slot_up(self, sid: str, node_id: str) -> None:
         s = self.slots.get(sid)
@@ -362,7 +364,7 @@ class PoolLedger:
         for a process). A shape with none gets one at once, more after
         REFILL_DELAY_S short of them, one at a time, and none beside a pool
         process still starting (on a small machine it would compete with it);
-        after a loss, every missing one REPLACE_DELAY_S later. An application's idle slots retire
+        lost slots are replaced REPLACE_DELAY_S after the loss, all together. An application's idle slots retire
         after the idle timeout; when CPUs run short, idle slots go, the
         applications' first, and none start for a while."""
         plan = RefillPlan()
@@ -373,13 +375,15 @@ class PoolLedger:
             in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
             target = max(self.settings.idle_slots, self._largest_lease.get(key, 0)) if in_use else 0
             short_s = now - self._short_since.setdefault(key, now)
-            lost_at = self._lost_at.get(key)
+            lost_at, lost = self._lost.get(key, (now, 0))
             if len(fresh) >= target:
                 self._short_since.pop(key, None)
-                self._lost_at.pop(key, None)
+                self._lost.pop(key, None)
                 starts = 0
-            elif lost_at is not None:
-                starts = target - len(fresh) if now - lost_at >= self.REPLACE_DELAY_S else 0
+            elif lost:
+                starts = min(lost, target - len(fresh)) if now - lost_at >= self.REPLACE_DELAY_S else 0
+                if starts:
+                    self._lost.pop(key)
             else:
                 starts = 1 if not booting and (not fresh or short_s >= self.REFILL_DELAY_S) else 0
             for _ in range(starts):

@@ -63,15 +63,15 @@ from actors.cluster import ensure_ray
 ensure_ray()
 joined = time.perf_counter()
 from bench.startup import tiny_job
-wall, _ = tiny_job(2, sys.argv[1], 0.1)
+wall, _ = tiny_job(2, sys.argv[1], float(sys.argv[2]))
 print("BENCH-RESULT", json.dumps({"ray": joined - started, "execute": wall}))
 """
 
 
-def driver_process(name: str, env: dict[str, str]) -> dict[str, float]:
+def driver_process(name: str, env: dict[str, str], task_cpus: float) -> dict[str, float]:
     """A driver of its own: seconds to join (or start) Ray, and its first execute()."""
     root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, "-c", _DRIVER, name], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", _DRIVER, name, str(task_cpus)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     if run.returncode != 0:
         raise RuntimeError(run.stderr[-3000:])
     return json.loads(next(line for line in run.stdout.splitlines() if line.startswith("BENCH-RESULT")).split(" ", 1)[1])
@@ -81,24 +81,25 @@ def _spread(label: str, samples: list[float]) -> str:
     return f"{label} median {statistics.median(samples):.2f} s ({min(samples):.2f}-{max(samples):.2f}, n={len(samples)})"
 
 
-def new_drivers(count: int, address: str) -> None:
+def new_drivers(count: int, address: str, task_cpus: float) -> None:
+    """Its jobs ask for what the notebook's did: the pool is warm for that shape."""
     env = {**os.environ, "RAY_ADDRESS": address}
     runs = []
     for i in range(count):
         settle_pool()  # warm: the pool has started its fresh processes
-        runs.append(driver_process(f"bench-new-driver-{i}", env))
+        runs.append(driver_process(f"bench-new-driver-{i}", env, task_cpus))
     print("new driver on a warm cluster, p=2: " + _spread("first execute()", [r["execute"] for r in runs])
           + "; " + _spread("joining Ray", [r["ray"] for r in runs]), flush=True)
 
 
-def cold(count: int) -> None:
+def cold(count: int, task_cpus: float) -> None:
     from tests.own_ray import own_ray_tmpdir
 
     runs = []
     for i in range(count):
         with own_ray_tmpdir() as own:  # a Ray of its own, stopped afterwards; the benchmark's own cluster stays
             env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own, "RAY_ADDRESS": "local"}
-            runs.append(driver_process(f"bench-cold-{i}", env))
+            runs.append(driver_process(f"bench-cold-{i}", env, task_cpus))
     print("cold start, p=2: " + _spread("Ray's start (ray.init)", [r["ray"] for r in runs]) + "; "
           + _spread("then the first execute()", [r["execute"] for r in runs]), flush=True)
 
@@ -115,7 +116,7 @@ def main() -> None:
     ap.add_argument("--cold", type=int, default=3, help="drivers that each start a Ray cluster of their own")
     args = ap.parse_args()
     if args.cold:
-        cold(args.cold)
+        cold(args.cold, args.task_cpus)
     table = Table(title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
     for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
         table.add_column(col, justify="right")
@@ -131,7 +132,7 @@ def main() -> None:
     if args.new_drivers:
         import ray
 
-        new_drivers(args.new_drivers, ray.get_runtime_context().gcs_address)
+        new_drivers(args.new_drivers, ray.get_runtime_context().gcs_address, args.task_cpus)
 
 
 if __name__ == "__main__":

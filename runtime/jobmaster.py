@@ -111,6 +111,11 @@ class TaskGateway(Protocol):
         """The job is cancelled (any thread): a ``deploy`` waiting for room on the
         cluster gives up at once, and so does every later one."""
 
+    def reserve(self, graph: JobGraph) -> bool:
+        """Have slots ready for every task of ``graph`` (a rescale will deploy it):
+        start what the job's own slots do not cover and return at once; True
+        once all are up. The job runs on meanwhile."""
+
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         """Tasks of the current attempt that ended since the last poll, and how."""
 
@@ -300,6 +305,17 @@ AskLetter = TriggerSavepoint | StopJob | RescaleJob
 
 
 @dataclass
+class _Rescaling:
+    """A rescale waiting for its new tasks' slots: the job processes on until they
+    are up (or ``deadline`` passes), so its pause is the stop and the redeploy,
+    never a process start."""
+
+    letter: RescaleJob
+    graph: JobGraph
+    deadline: float
+
+
+@dataclass
 class _Stopping:
     checkpoint_id: int
     drain: bool
@@ -362,6 +378,7 @@ class JobMaster:
         self._restore_points: list[tuple[str, dict[str, Any]]] = []
         self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self._stopping: _Stopping | None = None
+        self._rescaling: _Rescaling | None = None
         self._coordinators: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder), this deployment's
         self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
         self._task_attempts: dict[TaskKey, int] = {}  # the attempt each task's letters must carry
@@ -602,6 +619,7 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
         if self.status not in (JobStatus.RUNNING, JobStatus.STOPPING):
             return
+        self._rescale_when_ready(now)
         for _, holder in list(self._coordinators.values()):
             for call in holder.due_calls(now):
                 self._coordinator_io(functools.partial(self._run_async_call, holder, call))
@@ -765,17 +783,31 @@ class JobMaster:
             return
         if self._refuse_while_restarting_a_region(letter.request):
             return
+        if self._rescaling is not None:
+            letter.request.reply(error=WeirError(f"job '{self.graph.name}' is being rescaled already: try again when that is done"))
+            return
         try:
             new_graph = self.graph.rescaled(letter.parallelism)
         except WeirError as exc:
             letter.request.reply(error=exc)
             return
         now = self.clock()
+        self._rescaling = _Rescaling(letter, new_graph, now + self.graph.execution.slot_request_timeout_ms / 1000)
+        self._rescale_when_ready(now)
+
+    def _rescale_when_ready(self, now: float) -> None:
+        """Stop the job for the waiting rescale once its slots are up."""
+        rescaling = self._rescaling
+        if rescaling is None or self.status is not JobStatus.RUNNING or self._restarting:
+            return
+        if not self.gateway.reserve(rescaling.graph) and now < rescaling.deadline:
+            return
+        self._rescaling = None
         cid = self._trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
         if cid is None:
-            letter.request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
+            rescaling.letter.request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
             return
-        self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, letter.request, new_graph, now)
+        self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, rescaling.letter.request, rescaling.graph, now)
         self._become(JobStatus.STOPPING)
 
     def _finish_rescale(self, stopping: _Stopping) -> None:
@@ -1066,6 +1098,9 @@ class JobMaster:
         for request in self._requests.values():
             request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before the savepoint completed"))
         self._requests.clear()
+        if self._rescaling is not None:
+            self._rescaling.letter.request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before it was rescaled"))
+            self._rescaling = None
         stopping, self._stopping = self._stopping, None
         if stopping is not None and status is JobStatus.CANCELED:
             stopping.request.reply(error=WeirError(

@@ -297,6 +297,9 @@ class _StubGateway:
     def stop_deploying(self) -> None:
         pass
 
+    def reserve(self, graph) -> bool:
+        return True
+
     def metrics(self) -> list:
         return []
 

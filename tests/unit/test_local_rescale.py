@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from connectors.files import FileSink, read_committed
-from runtime import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecutionEnvironment
+from runtime import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, WeirError
 from runtime.jobmaster import EventFromOperator
 from runtime.sources import RequestSplit
 from tests.checker import check_running_sums
@@ -76,3 +76,83 @@ def test_a_late_letter_from_a_subtask_the_rescale_removed_is_ignored(checkpoint_
     _wait_for_checkpoint(client, max(c["checkpoint_id"] for c in client.checkpoints()))
     assert (master.status, master.restarts, master.failure) == (JobStatus.RUNNING, 0, None)
     client.cancel()
+
+
+class _SlowSlots:
+    """A gateway whose slots for the rescaled job come up when the test says."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.reserved = []
+
+    def reserve(self, graph) -> bool:
+        self.reserved.append({v.name: v.parallelism for v in graph.vertices.values()})
+        return self.up
+
+    def deploy(self, deployments) -> None:
+        pass
+
+    def send(self, task, letter) -> None:
+        pass
+
+    def poll_exits(self) -> list:
+        return []
+
+    def kill(self, tasks) -> None:
+        pass
+
+    def kill_all(self) -> None:
+        pass
+
+    def stop_deploying(self) -> None:
+        pass
+
+    def metrics(self) -> list:
+        return []
+
+
+def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint_dir):
+    """The job processes on while the slots start (a process start is seconds on a
+    small machine); then it stops at a checkpoint and redeploys. If they never
+    come up, it goes ahead after the slot request timeout (and the deploy waits)."""
+    from runtime.jobmaster import JobMaster, RescaleJob, Request, inline
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(60_000)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_sequence(0, 9).key_by(lambda i: i).reduce(lambda a, b: a + b).name("totals").sink_to(DiscardingSink())
+    clock = [0.0]
+    gateway = _SlowSlots()
+    master = JobMaster(env.get_job_graph("waits-for-slots"), gateway, clock=lambda: clock[0], storage_io=inline)
+    master.start()
+    master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
+    master.run_until_idle()
+    clock[0] = 1.0
+    master.run_until_idle()
+    assert (master.status, master.coordinator.pending) == (JobStatus.RUNNING, {}), "it stopped before its slots were up"
+    assert gateway.reserved[-1]["totals"] == 3
+    again = RescaleJob({"totals": 4}, Request())
+    master.mailbox.put_control(again)
+    master.run_until_idle()
+    with pytest.raises(WeirError, match="is being rescaled already"):
+        again.request.wait(1)
+    gateway.up = True
+    master.run_until_idle()
+    assert master.status is JobStatus.STOPPING and master.coordinator.pending
+
+
+def test_a_rescale_whose_slots_never_come_up_goes_ahead_after_the_slot_request_timeout(checkpoint_dir):
+    from runtime.jobmaster import JobMaster, RescaleJob, Request, inline
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(60_000)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    env.from_sequence(0, 9).key_by(lambda i: i).reduce(lambda a, b: a + b).name("totals").sink_to(DiscardingSink())
+    clock = [0.0]
+    master = JobMaster(env.get_job_graph("never-up"), _SlowSlots(), clock=lambda: clock[0], storage_io=inline)
+    master.start()
+    master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
+    master.run_until_idle()
+    clock[0] = env.config.slot_request_timeout_ms / 1000
+    master.run_until_idle()
+    assert master.status is JobStatus.STOPPING

@@ -230,15 +230,17 @@ def test_no_fresh_coordinator_starts_while_a_job_slot_is_starting(pool):
     assert pool.started["coordinators"] == 1
 
 
-def test_a_lost_slot_is_replaced_after_the_failover_with_every_missing_spare_even_while_others_start(pool):
-    """The job that lost it takes a spare and redeploys first; then every missing
-    spare starts, without the refill delay."""
+def test_lost_slots_are_replaced_after_the_failover_all_together_even_while_others_start(pool):
+    """The job that lost them takes spares and redeploys first; then as many start
+    as were lost, without the refill delay; the shape's other missing spares come
+    later, one at a time, so the boots do not crowd the next failover."""
     leased = _running_job_of_4(pool)
     pool.refill(0.0)  # its first spare
     pool.lease("other", A, 1, shape=Shape(options={"num_cpus": 0.25}, runtime_env={}))  # starting: the pool is booting
-    pool.ledger.forget_slots(leased[:1], now=0.1)  # a task actor of the running job died
+    pool.ledger.forget_slots(leased[:2], now=0.1)  # two task actors of the running job died (a node, say)
     assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S - 0.05) == 6, "a replacement started beside the failover"
-    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S) == 6 + 3, "after a loss every missing slot starts"
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S) == 6 + 2, "the lost slots were not replaced together"
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S + 0.25) == 8, "more than the lost ones started at once"
 
 
 def test_short_of_cpus_an_applications_idle_slots_retire_before_fresh_ones(pool):
