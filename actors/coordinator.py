@@ -50,6 +50,20 @@ def actor_resources(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, 
     return options
 
 
+def slot_shape(vertex: JobVertex, execution: ExecutionConfig, runtime_env: dict[str, Any]) -> Shape:
+    """The slot a task of ``vertex`` runs on: its Ray options and runtime env."""
+    return Shape({**actor_resources(vertex, execution), "max_concurrency": SLOT_CONCURRENCY}, runtime_env)
+
+
+def slots_wanted(graph: JobGraph, runtime_env: dict[str, Any]) -> list[tuple[Shape, int]]:
+    """How many slots of each shape the job's tasks take."""
+    wanted: dict[str, tuple[Shape, int]] = {}
+    for v in graph.vertices.values():
+        shape = slot_shape(v, graph.execution, runtime_env)
+        wanted[shape.key] = (shape, wanted.get(shape.key, (shape, 0))[1] + v.parallelism)
+    return list(wanted.values())
+
+
 _RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 
 
@@ -140,24 +154,15 @@ class RayGateway:
         self._warming: dict[Any, tuple[str, Any]] = {}  # endpoint() call -> (shape key, slot) of a reserved slot starting
         self._stopped = threading.Event()  # the job is cancelled: deploys give up
 
-    def _shape(self, vertex: JobVertex) -> Shape:
-        options = actor_resources(vertex, self._graph.execution)
-        options["max_concurrency"] = SLOT_CONCURRENCY
-        return Shape(options, self._runtime_env)
-
     def reserve(self, graph: JobGraph) -> bool:
         """Slots for every task of ``graph`` (a rescale about to deploy it): lease
         what the job's deployed and spare slots of each shape do not cover, as
         spares of the job, and say whether they are all up."""
-        shapes = {v.id: self._shape(v) for v in graph.vertices.values()}
-        wanted: dict[str, int] = {}
-        for v in graph.vertices.values():
-            wanted[shapes[v.id].key] = wanted.get(shapes[v.id].key, 0) + v.parallelism
-        for key, count in wanted.items():
+        for shape, count in slots_wanted(graph, self._runtime_env):
+            key = shape.key
             have = sum(self._shapes[k].key == key for k in self.actors) + len(self._spare.get(key, [])) \
                 + len(self._cancelling.get(key, [])) + sum(k == key for k, _ in self._warming.values())
             if count > have:
-                shape = next(s for s in shapes.values() if s.key == key)
                 for actor in ray.get(self._pool.lease.remote(self._graph.name, self._app, shape, count - have)):
                     self._warming[actor.endpoint.remote()] = (key, actor)
         if self._warming:
@@ -234,7 +239,7 @@ class RayGateway:
         wanted: dict[str, list[Deployment]] = {}
         shapes: dict[str, Shape] = {}
         for d in deployments:
-            shape = self._shape(d.task.vertex)
+            shape = slot_shape(d.task.vertex, self._graph.execution, self._runtime_env)
             shapes[shape.key] = shape
             self._shapes[d.key] = shape
             wanted.setdefault(shape.key, []).append(d)

@@ -13,7 +13,7 @@ from ray import cloudpickle  # keeps each function's file name: a user's traceba
 
 from actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
 from actors.collect import RayCollectChannel
-from actors.coordinator import check_feasible
+from actors.coordinator import check_feasible, slots_wanted
 from actors.ledger import Application, Conflict, JobAssignment
 from actors.pool import get_pool
 from runtime.errors import (
@@ -250,9 +250,10 @@ class RayExecutor(Executor):
         check_feasible(graph)
         linger_s = float(os.environ.get("WEIR_JOB_LINGER_S", DEFAULT_LINGER_S))
         faults = {k: v for k, v in os.environ.items() if k.startswith("WEIR_FAULT")}  # weir's own failure tests
+        runtime_env = actor_runtime_env()
         assignment = JobAssignment(graph.name, graph.run_id, cloudpickle.dumps(graph), this_application(), graph.outputs,
-                                   linger_s, faults, submitted_at=time.time())
-        actor, conflict = ray.get(get_pool().submit.remote(assignment, actor_runtime_env()))
+                                   linger_s, faults, submitted_at=time.time(), slots=slots_wanted(graph, runtime_env))
+        actor, conflict = ray.get(get_pool().submit.remote(assignment, runtime_env))
         if conflict is not None:
             raise _refusal(graph.name, conflict)
         return RayJobClient(graph.name, actor, CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id))

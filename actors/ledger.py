@@ -56,6 +56,7 @@ class JobAssignment:
     linger_s: float
     faults: dict[str, str]  # WEIR_FAULT* of the submitter (weir's own failure tests)
     submitted_at: float = 0.0  # wall-clock time, for messages
+    slots: list[tuple["Shape", int]] = field(default_factory=list)  # how many slots of each shape its tasks take
     rescales: list[dict[str, int]] = field(default_factory=list)  # completed rescales, in order: a restart keeps them
     incarnation: int = 0  # how often another coordinator took the job over
     # Its coordinator accepted it (``start`` returned). Until then its submitter,
@@ -225,6 +226,14 @@ class PoolLedger:
         for sid in taken:
             self.slots[sid].job, self.slots[sid].app = job, app
         return taken, count - len(taken)
+
+    def expect(self, shape: Shape, count: int, app: str) -> int:
+        """A job of ``app`` about to deploy takes ``count`` slots of ``shape``: how
+        many to start now, beside its coordinator, so that on a cold pool the
+        processes boot together instead of one round after another."""
+        self.shapes.setdefault(shape.key, shape)
+        idle = sum(1 for s in self.slots.values() if s.shape == shape.key and s.job is None and s.app in (None, app))
+        return max(0, count - idle)
 
     def add_slot(self, sid: str, shape: str, job: str | None = None, app: str | None = None) -> None:
         self.slots[sid] = SlotEntry(shape, app, job)

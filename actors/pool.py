@@ -213,6 +213,9 @@ class SlotPool:
                     if outcome is None:
                         self.ledger.place_job(assignment, cid)
                     actor = self._actors[cid]
+                    for shape, count in assignment.slots:
+                        for _ in range(self.ledger.expect(shape, count, assignment.app.id)):
+                            self._new_slot(shape)
             self._wake.set()
             if isinstance(outcome, Conflict):
                 if self._has_ended(outcome):

@@ -251,3 +251,16 @@ def test_short_of_cpus_an_applications_idle_slots_retire_before_fresh_ones(pool)
     pool.ledger.give_back("a-1", mine[0], now=0.0)
     assert pool.refill(1.0, free=-0.1).retire_slots == mine
     assert fresh in pool.ledger.slots
+
+
+def test_a_job_about_to_deploy_has_the_slots_it_lacks_started_beside_its_coordinator(pool):
+    """On a cold pool the first job's processes boot together with its
+    coordinator, not one round after the other; a warm pool starts nothing."""
+    assert pool.ledger.expect(SHAPE, 4, A.id) == 4
+    mine = pool.lease("a-1", A, 2)
+    pool.up()
+    for sid in mine:
+        pool.ledger.give_back("a-1", sid, now=1.0)
+    pool._slot(SHAPE.key)
+    assert pool.ledger.expect(SHAPE, 4, A.id) == 1, "its application's idle slots and fresh ones cover the rest"
+    assert pool.ledger.expect(SHAPE, 4, B.id) == 3, "another application's idle slots do not count for it"
