@@ -185,42 +185,40 @@ def _exact(out: str, n: int) -> None:
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
 
-def test_a_name_resubmitted_while_its_coordinator_does_not_answer_is_refused(ray_cluster, checkpoint_dir, out_dir):
-    """A coordinator that does not answer for a while (restarting, or stalled: here
-    stopped with SIGSTOP). Before, the pool asked it for the job's status, took
-    the time-out for FAILED and started a second instance of the job."""
+def _stall(client):
+    """The coordinator stops answering for a while (SIGSTOP); returns the resume."""
+    pid = ray.get(client.coordinator.__ray_call__.remote(lambda _: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)
+    return lambda: os.kill(pid, signal.SIGCONT)
+
+
+def _kill(client):
+    """The coordinator dies; a standby takes the job over."""
+    ray.kill(client.coordinator)
+    return lambda: None
+
+
+@pytest.mark.parametrize("interrupt", [_stall, _kill], ids=["stalled", "killed"])
+def test_a_name_resubmitted_while_its_coordinator_does_not_answer_is_refused(ray_cluster, checkpoint_dir, out_dir, interrupt):
+    """Before, the pool asked the old coordinator for the job's status, took a
+    time-out (a stalled or restarting coordinator) for FAILED, and started a
+    second instance of the job."""
     n = 30_000
     env = _streaming_env(checkpoint_dir)
     _keyed_sum(env, n, 6_000, out_dir)
-    client = env.execute_async("stalled-name")
+    client = env.execute_async(f"interrupted-{interrupt.__name__[1:]}")
     _first_checkpoint(client)
-    pid = ray.get(client.coordinator.__ray_call__.remote(lambda _: os.getpid()))
-    os.kill(pid, signal.SIGSTOP)
+    resume = interrupt(client)
     try:
         again = _streaming_env(checkpoint_dir)
         _keyed_sum(again, n, 6_000, out_dir + "-again")
-        with pytest.raises(JobAlreadyRunningError, match="a job named 'stalled-name' is already running"):
-            again.execute_async("stalled-name")
+        with pytest.raises(JobAlreadyRunningError, match=f"a job named '{client.job_name}' is already running"):
+            again.execute_async(client.job_name)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        resume()
     assert client.wait(120).status is JobStatus.FINISHED
     _exact(out_dir, n)
     assert not os.path.exists(out_dir + "-again")
-
-
-def test_a_name_resubmitted_while_ray_restarts_its_coordinator_is_refused(ray_cluster, checkpoint_dir, out_dir):
-    n = 30_000
-    env = _streaming_env(checkpoint_dir)
-    _keyed_sum(env, n, 6_000, out_dir)
-    client = env.execute_async("restarting-name")
-    _first_checkpoint(client)
-    ray.kill(client.coordinator)
-    again = _streaming_env(checkpoint_dir)
-    _keyed_sum(again, n, 6_000, out_dir + "-again")
-    with pytest.raises(JobAlreadyRunningError, match="a job named 'restarting-name' is already running"):
-        again.execute_async("restarting-name")
-    assert client.wait(120).status is JobStatus.FINISHED
-    _exact(out_dir, n)
 
 
 def test_a_second_job_on_a_running_jobs_folder_is_refused_before_it_writes(ray_cluster, checkpoint_dir, out_dir, tmp_path):

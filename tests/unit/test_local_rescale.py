@@ -11,6 +11,7 @@ from runtime import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecu
 from runtime.jobmaster import EventFromOperator
 from runtime.sources import RequestSplit
 from tests.checker import check_running_sums
+from tests.unit.test_exactly_once_edges import _StubGateway
 
 N = 40_000
 
@@ -78,37 +79,17 @@ def test_a_late_letter_from_a_subtask_the_rescale_removed_is_ignored(checkpoint_
     client.cancel()
 
 
-class _SlowSlots:
+class _SlowSlots(_StubGateway):
     """A gateway whose slots for the rescaled job come up when the test says."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.up = False
-        self.reserved = []
+        self.reserved: list[dict[str, int]] = []
 
     def reserve(self, graph) -> bool:
         self.reserved.append({v.name: v.parallelism for v in graph.vertices.values()})
         return self.up
-
-    def deploy(self, deployments) -> None:
-        pass
-
-    def send(self, task, letter) -> None:
-        pass
-
-    def poll_exits(self) -> list:
-        return []
-
-    def kill(self, tasks) -> None:
-        pass
-
-    def kill_all(self) -> None:
-        pass
-
-    def stop_deploying(self) -> None:
-        pass
-
-    def metrics(self) -> list:
-        return []
 
 
 def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint_dir):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 
 import pytest
 
@@ -22,6 +21,7 @@ from runtime import (
 )
 from runtime.config import restart_strategy_for
 from runtime.restarts import RestartBackoff
+from tests.unit.test_lifecycle_jobs import _wait
 
 # Flink's exponential delay without jitter, from 0.1 s doubling to 1 s.
 EXP = RestartStrategy.exponential_delay(None, 0.1, 2.0, 1.0, jitter=0.0, reset_backoff_threshold_s=60.0)
@@ -222,18 +222,6 @@ def _completed(client) -> int:
     return sum(c["status"] == "COMPLETED" for c in client.checkpoints())
 
 
-def _until(predicate, client, timeout_s: float = 30.0) -> None:
-    deadline = threading.Event()
-    timer = threading.Timer(timeout_s, deadline.set)
-    timer.start()
-    try:
-        while not predicate():
-            assert not deadline.is_set() and not client.status().is_terminal, client.checkpoints()
-            threading.Event().wait(0.005)
-    finally:
-        timer.cancel()
-
-
 def test_kills_a_checkpoint_apart_never_use_up_a_strategy_that_allows_one_in_a_row(tmp_path):
     """Each kill comes once two checkpoints completed after the previous restart:
     the backoff reset each time, so one attempt between resets is enough."""
@@ -244,11 +232,11 @@ def test_kills_a_checkpoint_apart_never_use_up_a_strategy_that_allows_one_in_a_r
     client = env.execute_async("kills", executor="local")
     kills = 4
     for n in range(kills):
-        _until(lambda: "nums/0" in client.tasks(), client)
+        _wait(lambda: "nums/0" in client.tasks(), client)
         done = _completed(client)
-        _until(lambda: _completed(client) >= done + 2, client)
+        _wait(lambda: _completed(client) >= done + 2, client)
         client.kill_task("nums", 0)
-        _until(lambda: client.restarts() == n + 1, client)
+        _wait(lambda: client.restarts() == n + 1, client)
     result = client.wait(60)
     assert result.status is JobStatus.FINISHED and result.restarts == kills
     assert sorted(read_committed(str(tmp_path / "out"))) == list(range(N))
