@@ -43,8 +43,8 @@ class Application:
 
 @dataclass
 class JobAssignment:
-    """What a job coordinator runs, kept by the pool so that a coordinator Ray
-    restarted picks its job up again. The job graph travels pickled: the pool
+    """What a job coordinator runs, kept by the pool so that a standby
+    coordinator can take the job over. The job graph travels pickled: the pool
     serves every application and never loads one's code; only the job's own
     coordinator unpickles it."""
 

@@ -161,8 +161,8 @@ class SlotPool:
         self._wake.set()
 
     def reclaim(self, job: str) -> int:
-        """Take back every slot leased to ``job`` (its coordinator was restarted
-        and redeploys from a checkpoint: the old attempt must not run on). Each
+        """Take back every slot leased to ``job`` (another coordinator takes the
+        job over and redeploys from a checkpoint: the old attempt must not run on). Each
         slot cancels its old task and comes back idle for the recovery to reuse,
         as a failover reuses the slots of cancelled tasks; one whose task does
         not return within CANCEL_GRACE_S is killed. Returns how many were killed."""
@@ -265,8 +265,8 @@ class SlotPool:
 
     def _coordinator_died(self, cid: str) -> None:
         with self._lock:
-            self._actors.pop(cid, None)
-            self._watches.pop(cid, None)
+            for table in (self._actors, self._watches, self._starting):
+                table.pop(cid, None)
             successor = self.ledger.coordinator_died(cid)
         if successor is not None:
             self._take_over(*successor)
@@ -306,7 +306,7 @@ class SlotPool:
             self._retire([coordinator_id])
 
     def rescaled(self, job: str, parallelism: dict[str, int]) -> None:
-        """A rescale of ``job`` completed: a restart of its coordinator keeps it."""
+        """A rescale of ``job`` completed: a coordinator taking the job over keeps it."""
         with self._lock:
             self.ledger.rescaled(job, parallelism)
 
