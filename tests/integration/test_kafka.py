@@ -27,7 +27,7 @@ from connectors.kafka import (
     SimpleStringSchema,
     _TransactionalWriter,
 )
-from runtime import JobExecutionError, MapFunction, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
+from runtime import InvalidJobGraphError, JobExecutionError, MapFunction, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
 from tests.checker import check_running_sums
 
 
@@ -306,6 +306,24 @@ def test_builders_name_what_is_missing():
         (KafkaSink.builder().set_bootstrap_servers("b:9092").set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
          .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build())
          .build())
+
+
+def test_an_exactly_once_sinks_transactional_id_prefix_belongs_to_one_running_job():
+    """The prefix is the job's output, as a FileSink's folder is: the pool refuses
+    a second running job with it (tests/integration/test_many_jobs.py tries the
+    folder on Ray), and one job may not use it twice."""
+    def sink(prefix: str, guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE) -> KafkaSink:
+        schema = KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build()
+        return (KafkaSink.builder().set_bootstrap_servers("b:9092").set_delivery_guarantee(guarantee)
+                .set_transactional_id_prefix(prefix).set_record_serializer(schema).build())
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    numbers = env.from_collection(["1", "2"])
+    numbers.sink_to(sink("orders"))
+    numbers.sink_to(sink("orders", DeliveryGuarantee.AT_LEAST_ONCE))  # no transactions: nothing to own
+    assert env.get_job_graph("owner").outputs == {"Kafka transactional-id prefix 'orders' at b:9092": "Sink: KafkaSink"}
+    with pytest.raises(InvalidJobGraphError, match="two sinks of this job write to Kafka transactional-id prefix 'orders' at b:9092"):
+        numbers.sink_to(sink("orders"))
 
 
 def test_a_sink_whose_brokers_do_not_answer_fails_the_job_naming_them(checkpoint_dir):
