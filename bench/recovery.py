@@ -53,7 +53,9 @@ def coordinator_recovery(kills: int, seed: int) -> list[float]:
 
 
 def rescales(count: int) -> list[float]:
-    n, out = 40_000 * (count + 5), tempfile.mkdtemp(prefix="weir-scale-out-")
+    # Long enough to outlast every rescale: one waits, with the job running, until
+    # the processes its new tasks need are up (seconds on a loaded small machine).
+    n, out = 40_000 * (4 * count + 10), tempfile.mkdtemp(prefix="weir-scale-out-")
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(500)
     env.get_checkpoint_config().set_checkpoint_storage("file://" + tempfile.mkdtemp(prefix="weir-scale-chk-"))

@@ -308,7 +308,7 @@ AskLetter = TriggerSavepoint | StopJob | RescaleJob
 class _Rescaling:
     """A rescale waiting for its new tasks' slots: the job processes on until they
     are up (or ``deadline`` passes), so its pause is the stop and the redeploy,
-    never a process start."""
+    not a process start."""
 
     letter: RescaleJob
     graph: JobGraph
@@ -331,6 +331,10 @@ class _Stopping:
 
 class JobMaster:
     TICK_S = 0.05  # how soon a task's exit (polled from the gateway) is seen; executors may set their own
+    # A rescale lets the job run on this long while the processes of its new tasks
+    # start; then it stops the job anyway, and the deploy waits for them (a cluster
+    # short of CPUs may take long to make room, and a bounded job may end first).
+    RESCALE_WAIT_S = 5.0
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
     def __init__(
@@ -792,7 +796,7 @@ class JobMaster:
             letter.request.reply(error=exc)
             return
         now = self.clock()
-        self._rescaling = _Rescaling(letter, new_graph, now + self.graph.execution.slot_request_timeout_ms / 1000)
+        self._rescaling = _Rescaling(letter, new_graph, now + self.RESCALE_WAIT_S)
         self._rescale_when_ready(now)
 
     def _rescale_when_ready(self, now: float) -> None:

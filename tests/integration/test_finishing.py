@@ -200,9 +200,12 @@ def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, chec
 
 
 def test_rescale_2_4_1_on_ray_is_exact_and_prints_the_pause(ray_cluster, checkpoint_dir, out_dir):
-    from tests.unit.test_local_rescale import N, _job, _wait_for_checkpoint
+    from tests.unit.test_local_rescale import _job, _wait_for_checkpoint
 
-    client = _job(checkpoint_dir, out_dir).execute_async("ray-rescale")
+    # 10 s of input: a rescale waits, with the job running, for the processes of
+    # its new tasks (seconds on a loaded 2-core machine), and the job must outlast both.
+    n = 200_000
+    client = _job(checkpoint_dir, out_dir, n).execute_async("ray-rescale")
     for parallelism in ({"enrich": 4, "totals": 4}, {"enrich": 1, "totals": 1}):
         _wait_for_checkpoint(client, max([c["checkpoint_id"] for c in client.checkpoints()], default=0))
         pause = client.rescale(parallelism)
@@ -210,5 +213,5 @@ def test_rescale_2_4_1_on_ray_is_exact_and_prints_the_pause(ray_cluster, checkpo
         assert sum(t.startswith("ray-rescale/totals/") for t in client.tasks()) == parallelism["totals"]
     result = client.wait(120)
     assert result.restarts == 0
-    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, i) for i in range(N)))
-    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
+    v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, i) for i in range(n)))
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v

@@ -16,12 +16,12 @@ from tests.unit.test_exactly_once_edges import _StubGateway
 N = 40_000
 
 
-def _job(checkpoint_dir, out_dir):
+def _job(checkpoint_dir, out_dir, n=N):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.set_max_parallelism(8)
     env.enable_checkpointing(100)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 100, i), count=N, records_per_second=20_000)
+    (env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=20_000)
         .map(lambda kv: kv).name("enrich")
         .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).name("totals")
         .sink_to(FileSink(out_dir)))
@@ -94,8 +94,7 @@ class _SlowSlots(_StubGateway):
 
 def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint_dir):
     """The job processes on while the slots start (a process start is seconds on a
-    small machine); then it stops at a checkpoint and redeploys. If they never
-    come up, it goes ahead after the slot request timeout (and the deploy waits)."""
+    small machine); then it stops at a checkpoint and redeploys."""
     from runtime.jobmaster import JobMaster, RescaleJob, Request, inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -122,7 +121,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
     assert master.status is JobStatus.STOPPING and master.coordinator.pending
 
 
-def test_a_rescale_whose_slots_never_come_up_goes_ahead_after_the_slot_request_timeout(checkpoint_dir):
+def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoint_dir):
     from runtime.jobmaster import JobMaster, RescaleJob, Request, inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -134,6 +133,9 @@ def test_a_rescale_whose_slots_never_come_up_goes_ahead_after_the_slot_request_t
     master.start()
     master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
     master.run_until_idle()
-    clock[0] = env.config.slot_request_timeout_ms / 1000
+    clock[0] = JobMaster.RESCALE_WAIT_S - 0.1
+    master.run_until_idle()
+    assert master.status is JobStatus.RUNNING
+    clock[0] = JobMaster.RESCALE_WAIT_S
     master.run_until_idle()
     assert master.status is JobStatus.STOPPING
