@@ -417,6 +417,7 @@ class SlotPool:
             if _owner_died(alive):
                 with self._lock:
                     ended = self.ledger.app_ended(app)
+                    del self._alive[app]
                 log.info("application %s has ended: retiring its %d idle process(es)", app,
                          len(ended.retire_slots) + len(ended.retire_coordinators))
                 self._retire(ended.retire_slots + ended.retire_coordinators)
