@@ -422,7 +422,10 @@ class JobMaster:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)  # a call blocked on a broker ends on its own
             if self._on_end is not None:
-                self._on_end(self.status)
+                try:
+                    self._on_end(self.status)
+                except Exception as exc:  # the pool unreachable: clients must still hear the end
+                    log.error("could not record the end (%s) of job '%s': %s", self.status.value, self.graph.name, exc)
             self._refuse_leftover_requests()
             self._done.set()
 

@@ -367,3 +367,24 @@ def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_abort
     run_io()
     assert written.exists(), "the aborted attempt's discard deleted the retry's state"
     assert not pathlib.Path(first.location.removeprefix("file://")).exists()
+
+
+def test_a_job_whose_end_cannot_be_recorded_still_ends_for_its_clients(caplog):
+    """The job master records the end where a restarted one would look (the
+    pool) before anyone hears of it. When that call raised (the pool
+    unreachable), every client's ``wait()`` waited for ever on a FINISHED job.
+    Clients get the end; the error is logged, naming the job."""
+    from runtime.local import LocalJobClient
+
+    def pool_unreachable(status: JobStatus) -> None:
+        raise ConnectionError("the pool is unreachable")
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.from_collection([1, 2, 3]).sink_to(DiscardingSink())
+    gateway = LocalGateway()
+    master = JobMaster(env.get_job_graph("end-unrecorded"), gateway, on_end=pool_unreachable)
+    gateway.master = master
+    threading.Thread(target=master.run, daemon=True).start()
+    result = LocalJobClient(master, gateway).wait(10)
+    assert result.status is JobStatus.FINISHED
+    assert "could not record the end (FINISHED) of job 'end-unrecorded': the pool is unreachable" in caplog.text
