@@ -18,9 +18,11 @@ its final checkpoint, and an unbounded one would deliver nothing, which
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import threading
 import uuid
+import weakref
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
@@ -30,6 +32,8 @@ from runtime.sinks import Sink, SinkWriter
 
 if TYPE_CHECKING:
     from runtime.executor import JobClient
+
+log = logging.getLogger(__name__)
 
 # What travels on a channel: (committable id, records).
 Committed = tuple[str, list[Any]]
@@ -87,7 +91,9 @@ class _CollectWriter(SinkWriter):
 class CloseableIterator(Iterator[Any]):
     """PyFlink's ``CloseableIterator``: the records of ``execute_and_collect()``,
     as completed checkpoints commit them, while the job runs. ``close()`` (or
-    leaving a ``with`` block) cancels the job if it still runs. Iteration ends
+    leaving a ``with`` block) cancels the job if it still runs; so does dropping
+    the iterator unclosed (a notebook cell re-run), since no one could read what
+    the job goes on committing. Iteration ends
     when the job has finished and every committed record was handed out; if the
     job failed or was cancelled by someone else, that error is raised after the
     committed records. Not thread-safe: one reader."""
@@ -101,6 +107,7 @@ class CloseableIterator(Iterator[Any]):
         self._buffer: collections.deque[Any] = collections.deque()
         self._ended = False
         self._error: BaseException | None = None
+        self._dropped = weakref.finalize(self, _cancel_dropped, client, channel)
 
     def __iter__(self) -> "CloseableIterator":
         return self
@@ -124,6 +131,7 @@ class CloseableIterator(Iterator[Any]):
                 self._buffer.extend(records)
         if ended:
             self._ended = True
+            self._dropped.detach()
             self._channel.close()
             try:
                 self.job_client.wait()
@@ -134,19 +142,34 @@ class CloseableIterator(Iterator[Any]):
         if not self._ended:
             self._ended = True
             self._buffer.clear()
-            try:
-                running = not self.job_client.status().is_terminal
-            except WeirError:
-                running = False  # its record is gone: it ended long ago
-            if running:
-                self.job_client.cancel()
-            self._channel.close()
+            self._dropped.detach()
+            _cancel_if_running(self.job_client, self._channel)
 
     def __enter__(self) -> "CloseableIterator":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _cancel_if_running(client: "JobClient", channel: CollectChannel) -> None:
+    try:
+        running = not client.status().is_terminal
+    except WeirError:
+        running = False  # its record is gone: it ended long ago
+    if running:
+        client.cancel()
+    channel.close()
+
+
+def _cancel_dropped(client: "JobClient", channel: CollectChannel) -> None:
+    """An iterator was collected unclosed; also at the driver's exit."""
+    log.warning("the execute_and_collect() iterator of job '%s' was dropped without close(): cancelling the job",
+                client.job_name)
+    try:
+        _cancel_if_running(client, channel)
+    except Exception as exc:  # e.g. Ray already shut down at the driver's exit
+        log.warning("could not cancel job '%s': %s", client.job_name, exc)
 
 
 # ------------------------------------------------------------------ in-process

@@ -209,3 +209,19 @@ def test_closing_an_iterator_whose_job_record_is_gone_does_not_raise():
         with CloseableIterator(client, LocalCollectChannel()):
             raise KeyError("the block's own error")
     assert not client.cancelled
+
+
+def test_an_iterator_dropped_without_close_cancels_its_job(checkpoint_dir):
+    """A notebook cell that re-assigns ``results = ....execute_and_collect()`` drops
+    the last iterator without closing it. Its endless job ran on, and the records
+    it committed piled up in the driver's queue with no one to read them."""
+    import gc
+
+    env = _env(checkpoint_dir, p=1)
+    results = env.from_generator(lambda i: i, records_per_second=2_000).execute_and_collect("collect-dropped", executor="local")
+    assert next(results) == 0
+    client = results.job_client
+    del results
+    gc.collect()
+    _wait_ended(client)
+    assert client.status() is JobStatus.CANCELED
