@@ -8,12 +8,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
+import signal
 import sys
+import threading
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Sequence, overload
+from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 
 from runtime import progress
 from runtime.config import (
@@ -324,11 +327,16 @@ class StreamExecutionEnvironment:
         A progress bar shows while it waits (see :meth:`set_progress_bar`).
         Ctrl-C (``KeyboardInterrupt``, a notebook's interrupt) while it waits cancels
         the job, says so, and raises on: a job started this way ends with its caller
-        (``execute_async`` starts one that runs on)."""
+        (``execute_async`` starts one that runs on). One that comes while the job is
+        being submitted is held until it is, so that it can be cancelled; a second
+        one stops waiting for the submission."""
         graph = self.get_job_graph(job_name)
-        client = find_executor(executor).submit(graph)
-        self._ran(job_name)
+        with _interrupt_held(job_name) as held:
+            client = find_executor(executor).submit(graph)
+            self._ran(job_name)
         try:
+            if held:
+                raise KeyboardInterrupt
             if progress.wanted(self._progress_bar):
                 sizes = [self._source_sizes[t.id] for t in topological(graph.sinks) if t.is_source]
                 return progress.watch(client, graph, sum(n for n in sizes if n is not None) if None not in sizes else None)
@@ -342,6 +350,32 @@ class StreamExecutionEnvironment:
     # ---------------------------------------------------------------- internals
     def _add(self, name: str, make: Callable[[str, str], StreamOperator], inputs: list[tuple[Transformation, PartitionSpec | None]]) -> Transformation:
         return Transformation(next(self._ids), name, make, inputs)
+
+
+@contextlib.contextmanager
+def _interrupt_held(job_name: str) -> Iterator[list[int]]:
+    """Holds the first Ctrl-C while ``job_name`` is submitted (an interrupt raised
+    out of the submission would leave a job running that no one can cancel) and
+    yields the list it is recorded in; a second one is raised at once, for a
+    submission that hangs. Only the main thread receives signals."""
+    caught: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield caught
+        return
+
+    def hold(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+        print(f"weir: Ctrl-C while job '{job_name}' is being submitted: it will be cancelled once it is "
+              "(Ctrl-C again to stop waiting)", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class DataStream:

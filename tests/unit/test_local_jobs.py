@@ -263,6 +263,37 @@ def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
     assert "weir: job 'interrupted' cancelled (use execute_async() for a job that runs on without you)" in capsys.readouterr().err
 
 
+def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsys):
+    """Issue #29: an interrupt that came while the job was being submitted was
+    raised out of the submission: the job ran on, with no client left to cancel
+    it (a fresh clone's first run hung here). It is held until the submission
+    returns, then the job is cancelled."""
+    import signal
+
+    import runtime.local
+
+    clients = []
+    submit = runtime.local.LocalExecutor.submit
+
+    def interrupted_while_submitting(self, graph):
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.sigtimedwait([], 0)  # nothing: it only gives the handler a bytecode boundary before the job starts
+        clients.append(submit(self, graph))
+        return clients[-1]
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_generator(lambda i: i, records_per_second=1_000).sink_to(DiscardingSink())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runtime.local.LocalExecutor, "submit", interrupted_while_submitting)
+        with pytest.raises(KeyboardInterrupt):
+            env.execute("interrupted-early", executor="local")
+    assert clients[0].status() is JobStatus.CANCELED
+    err = capsys.readouterr().err
+    assert "weir: Ctrl-C while job 'interrupted-early' is being submitted: it will be cancelled once it is (Ctrl-C again to stop waiting)" in err
+    assert "weir: job 'interrupted-early' cancelled" in err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_execute_draws_progress_of_records_read_of_the_total_and_checkpoints(monkeypatch, tmp_path):
     import io
 
