@@ -37,13 +37,18 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Connection, Listener, answer_challenge, deliver_challenge  # type: ignore[attr-defined]
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge  # type: ignore[attr-defined]
 from typing import Any, Iterator
 
 from runtime.mailbox import Mailbox
 
 SOCKET_BUFFER_BYTES = 64 * 1024  # the kernel doubles it
-_HANDSHAKE_TIMEOUT_S = 10
+# How long each side waits for the other's part of opening a connection (the
+# challenges and the header). A live peer answers in milliseconds even when its
+# node is loaded; one that accepts and never answers (a hung process, a port
+# taken over) must free the sender's loop thread well before the checkpoint
+# timeout (60 s by default) would, so the task fails over as for a lost channel.
+HANDSHAKE_TIMEOUT_S = 10.0
 _DRAIN = b""  # a delivery is never empty: it is a pickled list
 _BROKEN = (OSError, EOFError, ValueError, AuthenticationError)  # what a connection fails with
 
@@ -81,14 +86,15 @@ def _socket_of(conn: Connection) -> Iterator[socket.socket]:
         s.close()
 
 
-def _tune(conn: Connection, timeout_s: int = 0) -> None:
+def _tune(conn: Connection, timeout_s: float = 0) -> None:
     """No Nagle delay (a batch's last segment would wait for an ACK), bounded
-    buffers, and a receive timeout (0: none)."""
+    buffers, and a receive timeout (0: none; a read that times out raises
+    BlockingIOError)."""
     with _socket_of(conn) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", timeout_s, 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6)))
 
 
 def _shutdown(conn: Connection) -> None:
@@ -141,7 +147,7 @@ class Inbox:
 
     def _serve(self, conn: Connection) -> None:
         try:
-            _tune(conn, _HANDSHAKE_TIMEOUT_S)
+            _tune(conn, HANDSHAKE_TIMEOUT_S)
             deliver_challenge(conn, self.endpoint.key)
             answer_challenge(conn, self.endpoint.key)
             run_id, attempt_s, channel_s = conn.recv_bytes(512).decode().split("\n")
@@ -169,10 +175,12 @@ class Inbox:
 
 
 class DeliveryError(Exception):
-    """A delivery could not be sent; ``output`` and ``channel`` say where to."""
+    """A delivery could not be sent; ``output`` and ``channel`` say where to, the
+    text names the receiving slot's address."""
 
     def __init__(self, output: int, channel: int, route: Route, cause: BaseException) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__)
+        why = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        super().__init__(f"to {route.endpoint.host}:{route.endpoint.port}: {why}")
         self.output, self.channel, self.route = output, channel, route
 
 
@@ -180,9 +188,10 @@ class Outbox:
     """The sending side of one task: a connection per output channel, opened at
     the channel's first delivery. Used by the task's loop thread only."""
 
-    def __init__(self, routes: list[list[Route]], run_id: str) -> None:
+    def __init__(self, routes: list[list[Route]], run_id: str, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         self._routes = routes
         self._run_id = run_id
+        self._handshake_timeout_s = handshake_timeout_s
         self._conns: dict[tuple[int, int], Connection] = {}
         self.blocked_s = 0.0  # time spent in sends: mostly waiting for a full receiver
 
@@ -198,8 +207,25 @@ class Outbox:
             raise DeliveryError(output, channel, self._routes[output][channel], exc) from None
 
     def _connect(self, output: int, channel: int) -> Connection:
+        """Connect and authenticate within the handshake timeout (a peer that
+        accepts and then says nothing raises TimeoutError), then name the channel."""
         route = self._routes[output][channel]
-        conn = Client((route.endpoint.host, route.endpoint.port), authkey=route.endpoint.key)
+        timeout_s = self._handshake_timeout_s
+        # The socket is put in blocking mode for Connection, which reads its fd
+        # directly; the timeout then is the socket's receive timeout (_tune).
+        sock = socket.create_connection((route.endpoint.host, route.endpoint.port), timeout=timeout_s)
+        sock.setblocking(True)
+        conn = Connection(sock.detach())
+        try:
+            _tune(conn, timeout_s)
+            answer_challenge(conn, route.endpoint.key)
+            deliver_challenge(conn, route.endpoint.key)
+        except BlockingIOError:
+            conn.close()
+            raise TimeoutError(f"the receiving slot accepted the connection but did not answer the handshake within {timeout_s} s") from None
+        except BaseException:
+            conn.close()
+            raise
         _tune(conn)
         conn.send_bytes(f"{self._run_id}\n{route.attempt}\n{route.channel}".encode())
         self._conns[(output, channel)] = conn

@@ -3,7 +3,9 @@ an Inbox and Outboxes in this process, on loopback."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 
 import pytest
 
@@ -119,3 +121,19 @@ def test_a_failed_receiver_frees_a_blocked_sender(inbox: Inbox) -> None:
     inbox.close("run", 1, drop_connections=True)
     sender.join(10)
     assert not sender.is_alive() and failed and failed[0].route.attempt == 1
+
+
+def test_a_peer_that_never_answers_the_handshake_fails_the_send_in_time() -> None:
+    """A receiver that accepts the TCP connection but never writes (a hung
+    process, a port taken by something else) must not hold the sender's loop
+    thread: the handshake times out and the send fails as a lost channel does,
+    naming the peer."""
+    with socket.create_server(("127.0.0.1", 0)) as deaf:
+        port = deaf.getsockname()[1]
+        out = Outbox([[Route(Endpoint("127.0.0.1", port, b"k" * 32), 0, 1)]], "run", handshake_timeout_s=0.2)
+        started = time.monotonic()
+        with pytest.raises(DeliveryError) as info:
+            out.send(0, 0, b"hello")
+        assert time.monotonic() - started < 3
+    assert f"127.0.0.1:{port}" in str(info.value), str(info.value)
+    assert "handshake" in str(info.value) and "0.2 s" in str(info.value), str(info.value)
