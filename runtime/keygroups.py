@@ -25,6 +25,10 @@ def _key_bytes(key: object) -> bytes:
     if kind is bool:
         return _key_bytes(int(key))  # type: ignore[call-overload]  # True == 1: equal keys share their state, so route alike
     if kind is float:
+        if key != key:  # NaN: state stored under it is never found again, so each record would start anew
+            raise TypeError(
+                f"key {key!r} holds NaN, and NaN != NaN, so records with it cannot group; map NaN to a key first"
+            )
         if key.is_integer():  # type: ignore[attr-defined]
             return _key_bytes(int(key))  # type: ignore[call-overload]  # 1.0 == 1 routes like 1
         return b"d" + struct.pack("<d", key)

@@ -5,6 +5,13 @@ import sys
 
 import pytest
 
+from runtime import (
+    DiscardingSink,
+    JobExecutionError,
+    KeySelectionError,
+    RestartStrategy,
+    StreamExecutionEnvironment,
+)
 from runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group, stable_hash
 
 KEYS = ["user-1", 42, -7, 3.5, 2.0, b"raw", None, True, ("a", 1, (2.5, None))]
@@ -31,6 +38,28 @@ def test_keys_equal_in_python_route_alike():
 def test_unhashable_keys_are_refused_with_the_key_named(key):
     with pytest.raises(TypeError, match="no stable hash"):
         key_group_for(key, 128)
+
+
+@pytest.mark.parametrize("key", [float("nan"), ("a", float("nan")), (1, (None, float("nan")))])
+def test_nan_keys_are_refused_since_nan_never_equals_itself(key):
+    """NaN != NaN: state looked up under a NaN key never finds what was stored
+    under it, so each record would start a new running value."""
+    with pytest.raises(TypeError, match=r"key nan holds NaN, and NaN != NaN, so records with it cannot group"):
+        key_group_for(key, 128)
+
+
+def test_a_nan_key_fails_the_job_naming_the_operator_and_the_record():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)  # the first NaN fails
+    env.set_restart_strategy(RestartStrategy.no_restart())
+    records = [(1.5, 1), (float("nan"), 2), (1.5, 3), (float("nan"), 4)]
+    env.from_collection(records).key_by(lambda r: r[0]).sum(1).sink_to(DiscardingSink())
+    with pytest.raises(
+        JobExecutionError,
+        match=r"key selector of operator 'Sum' raised TypeError: key nan holds NaN, and NaN != NaN, "
+        r".* on record \(nan, 2\)",
+    ) as info:
+        env.execute("nan-key", executor="local")
+    assert isinstance(info.value.__cause__, KeySelectionError)
 
 
 @pytest.mark.parametrize("max_p,p", [(128, 1), (128, 2), (128, 3), (128, 7), (10, 10), (32768, 5)])
