@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import random
 import shutil
 import signal
@@ -78,6 +79,14 @@ def _head_command(port: int, extra: list[str]) -> str:
     return command.replace("~/weir/.venv", sys.prefix).replace(fixed, " ".join([f"--port={port}", "--block", *extra]))
 
 
+def _dashboard_logs(temp: str) -> str:
+    """The head's side of a failed submission (a dropped connection says nothing
+    more on the client's)."""
+    logs = pathlib.Path(temp, "session_latest", "logs")
+    return "".join(f"\n--- {path.name}:\n" + path.read_text(errors="replace")[-3000:]
+                   for path in sorted(logs.glob("dashboard*.log")) + sorted(logs.glob("dashboard*.err")))
+
+
 def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_home(tmp_path):
     """As README's cluster set-up goes: the user makes a token on their machine,
     `ray up` mounts it into the node's otherwise empty home and runs the yaml's
@@ -120,7 +129,7 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
             if "No available agent to submit job" not in proc.stdout + proc.stderr or time.monotonic() > deadline:
                 break
             time.sleep(2)
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + _dashboard_logs(temp)
         assert "final sums of 1000 keys match plain Python: True" in proc.stdout, proc.stdout[-4000:]
         assert "succeeded" in proc.stdout
     finally:
