@@ -39,6 +39,11 @@ class Mailbox:
         self._rr = 0
         self._closed = False
 
+    @property
+    def channels(self) -> int:
+        """How many input channels it takes data on: 0 to ``channels - 1``."""
+        return len(self._pending)
+
     def put_control(self, letter: Any) -> None:
         with self._cond:
             if self._closed:
