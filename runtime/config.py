@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -70,16 +71,23 @@ def validate_storage_uri(uri: str, setting: str = "checkpoint storage") -> str:
     return uri
 
 
-def _positive(setting: str, value: float, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidConfigurationError(setting, value, "must be a number")
-    if value < 0 or (value == 0 and not allow_zero):
+def _number(setting: str, value: float, allow_zero: bool = False, at_least: float | None = None) -> float:
+    """The one check every numeric setting goes through: a finite real number
+    (NaN passes every comparison unnoticed, infinity overflows later), positive,
+    or zero too with ``allow_zero``, or at least ``at_least``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise InvalidConfigurationError(setting, value, "must be a finite number")
+    if at_least is not None:
+        if value < at_least:
+            raise InvalidConfigurationError(setting, value, f"must be a number of at least {at_least:g}")
+    elif value < 0 or (value == 0 and not allow_zero):
         raise InvalidConfigurationError(setting, value, "must be " + ("zero or more" if allow_zero else "positive"))
+    return float(value)
 
 
 def _whole(setting: str, value: int, allow_zero: bool = False) -> int:
     """A count or a number of milliseconds: a fraction would truncate (0.5 ms to 0)."""
-    _positive(setting, value, allow_zero)
+    _number(setting, value, allow_zero)
     if value != int(value):
         raise InvalidConfigurationError(setting, value, "must be a whole number")
     return int(value)
@@ -166,8 +174,8 @@ class RestartStrategy:
         """Flink's fixed-delay: ``restart_attempts`` restarts over the job's whole
         life, each after ``delay_s``; the next failure fails the job."""
         restart_attempts = _whole("restart_attempts", restart_attempts, allow_zero=True)
-        _positive("restart delay_s", delay_s, allow_zero=True)
-        return RestartStrategy(int(restart_attempts), float(delay_s), 1.0, float(delay_s))
+        delay_s = _number("restart delay_s", delay_s, allow_zero=True)
+        return RestartStrategy(restart_attempts, delay_s, 1.0, delay_s)
 
     @staticmethod
     def exponential_delay(
@@ -194,18 +202,14 @@ class RestartStrategy:
         does: the job fails on it before a second checkpoint completes."""
         if max_attempts is not None:
             max_attempts = _whole("restart max_attempts", max_attempts, allow_zero=True)
-        _positive("restart initial_delay_s", initial_delay_s, allow_zero=True)
-        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier < 1:
-            raise InvalidConfigurationError("restart multiplier", multiplier, "must be a number of at least 1")
-        _positive("restart max_delay_s", max_delay_s, allow_zero=True)
-        _positive("restart jitter", jitter, allow_zero=True)
+        initial_delay_s = _number("restart initial_delay_s", initial_delay_s, allow_zero=True)
+        multiplier = _number("restart multiplier", multiplier, at_least=1)
+        max_delay_s = _number("restart max_delay_s", max_delay_s, allow_zero=True)
+        jitter = _number("restart jitter", jitter, allow_zero=True)
         if jitter > 1:
             raise InvalidConfigurationError("restart jitter", jitter, "must be between 0 and 1")
-        _positive("restart reset_backoff_threshold_s", reset_backoff_threshold_s)
-        return RestartStrategy(
-            max_attempts, float(initial_delay_s), float(multiplier), float(max_delay_s), float(jitter),
-            float(reset_backoff_threshold_s),
-        )
+        reset_backoff_threshold_s = _number("restart reset_backoff_threshold_s", reset_backoff_threshold_s)
+        return RestartStrategy(max_attempts, initial_delay_s, multiplier, max_delay_s, jitter, reset_backoff_threshold_s)
 
     @staticmethod
     def no_restart() -> "RestartStrategy":

@@ -25,7 +25,7 @@ from runtime.config import (
     ExecutionConfig,
     RestartStrategy,
     RuntimeExecutionMode,
-    _positive,
+    _number,
     _whole,
 )
 from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
@@ -172,7 +172,7 @@ class StreamExecutionEnvironment:
 
     def set_task_cpus(self, cpus: float) -> "StreamExecutionEnvironment":
         """Ray CPUs each task actor asks for; fractions let more tasks than cores run."""
-        _positive("task_cpus", cpus)
+        _number("task_cpus", cpus)
         self.config.task_cpus = float(cpus)
         return self
 

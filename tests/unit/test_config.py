@@ -107,3 +107,52 @@ def test_a_replayed_tables_rate_is_shared_by_the_readers_that_have_splits():
     # Four readers, two of them idle: the two that read get half the rate each, not a quarter.
     assert [source.create_reader(i, 4)._limit.per_second for i in range(4)] == [500] * 4
     assert source.create_reader(0, 1)._limit.per_second == 1_000
+
+
+_NOT_NUMBERS = [float("nan"), float("inf"), float("-inf"), "2", None, True]
+
+
+@pytest.mark.parametrize("value", _NOT_NUMBERS, ids=repr)
+@pytest.mark.parametrize("call,setting", [
+    (lambda env, v: env.enable_checkpointing(v), "checkpoint interval_ms"),
+    (lambda env, v: env.get_checkpoint_config().set_checkpoint_timeout(v), "checkpoint timeout_ms"),
+    (lambda env, v: env.get_checkpoint_config().set_min_pause_between_checkpoints(v), "checkpoint min_pause_ms"),
+    (lambda env, v: env.get_checkpoint_config().set_max_concurrent_checkpoints(v), "max_concurrent_checkpoints"),
+    (lambda env, v: env.get_checkpoint_config().set_num_retained_checkpoints(v), "num_retained_checkpoints"),
+    (lambda env, v: env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(v), "tolerable_checkpoint_failures"),
+    (lambda env, v: env.set_parallelism(v), "parallelism"),
+    (lambda env, v: env.set_max_parallelism(v), "max_parallelism"),
+    (lambda env, v: env.get_config().set_auto_watermark_interval(v), "auto watermark interval_ms"),
+    (lambda env, v: env.set_task_cpus(v), "task_cpus"),
+    (lambda env, v: env.set_batch_size(v), "batch_size"),
+    (lambda env, v: env.set_buffer_timeout(v), "buffer_timeout_ms"),
+    (lambda env, v: RestartStrategy.fixed_delay(v, 1), "restart_attempts"),
+    (lambda env, v: RestartStrategy.fixed_delay(3, v), "restart delay_s"),
+    (lambda env, v: RestartStrategy.exponential_delay(max_attempts=v), "restart max_attempts"),
+    (lambda env, v: RestartStrategy.exponential_delay(initial_delay_s=v), "restart initial_delay_s"),
+    (lambda env, v: RestartStrategy.exponential_delay(multiplier=v), "restart multiplier"),
+    (lambda env, v: RestartStrategy.exponential_delay(max_delay_s=v), "restart max_delay_s"),
+    (lambda env, v: RestartStrategy.exponential_delay(jitter=v), "restart jitter"),
+    (lambda env, v: RestartStrategy.exponential_delay(reset_backoff_threshold_s=v), "restart reset_backoff_threshold_s"),
+])
+def test_nan_infinity_and_non_numbers_are_refused_by_name(call, setting, value):
+    """Issue row 12: enable_checkpointing(nan) raised a bare ValueError, inf an
+    OverflowError, and a NaN multiplier or delay was taken (every comparison with
+    NaN is False), so the job restarted at once for ever."""
+    if value is None and setting == "restart max_attempts":
+        pytest.skip('None there means "no limit"')
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(InvalidConfigurationError) as info:
+        call(env, value)
+    assert info.value.setting == setting
+    assert str(info.value).startswith(f"invalid setting {setting}={value!r}: must be a ")
+
+
+def test_a_multiplier_below_one_is_refused_and_numpy_numbers_are_numbers():
+    import numpy as np
+
+    with pytest.raises(InvalidConfigurationError, match=r"restart multiplier=0.5: must be a number of at least 1"):
+        RestartStrategy.exponential_delay(multiplier=0.5)
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(np.int64(4))
+    assert env.get_parallelism() == 4 and type(env.get_parallelism()) is int
+    assert RestartStrategy.exponential_delay(multiplier=np.float64(1.5)).backoff_multiplier == 1.5
