@@ -15,8 +15,10 @@ travels here unparsed.
 
 A connection carries one channel of one attempt of a task. The sender opens it
 at its first delivery and names the receiving task's run, attempt and channel in
-a header; a receiver that now runs another attempt refuses it (a late sender of
-a cancelled attempt never reaches the next one). The receiver's reader thread
+a header; the receiver answers it, refusing with the reason a header for
+another attempt (a late sender of a cancelled attempt never reaches the next
+one) or for a channel the task does not have. Opening, the challenges and that
+answer included, must finish within ``HANDSHAKE_TIMEOUT_S``. The receiver's reader thread
 puts each delivery into the task's mailbox in order. A full mailbox stops the
 reader, the socket buffers fill, and the sender's send blocks: that is
 backpressure, with at most the mailbox's capacity plus ``SOCKET_BUFFER_BYTES``
@@ -50,6 +52,7 @@ SOCKET_BUFFER_BYTES = 64 * 1024  # the kernel doubles it
 # timeout (60 s by default) would, so the task fails over as for a lost channel.
 HANDSHAKE_TIMEOUT_S = 10.0
 _DRAIN = b""  # a delivery is never empty: it is a pickled list
+_ACCEPTED = b""  # the answer to a header; a refusal says why
 _BROKEN = (OSError, EOFError, ValueError, AuthenticationError)  # what a connection fails with
 
 
@@ -145,20 +148,36 @@ class Inbox:
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="inbox-reader", daemon=True).start()
 
+    def _admit(self, conn: Connection, owner: tuple[str, int], channel: int) -> Mailbox:
+        """The mailbox that a connection of ``owner`` (run id, attempt) delivers
+        into on input ``channel``, with the connection noted as the attempt's;
+        raises :class:`ChannelRefusedError` saying why not."""
+        with self._lock:
+            if self._task is None or self._task[:2] != owner:  # a late sender of an attempt that is over
+                raise ChannelRefusedError(f"task attempt {owner[1]} of run '{owner[0]}' is not running there")
+            mailbox = self._task[2]
+            if not 0 <= channel < mailbox.channels:  # -1 would reach the last channel's queue
+                raise ChannelRefusedError(
+                    f"input channel {channel} is out of range: the receiving task has input channels 0 to {mailbox.channels - 1}"
+                )
+            self._conns[conn] = owner
+            return mailbox
+
     def _serve(self, conn: Connection) -> None:
         try:
             _tune(conn, HANDSHAKE_TIMEOUT_S)
             deliver_challenge(conn, self.endpoint.key)
             answer_challenge(conn, self.endpoint.key)
             run_id, attempt_s, channel_s = conn.recv_bytes(512).decode().split("\n")
-            owner = (run_id, int(attempt_s))
-            with self._lock:
-                if self._task is None or self._task[:2] != owner:
-                    return  # a late sender of an attempt that is over
-                mailbox = self._task[2]
-                self._conns[conn] = owner
+            channel = int(channel_s)
+            try:
+                mailbox = self._admit(conn, (run_id, int(attempt_s)), channel)
+            except ChannelRefusedError as refused:
+                conn.send_bytes(str(refused).encode())
+                return
+            conn.send_bytes(_ACCEPTED)
             _tune(conn)
-            channel, seq = int(channel_s), 0
+            seq = 0
             while True:
                 payload = conn.recv_bytes()
                 if payload == _DRAIN:
@@ -172,6 +191,10 @@ class Inbox:
             with self._lock:
                 self._conns.pop(conn, None)
             conn.close()
+
+
+class ChannelRefusedError(ConnectionError):
+    """The receiving slot refused a connection's header; the text says why."""
 
 
 class DeliveryError(Exception):
@@ -207,27 +230,30 @@ class Outbox:
             raise DeliveryError(output, channel, self._routes[output][channel], exc) from None
 
     def _connect(self, output: int, channel: int) -> Connection:
-        """Connect and authenticate within the handshake timeout (a peer that
-        accepts and then says nothing raises TimeoutError), then name the channel."""
+        """Connect, authenticate and have the channel accepted, all within the
+        handshake timeout: a peer that accepts and then says nothing raises
+        TimeoutError, one that refuses the channel :class:`ChannelRefusedError`."""
         route = self._routes[output][channel]
         timeout_s = self._handshake_timeout_s
-        # The socket is put in blocking mode for Connection, which reads its fd
-        # directly; the timeout then is the socket's receive timeout (_tune).
         sock = socket.create_connection((route.endpoint.host, route.endpoint.port), timeout=timeout_s)
+        # Connection reads the fd directly, so it needs a blocking socket: the
+        # timeout from here on is the socket's receive timeout (_tune).
         sock.setblocking(True)
         conn = Connection(sock.detach())
         try:
             _tune(conn, timeout_s)
             answer_challenge(conn, route.endpoint.key)
             deliver_challenge(conn, route.endpoint.key)
+            conn.send_bytes(f"{self._run_id}\n{route.attempt}\n{route.channel}".encode())
+            if (answer := conn.recv_bytes()) != _ACCEPTED:
+                raise ChannelRefusedError(answer.decode())
+            _tune(conn)
         except BlockingIOError:
             conn.close()
             raise TimeoutError(f"the receiving slot accepted the connection but did not answer the handshake within {timeout_s} s") from None
         except BaseException:
             conn.close()
             raise
-        _tune(conn)
-        conn.send_bytes(f"{self._run_id}\n{route.attempt}\n{route.channel}".encode())
         self._conns[(output, channel)] = conn
         return conn
 

@@ -137,3 +137,25 @@ def test_a_peer_that_never_answers_the_handshake_fails_the_send_in_time() -> Non
         assert time.monotonic() - started < 3
     assert f"127.0.0.1:{port}" in str(info.value), str(info.value)
     assert "handshake" in str(info.value) and "0.2 s" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("channel", [-1, 2])
+def test_a_channel_out_of_range_is_refused(inbox: Inbox, channel: int) -> None:
+    """A header naming a channel the receiving task does not have (-1 would land
+    in the last channel by Python's negative indexing) is refused, and the
+    sender's send fails saying which channel and what the bound is."""
+    mailbox = Mailbox(2, capacity=100)
+    inbox.open("run", 1, mailbox)
+    out = Outbox([[Route(inbox.endpoint, channel, 1)]], "run")
+    with pytest.raises(DeliveryError) as info:
+        out.send(0, 0, b"astray")
+        out.drain()
+    assert f"input channel {channel} is out of range: the receiving task has input channels 0 to 1" in str(info.value)
+    assert _take_all(mailbox) == []
+
+
+def test_a_late_sender_is_told_why_it_was_refused(inbox: Inbox) -> None:
+    inbox.open("run", 8, mailbox := Mailbox(1, capacity=100))
+    with pytest.raises(DeliveryError, match="attempt 7 of run 'run' is not running there"):
+        Outbox([[Route(inbox.endpoint, 0, 7)]], "run").send(0, 0, b"late")
+    assert _take_all(mailbox) == []
