@@ -144,7 +144,8 @@ class CheckpointFailureReason(enum.Enum):
     TIMEOUT = "the checkpoint expired before it completed"
     DECLINED_SUBSUMED = "a newer checkpoint barrier arrived before alignment finished"
     DECLINED_CANCELLED = "an upstream task cancelled the checkpoint"
-    DECLINED_SNAPSHOT_FAILED = "a task failed to snapshot or write its state"
+    DECLINED_SNAPSHOT_FAILED = "a task failed to snapshot its state"
+    DECLINED_STORAGE_FAILED = "a task failed to write its state to checkpoint storage"
     TASK_FINISHED_BEFORE_ACK = "a task finished before it acknowledged the checkpoint"
     TASK_FAILURE = "a task failed while the checkpoint was pending"
     JOB_STOPPING = "the job is stopping or restarting"
@@ -174,6 +175,21 @@ class CheckpointStorageError(WeirError):
 
     def __init__(self, location: str, problem: str) -> None:
         super().__init__(f"checkpoint storage {location} {problem}", location=location)
+
+
+class SinkBacklogError(WeirError):
+    """A two-phase-commit sink holds more output waiting for a completed checkpoint
+    than its bound allows, because checkpoints keep failing. Names the operator,
+    what it holds, the bound and how many checkpoints failed in a row."""
+
+    def __init__(self, operator: str, held_bytes: int, bound_bytes: int, failed: int) -> None:
+        super().__init__(
+            f"sink '{operator}' holds {held_bytes} bytes of output that no completed checkpoint has committed, "
+            f"past its bound of {bound_bytes} bytes (Sink.max_pending_bytes): {failed} checkpoint(s) failed in a row, "
+            "and its records wait for a completed checkpoint; the task fails so that the job restarts from the "
+            "latest completed checkpoint instead of growing until it runs out of memory",
+            operator=operator, held_bytes=held_bytes, bound_bytes=bound_bytes,
+        )
 
 
 class TaskFailedError(WeirError):

@@ -42,6 +42,6 @@ class SnapshotWriter:
         try:
             handle = write_state(barrier.location, self._task.replace("/", "-"), payload)
         except Exception as exc:
-            self._ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_SNAPSHOT_FAILED, f"writing its state failed: {exc}")
+            self._ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_STORAGE_FAILED, f"writing its state failed: {exc}")
             return
         self._ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries)
