@@ -26,7 +26,8 @@ on each side in flight per channel. An empty message asks for a drain; the
 reply comes once every delivery before it is in the mailbox.
 
 Threading: :class:`Inbox` runs an accept thread and a reader thread per
-connection; :class:`Outbox` belongs to the task's loop thread.
+connection; :class:`Outbox` belongs to the task's loop thread. An inbox that
+cannot start a reader breaks: its listener closes and its owner hears why.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge  # type: ignore[attr-defined]
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from runtime.mailbox import Mailbox
 
@@ -112,7 +113,10 @@ def _shutdown(conn: Connection) -> None:
 class Inbox:
     """The receiving side of one slot: a listener, and the current task's mailbox."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, on_broken: Callable[[BaseException], None]) -> None:
+        """``on_broken`` hears, on the accept thread, why the inbox stopped taking
+        connections (see :meth:`_accept_loop`); the slot cannot receive any more."""
+        self._on_broken = on_broken
         key = os.urandom(32)
         # Authentication happens on each connection's own thread (below), so a
         # peer that never answers the challenge holds up nobody else.
@@ -141,12 +145,27 @@ class Inbox:
             _shutdown(c)
 
     def _accept_loop(self) -> None:
-        while True:
-            try:
-                conn = self._listener.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), name="inbox-reader", daemon=True).start()
+        """Accept connections, each served on a reader thread of its own. When
+        the loop cannot go on (a reader thread cannot be started: the process's
+        thread limit), the inbox breaks rather than stay deaf: it closes its
+        listener, so every sender fails at once instead of waiting on it, and
+        tells its owner."""
+        pending: Connection | None = None  # accepted, without a reader yet
+        try:
+            while True:
+                try:
+                    pending = self._listener.accept()
+                except OSError:
+                    continue
+                threading.Thread(target=self._serve, args=(pending,), name="inbox-reader", daemon=True).start()
+                pending = None
+        except BaseException as exc:
+            # The listener first: once the sender whose connection is dropped
+            # sees it end, no later sender can get in.
+            self._listener.close()
+            if pending is not None:
+                pending.close()
+            self._on_broken(exc)
 
     def _admit(self, conn: Connection, owner: tuple[str, int], channel: int) -> Mailbox:
         """The mailbox that a connection of ``owner`` (run id, attempt) delivers

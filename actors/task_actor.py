@@ -14,6 +14,7 @@ sends through an :class:`actors.exchange.Outbox` (backpressure included).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -27,6 +28,8 @@ from runtime.checkpointing import TaskKey
 from runtime.errors import TaskFailedError, WeirError
 from runtime.jobmaster import Deployment, MasterPorts
 from runtime.task import Cancel, StreamTask, TaskResult, TaskState
+
+log = logging.getLogger("weir.task_actor")
 
 
 class _RayPorts(MasterPorts):
@@ -60,6 +63,16 @@ class _RayPorts(MasterPorts):
         self._coordinator.post.remote(self._run_id, letter)
 
 
+def _end_slot(cause: BaseException) -> None:
+    """The slot's inbox broke: it can take no more deliveries, and a slot that
+    stayed up would be leased again and hold up its senders. End the process, as
+    a crash would: a job fails the running task over, one setting the slot up
+    finds it dead and takes another, and the pool replaces it."""
+    log.critical("task actor (pid %d): its inbox broke (%s: %s); ending the process so that the slot is replaced",
+                 os.getpid(), type(cause).__name__, cause)
+    os._exit(1)
+
+
 class TaskActor:
     def __init__(self) -> None:
         self._task: StreamTask | None = None
@@ -68,7 +81,7 @@ class TaskActor:
         self._running = False
         self._attempt = -1
         self._run_id = ""
-        self._inbox = Inbox(ray.util.get_node_ip_address())
+        self._inbox = Inbox(ray.util.get_node_ip_address(), on_broken=_end_slot)
         self._outbox: Outbox | None = None
         self._metrics = TaskMetrics()
         report_every_second(self._report_metrics, "metrics")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Iterator
 
 import pytest
 
@@ -14,8 +15,22 @@ from runtime.mailbox import Mailbox
 
 
 @pytest.fixture
-def inbox() -> Inbox:
-    return Inbox("127.0.0.1")
+def inbox() -> Iterator[Inbox]:
+    broken: list[BaseException] = []
+    yield Inbox("127.0.0.1", on_broken=broken.append)
+    assert broken == []
+
+
+def _fail_to_start_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting an inbox's reader thread fails from now on, as at the process's thread limit."""
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "inbox-reader":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
 
 
 def _take_all(mailbox: Mailbox) -> list[tuple[int, bytes]]:
@@ -158,4 +173,21 @@ def test_a_late_sender_is_told_why_it_was_refused(inbox: Inbox) -> None:
     inbox.open("run", 8, mailbox := Mailbox(1, capacity=100))
     with pytest.raises(DeliveryError, match="attempt 7 of run 'run' is not running there"):
         Outbox([[Route(inbox.endpoint, 0, 7)]], "run").send(0, 0, b"late")
+    assert _take_all(mailbox) == []
+
+
+def test_an_inbox_that_cannot_start_a_reader_breaks_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No thread for a new connection's reader: the inbox must not stay deaf (every
+    later sender would wait on it). It closes its listener, so the sender at hand
+    and every later one fail at once, and tells its owner why."""
+    broken: list[BaseException] = []
+    inbox = Inbox("127.0.0.1", on_broken=broken.append)
+    inbox.open("run", 1, mailbox := Mailbox(1, capacity=100))
+    _fail_to_start_readers(monkeypatch)
+    for expected in ("EOFError", "ConnectionRefusedError"):  # the sender at hand, then a later one
+        started = time.monotonic()
+        with pytest.raises(DeliveryError, match=expected):
+            Outbox([[Route(inbox.endpoint, 0, 1)]], "run").send(0, 0, b"x")
+        assert time.monotonic() - started < 3
+    assert [(type(e), str(e)) for e in broken] == [(RuntimeError, "can't start new thread")]
     assert _take_all(mailbox) == []
