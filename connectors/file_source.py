@@ -9,39 +9,71 @@ reader that asks, one file per request. A request that finds nothing waits until
 a listing finds a file; a bounded source answers "no more splits" once its one
 listing is handed out, a monitored one never does (the source never ends).
 
+A watched folder takes a file only once it is complete. Producers should write
+a file under a name that is skipped and rename it when done (atomic on local and
+HDFS file systems), as Flink's and Spark's file sources expect. Skipped below a
+given folder: names starting with ``.`` or ``_`` (in-progress files, ``_SUCCESS``)
+and names ending in a temporary suffix (``.tmp``, ``.temp``, ``.part``,
+``.partial``, ``.inprogress``, ``.crdownload``, ``.filepart``, ``._COPYING_``,
+``~``). A producer that writes in place is tolerated: a monitored source takes a
+file only once its size and modification time have stayed the same for the
+settle time (``monitor_continuously(..., settle_time=...)``, 1 s by default),
+measured between listings on the job master's monotonic clock (file times from
+another machine's clock are only compared for equality), so a half-written line
+is never a record; a file must not change once taken. The last line of a taken
+file counts even without a newline, as Flink's ``TextLineInputFormat`` reads it.
+A bounded source reads the files there are when it starts, as they are.
+
 Exactly-once with checkpointing. The enumerator's checkpointed state is every
 file it has found so far and those not handed out yet, so across failures,
 restarts, savepoints and rescales each file is read once: a file handed out
 before a checkpoint is in its reader's state with its position, a file found
 after it is found again. That memory grows with the number of files, as
-Flink's does.
+Flink's does. It holds each file's path, and for a local file (a local disk or
+a mount) its identity: inode, size and modification time in ns. A file renamed
+within the watched paths keeps its identity and is not read again; if its turn
+had not come, it is read once under its new name. The inode alone is reused by
+the next file created after a deletion, so size and modification time are part
+of the identity; a fingerprint of the first bytes would take a different file
+with the same header for the same one and never read it. An object store has no
+inodes and renames by copying: there a renamed file is a new file. A path once
+taken is not taken again, whatever is written there later.
 
 A reader reads one file at a time on its task's loop thread (blocking reads, in
 batches) and checkpoints it with its position: the byte offset of the next line
 and how many lines came before it (stream formats), or the row group and the
 rows of it read (bulk formats), so a restore resumes mid-file.
 
-Files must be complete and unchanging once visible: write one under a hidden
-name and rename it when done. Names starting with ``.`` or ``_`` (in-progress
-files, ``_SUCCESS``) are skipped below a given folder, as Flink and Spark do.
-Nothing read from a file is unpickled: a malformed line or row fails the reading
-task with :class:`MalformedInputError` naming the file and the line, and the
-job's restart strategy applies.
+A file that is gone when its reader opens it (deleted or moved out before its
+turn, or before a restore resumes it) is skipped with a WARNING naming it, and
+the job goes on; any other error opening it (no permission) fails the task,
+naming the file. Nothing read from a file is unpickled: a malformed line or row
+fails the reading task with :class:`MalformedInputError` naming the file and the
+line, and the job's restart strategy applies.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pyarrow import fs as pafs
 
 from runtime.errors import InvalidConfigurationError, MalformedInputError
 from runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
+
+log = logging.getLogger("weir.file_source")
+
+DEFAULT_SETTLE_MS = 1000
+# A local file's identity: (inode, size, modification time in ns). Without the
+# device: a mount's device number differs from one machine to the next.
+FileId = tuple[int, int, int]
 
 
 def resolve(path: str, setting: str = "path") -> tuple[pafs.FileSystem, str]:
@@ -65,6 +97,7 @@ class FileSplit:
     path: str  # the file, within that file system
     offset: int = 0
     records: int = 0
+    file_id: FileId | None = None  # a local file's identity when it was found; None on object stores
 
     @property
     def split_id(self) -> str:
@@ -251,15 +284,25 @@ class FileSourceBuilder:
         self._format = fmt
         self._paths = tuple(paths)
         self._discovery_interval_ms: int | None = None
+        self._settle_ms = DEFAULT_SETTLE_MS
 
-    def monitor_continuously(self, discovery_interval: int) -> FileSourceBuilder:
+    def monitor_continuously(self, discovery_interval: int,
+                             settle_time: int = DEFAULT_SETTLE_MS) -> FileSourceBuilder:
         """Watch the paths for new files every ``discovery_interval`` milliseconds
-        (``Duration.of_seconds(10)``): the source never ends (stop or cancel the job)."""
+        (``Duration.of_seconds(10)``): the source never ends (stop or cancel the job).
+        A new file is taken once its size and modification time have not changed
+        for ``settle_time`` milliseconds (weir's; 0 takes it at once: for
+        producers that rename complete files in)."""
         if isinstance(discovery_interval, bool) or not isinstance(discovery_interval, int) or discovery_interval <= 0:
             raise InvalidConfigurationError(
                 "FileSource discovery_interval", discovery_interval,
                 "must be a positive int of milliseconds, e.g. Duration.of_seconds(10)")
+        if isinstance(settle_time, bool) or not isinstance(settle_time, int) or settle_time < 0:
+            raise InvalidConfigurationError(
+                "FileSource settle_time", settle_time,
+                "must be an int of milliseconds, 0 or more, e.g. Duration.of_seconds(1)")
         self._discovery_interval_ms = discovery_interval
+        self._settle_ms = settle_time
         return self
 
     def process_static_file_set(self) -> FileSourceBuilder:
@@ -268,7 +311,7 @@ class FileSourceBuilder:
         return self
 
     def build(self) -> FileSource:
-        return FileSource(self._format, self._paths, self._discovery_interval_ms)
+        return FileSource(self._format, self._paths, self._discovery_interval_ms, self._settle_ms)
 
 
 class FileSource(Source[Any]):
@@ -276,7 +319,8 @@ class FileSource(Source[Any]):
     across failures, restarts, savepoints and rescales (see the module's doc).
     Build one with :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`."""
 
-    def __init__(self, fmt: ReaderFormat, paths: Sequence[str], discovery_interval_ms: int | None = None) -> None:
+    def __init__(self, fmt: ReaderFormat, paths: Sequence[str], discovery_interval_ms: int | None = None,
+                 settle_ms: int = DEFAULT_SETTLE_MS) -> None:
         if not paths:
             raise InvalidConfigurationError("FileSource paths", tuple(paths), "give at least one file or folder")
         for path in paths:
@@ -284,6 +328,7 @@ class FileSource(Source[Any]):
         self.format = fmt
         self.paths = tuple(paths)
         self.discovery_interval_ms = discovery_interval_ms
+        self.settle_ms = settle_ms
         self.bounded = discovery_interval_ms is None
 
     @staticmethod
@@ -301,7 +346,8 @@ class FileSource(Source[Any]):
         return FileSourceBuilder(bulk_format, paths)
 
     def create_enumerator(self, parallelism: int, restored: Any | None) -> SplitEnumerator:
-        return FileEnumerator(self.paths, self.discovery_interval_ms, restored or FileEnumeratorState())
+        return FileEnumerator(self.paths, self.discovery_interval_ms, restored or FileEnumeratorState(),
+                              settle_ms=self.settle_ms)
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
         return FileReader(self.format)
@@ -309,43 +355,123 @@ class FileSource(Source[Any]):
 
 @dataclass(frozen=True)
 class FileEnumeratorState:
-    seen: frozenset[str] = frozenset()  # every file found so far: never handed out again
-    pending: tuple[FileSplit, ...] = ()  # found, not handed out yet
+    """Plain data: paths, splits and tuples of ints. A checkpoint taken before
+    ``seen_files`` existed restores with it empty (its class default)."""
+
+    seen: frozenset[str] = frozenset()  # the path of every file taken so far: never taken again
+    pending: tuple[FileSplit, ...] = ()  # taken, not handed out yet
     listed: bool = False                # a bounded source's one listing is done
+    seen_files: frozenset[FileId] = frozenset()  # the identity of every local file taken: renamed, not new
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """A file a listing found, and its version: (size, modification time in ns,
+    None where the file system keeps none)."""
+
+    split: FileSplit
+    version: tuple[int, int | None]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one listing found, and when it ran on the enumerator's clock (seconds)."""
+
+    files: list[ListedFile]
+    started_s: float
+    ended_s: float
+
+
+@dataclass(frozen=True)
+class _Sighting:
+    version: tuple[int, int | None]
+    since_s: float  # the end of the first listing that saw this version
 
 
 class FileEnumerator(SplitEnumerator):
     """Hands out each file once, one per request. Runs on the job master's loop
-    thread; its listings run off it and touch nothing of this object."""
+    thread; its listings run off it and touch nothing of this object.
 
-    def __init__(self, paths: tuple[str, ...], discovery_interval_ms: int | None, state: FileEnumeratorState) -> None:
+    A monitored enumerator takes a new file once the same version of it was seen
+    by two listings ``settle_ms`` apart: from the end of the first to the start of
+    the second, so time spent listing does not count (``clock``, in seconds, is
+    read by the listings: it must be safe to call from any thread). Files not
+    settled yet are not checkpointed: after a restore their settle time starts
+    again."""
+
+    def __init__(self, paths: tuple[str, ...], discovery_interval_ms: int | None, state: FileEnumeratorState,
+                 settle_ms: int = DEFAULT_SETTLE_MS, clock: Callable[[], float] = time.monotonic) -> None:
         self._paths = paths
         self._discovery_interval_ms = discovery_interval_ms
+        # A bounded source reads the files there are, as they are.
+        self._settle_s = settle_ms / 1000 if discovery_interval_ms is not None else 0.0
+        self._clock = clock
         self._seen = set(state.seen)
+        self._seen_files = set(state.seen_files)
         self._pending = list(state.pending)
         self._listed = state.listed
+        self._unsettled: dict[str, _Sighting] = {}  # by path: found, not settled yet
         self._waiting: set[int] = set()  # asked when there was nothing: answered when a listing finds files
         self._context: SplitEnumeratorContext
 
     def start(self, context: SplitEnumeratorContext) -> None:
         self._context = context
-        paths = self._paths
-        if self._discovery_interval_ms is not None:
-            context.call_async(lambda: list_files(paths), self._found, period_s=self._discovery_interval_ms / 1000)
-        elif not self._listed:
-            context.call_async(lambda: list_files(paths), self._found)
+        paths, clock = self._paths, self._clock
 
-    def _found(self, files: list[FileSplit] | None, error: BaseException | None) -> None:
+        def listing() -> Listing:
+            return list_at(paths, clock)
+
+        if self._discovery_interval_ms is not None:
+            context.call_async(listing, self._found, period_s=self._discovery_interval_ms / 1000)
+        elif not self._listed:
+            context.call_async(listing, self._found)
+
+    def _found(self, listing: Listing | None, error: BaseException | None) -> None:
         if error is not None:
             raise error
-        assert files is not None
-        new = [f for f in files if f.path not in self._seen]
-        self._seen.update(f.path for f in new)
-        self._pending.extend(new)
+        assert listing is not None
+        fresh = []
+        for f in listing.files:
+            if f.split.path in self._seen:
+                continue
+            if f.split.file_id is not None and f.split.file_id in self._seen_files:
+                self._renamed(f.split)
+            else:
+                fresh.append(f)
+        for f in self._settled(fresh, listing):
+            self._seen.add(f.split.path)
+            if f.split.file_id is not None:
+                self._seen_files.add(f.split.file_id)
+            self._pending.append(f.split)
         self._listed = True
         waiting, self._waiting = sorted(self._waiting), set()
         for subtask in waiting:
             self.handle_split_request(subtask, self._context)
+
+    def _renamed(self, split: FileSplit) -> None:
+        """``split`` is a file taken before under another path: if its turn has not
+        come, it is read under its new path (the old one is gone)."""
+        self._seen.add(split.path)
+        self._pending = [replace(p, root=split.root, path=split.path) if p.file_id == split.file_id else p
+                         for p in self._pending]
+
+    def _settled(self, files: list[ListedFile], listing: Listing) -> list[ListedFile]:
+        """Those of ``files`` whose version has held for the settle time; the
+        others are remembered until the next listing (only while listed: a file
+        that vanished is forgotten)."""
+        if self._settle_s <= 0:
+            return files
+        taken, unsettled = [], {}
+        for f in files:
+            sighting = self._unsettled.get(f.split.path)
+            if sighting is None or sighting.version != f.version:
+                unsettled[f.split.path] = _Sighting(f.version, listing.ended_s)
+            elif listing.started_s - sighting.since_s >= self._settle_s:
+                taken.append(f)
+            else:
+                unsettled[f.split.path] = sighting
+        self._unsettled = unsettled
+        return taken
 
     def handle_split_request(self, subtask: int, context: SplitEnumeratorContext) -> None:
         if self._pending:
@@ -356,32 +482,63 @@ class FileEnumerator(SplitEnumerator):
             self._waiting.add(subtask)
 
     def snapshot_state(self) -> Any:
-        return FileEnumeratorState(frozenset(self._seen), tuple(self._pending), self._listed)
+        return FileEnumeratorState(frozenset(self._seen), tuple(self._pending), self._listed,
+                                   frozenset(self._seen_files))
 
     def add_splits_back(self, splits: list[Any], subtask: int) -> None:
         self._pending[:0] = splits
 
 
-def list_files(paths: Sequence[str]) -> list[FileSplit]:
-    """Every file given or visible below a given folder, sorted by path. Blocks
-    (an object store's listing): never call it on the job master's loop."""
-    found: dict[str, FileSplit] = {}
+def list_at(paths: Sequence[str], clock: Callable[[], float]) -> Listing:
+    """:func:`list_files`, with the times it started and ended on ``clock``."""
+    started_s = clock()
+    files = list_files(paths)
+    return Listing(files, started_s, clock())
+
+
+def list_files(paths: Sequence[str]) -> list[ListedFile]:
+    """Every file given, or below a given folder and not in progress by its name,
+    sorted by path. Blocks (an object store's listing): never call it on the job
+    master's loop."""
+    found: dict[str, ListedFile] = {}
     for root in paths:
         fs, base = resolve(root, "FileSource path")
         info = fs.get_file_info(base)
         if info.type == pafs.FileType.File:
-            found.setdefault(info.path, FileSplit(root, info.path))
+            infos = [info]
         elif info.type == pafs.FileType.Directory:
-            for f in fs.get_file_info(pafs.FileSelector(base, recursive=True)):
-                if f.type == pafs.FileType.File and not _hidden(posixpath.relpath(f.path, base)):
-                    found.setdefault(f.path, FileSplit(root, f.path))
+            infos = [f for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+                     if f.type == pafs.FileType.File and not _in_progress(posixpath.relpath(f.path, base))]
         else:
             raise FileNotFoundError(f"FileSource path {root} does not exist")
+        for f in infos:
+            if f.path not in found and (listed := _listed(root, f, fs.type_name == "local")) is not None:
+                found[f.path] = listed
     return [found[p] for p in sorted(found)]
 
 
-def _hidden(relative: str) -> bool:
-    return any(part.startswith((".", "_")) for part in relative.split("/"))
+def _listed(root: str, info: pafs.FileInfo, local: bool) -> ListedFile | None:
+    """The file with its version and, on a local file system, its identity; None
+    when it vanished since the listing saw it."""
+    if not local:
+        return ListedFile(FileSplit(root, info.path), (info.size, info.mtime_ns))
+    try:
+        st = os.stat(info.path)
+    except FileNotFoundError:
+        return None
+    return ListedFile(FileSplit(root, info.path, file_id=(st.st_ino, st.st_size, st.st_mtime_ns)),
+                      (st.st_size, st.st_mtime_ns))
+
+
+# What producers and copy tools name files they are still writing.
+_IN_PROGRESS_SUFFIXES = (".tmp", ".temp", ".part", ".partial", ".inprogress", ".crdownload", ".filepart",
+                         "._copying_", "~")
+
+
+def _in_progress(relative: str) -> bool:
+    parts = relative.split("/")
+    hidden = any(part.startswith((".", "_")) for part in parts)
+    return hidden or parts[-1].lower().endswith(_IN_PROGRESS_SUFFIXES)
 
 
 class FileReader(SourceReader):
@@ -400,7 +557,14 @@ class FileReader(SourceReader):
         while self._splits:
             split = self._splits[0]
             if self._open is None:
-                self._open = self._format.open(self._filesystem(split.root), split)
+                try:
+                    self._open = self._format.open(self._filesystem(split.root), split)
+                except FileNotFoundError:  # only that: any other reason (no permission) fails the task
+                    begun = split.offset > 0 or split.records > 0  # a restore resumes it mid-file
+                    log.warning("FileSource: file %s is gone (deleted or moved out) before it was read%s", split.path,
+                                " to its end: skipping the rest of it" if begun else ": skipping it")
+                    self._splits.pop(0)
+                    continue
             records, done = self._open.read(max_records)
             if done:
                 self.close()

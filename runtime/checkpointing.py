@@ -137,7 +137,11 @@ class CheckpointCoordinator:
     def metadata(self, checkpoint_id: int, exited: set[TaskKey]) -> dict[str, Any]:
         """The ``_metadata`` of a fully acknowledged checkpoint: per operator, the
         state file of each subtask (None for a subtask that had exited), and whether
-        every subtask had finished (fully finished operators do not run again)."""
+        it fully finished, so that it does not run again after a restore: every
+        subtask had exited, or was restored fully finished itself. As in Flink, a
+        subtask that ran ``finish()`` but still runs does not count: a drained stop
+        takes its savepoint then, and a restore from it reads on from the sources'
+        positions."""
         p = self.pending[checkpoint_id]
         operators: dict[str, Any] = {}
         for v in self.graph.vertices.values():
@@ -151,7 +155,7 @@ class CheckpointCoordinator:
                         handle, summaries = p.acks[key]
                         summary = summaries.get(spec.uid)
                         handles.append(handle_to_json(handle))
-                        finished += summary is not None and summary.finished
+                        finished += summary is not None and summary.finished_on_restore
                         has_state |= summary is not None and summary.has_state
                     else:
                         handles.append(None)

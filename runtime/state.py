@@ -238,13 +238,15 @@ class OperatorSnapshot:
     lists: dict[str, list[Any]] = field(default_factory=dict)
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
     broadcast: dict[str, dict[Any, Any]] = field(default_factory=dict)  # name -> entries
-    finished: bool = False
+    finished: bool = False  # finish() ran: its input ended, but the task may still run (a drained stop)
+    finished_on_restore: bool = False  # restored fully finished: never runs again, holds no state
 
     def summary(self) -> "SnapshotSummary":
         return SnapshotSummary(
             self.finished,
             bool(self.keyed) or any(self.lists.values()) or any(self.union_lists.values()) or any(self.broadcast.values()),
             any(self.union_lists.values()),
+            self.finished_on_restore,
         )
 
 
@@ -255,6 +257,7 @@ class SnapshotSummary:
     finished: bool
     has_state: bool
     has_union_state: bool
+    finished_on_restore: bool = False
 
 
 class KeyedStateBackend:

@@ -17,7 +17,8 @@ chain finishes first to last, each operator ``end_input`` then ``finish()``;
 finished task keeps taking part in checkpoints and exits once a checkpoint it
 snapshotted after finishing has completed and every producer has exited. Then
 ``close()``, ``EndOfPartition``, and :meth:`run` returns. Operators restored as
-fully finished are neither opened nor fed nor finished again.
+fully finished are neither opened nor fed nor finished again, nor snapshotted,
+notified or closed; their snapshots say they stay finished.
 """
 
 from __future__ import annotations
@@ -424,6 +425,11 @@ class StreamTask:
             self._process_of_channel = [refuse] * len(self._process_of_channel)
             self._end_input(drain=True)
 
+    def _opened(self) -> list[StreamOperator]:
+        """The chain but the operators restored fully finished: only these are
+        snapshotted, notified and closed, since the others were never opened."""
+        return [op for op in self.operators if op.uid not in self._never_opened]
+
     @staticmethod
     def _refuse_input(operator: str) -> Callable[..., None]:
         def refuse(records: list[Any], timestamps: list[int] | None = None) -> None:
@@ -461,7 +467,7 @@ class StreamTask:
             op.handle_operator_event(letter.event)
             self.ports.acknowledge_operator_event(letter.operator_uid, letter.event_id)
         elif isinstance(letter, NotifyCheckpointAborted):
-            for op in self.operators:
+            for op in self._opened():
                 op.notify_checkpoint_aborted(letter.checkpoint_id)
         elif isinstance(letter, Cancel):
             raise _Cancelled()
@@ -586,9 +592,11 @@ class StreamTask:
             self.ports.decline_checkpoint(older.checkpoint_id, CheckpointFailureReason.DECLINED_SUBSUMED, "")
 
     def _checkpoint(self, barrier: CheckpointBarrier) -> None:
+        """Snapshot the chain. An operator restored fully finished was never opened,
+        so it is not asked: its snapshot only says it stays finished (FLIP-147)."""
         cid = barrier.checkpoint_id
-        snapshots = {}
-        for op in self.operators:
+        snapshots = {uid: OperatorSnapshot(finished_on_restore=True) for uid in self._never_opened}
+        for op in self._opened():
             try:
                 snapshots[op.uid] = op.snapshot_state(cid)
             except Exception as exc:
@@ -604,7 +612,7 @@ class StreamTask:
         self.snapshots.submit(barrier, payload, {uid: s.summary() for uid, s in snapshots.items()})
 
     def _on_complete(self, checkpoint_id: int) -> None:
-        for op in self.operators:
+        for op in self._opened():
             op.notify_checkpoint_complete(checkpoint_id)
         self.life.on_complete(checkpoint_id)
         self._maybe_exit()
@@ -630,9 +638,7 @@ class StreamTask:
         """CLOSING: ``close()`` of every operator but those restored fully finished,
         first to last; after a failure or a cancel this is all that runs."""
         self.life.to(Phase.CLOSING)
-        for op in self.operators:
-            if op.uid in self._never_opened:
-                continue
+        for op in self._opened():
             op.output = _RefusingOutput(op.name, "in close()")  # close() releases resources; it may not emit
             op.close()
 

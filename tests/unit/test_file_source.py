@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, FileSplit, list_files
+from connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
 from connectors.files import FileSink, FileSource, StreamFormat, read_committed
 from connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
 from runtime import (
@@ -142,7 +142,7 @@ def test_a_reader_resumes_mid_file_from_its_snapshot(tmp_path, name):
     folder = str(tmp_path / "in")
     os.makedirs(folder)
     fmt, expected = FORMATS[name](folder)
-    files = list_files([folder])
+    files = [f.split for f in list_files([folder])]
     reader = FileReader(fmt)
     reader.add_splits(files)
     got, resumed_mid_file = [], 0
@@ -212,7 +212,8 @@ def test_a_monitored_enumerator_answers_waiting_readers_when_a_listing_finds_fil
     folder = tmp_path / "in"
     folder.mkdir()
     ctx = _Context()
-    e = FileEnumerator((str(folder),), 5000, FileEnumeratorState())
+    # Taken at the first listing that finds them: settling is in test_watched_folder_faults.py.
+    e = FileEnumerator((str(folder),), 5000, FileEnumeratorState(), settle_ms=0)
     e.start(ctx)
     assert [period for _, _, period in ctx.calls] == [5.0]  # the listing runs off the loop, every 5 s
     e.handle_split_request(1, ctx)
@@ -222,17 +223,18 @@ def test_a_monitored_enumerator_answers_waiting_readers_when_a_listing_finds_fil
     for name in ["b", "a", ".hidden", "_c"]:
         (folder / name).write_text("x\n")
     ctx.run_calls()
-    a, b = FileSplit(str(folder), str(folder / "a")), FileSplit(str(folder), str(folder / "b"))
+    a, b = (f.split for f in list_files([str(folder)]))
     assert ctx.events == [(0, AddSplits([a])), (1, AddSplits([b]))]
     ctx.run_calls()  # the same files again: seen
     e.handle_split_request(0, ctx)
     assert ctx.events[2:] == []
     (folder / "c").write_text("x\n")
     ctx.run_calls()
-    c = FileSplit(str(folder), str(folder / "c"))
+    c = list_files([str(folder)])[2].split
     assert ctx.events[2:] == [(0, AddSplits([c]))]
     state = e.snapshot_state()
-    assert state == FileEnumeratorState(frozenset({a.path, b.path, c.path}), (), True)
+    assert state == FileEnumeratorState(frozenset({a.path, b.path, c.path}), (), True,
+                                        frozenset({a.file_id, b.file_id, c.file_id}))
     e.add_splits_back([c], 0)  # subtask 0 restarts alone from a checkpoint before c was handed out
     assert e.snapshot_state().pending == (c,)
 
@@ -248,7 +250,7 @@ def test_a_bounded_enumerator_lists_once_and_then_says_no_more(tmp_path):
     e.handle_split_request(0, ctx)
     e.handle_split_request(1, ctx)
     ctx.run_calls()
-    assert ctx.events == [(0, AddSplits([FileSplit(str(folder), str(folder / "a"))])), (1, NoMoreSplits())]
+    assert ctx.events == [(0, AddSplits([list_files([str(folder)])[0].split])), (1, NoMoreSplits())]
     restored, ctx = FileEnumerator((str(folder),), None, e.snapshot_state()), _Context()
     restored.start(ctx)
     assert ctx.calls == []  # listed before the checkpoint: a restore does not list again
@@ -275,7 +277,8 @@ class _Forgetful(FileSource):
     """The protection switched off: a restored enumerator forgets the files it had seen."""
 
     def create_enumerator(self, parallelism: int, restored: Any | None) -> Any:
-        return super().create_enumerator(parallelism, restored and replace(restored, seen=frozenset()))
+        return super().create_enumerator(
+            parallelism, restored and replace(restored, seen=frozenset(), seen_files=frozenset()))
 
 
 def _sum_job(env: StreamExecutionEnvironment, folder: str, out: str, source_type: type[FileSource]) -> None:
@@ -397,7 +400,7 @@ def test_stop_with_savepoint_and_a_rescaled_resume_read_each_line_once(checkpoin
 # ------------------------------------------------------------------ bad input
 def _read_all(fmt: Any, path: str) -> list[Any]:
     reader = FileReader(fmt)
-    reader.add_splits(list_files([path]))
+    reader.add_splits([f.split for f in list_files([path])])
     out: list[Any] = []
     while not (poll := reader.poll(100)).end:
         out += poll.records

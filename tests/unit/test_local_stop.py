@@ -53,6 +53,22 @@ def test_stop_without_drain_then_resume_equals_an_uninterrupted_run(tmp_path, ch
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N)
 
 
+def test_a_job_stopped_with_drain_resumes_from_its_savepoint_where_its_sources_stood(tmp_path, checkpoint_dir, out_dir):
+    """As Flink: a drained task ran finish() but had not exited when the savepoint
+    was taken, so it is not finished on restore; the sources read on from their
+    positions (before, the restored job ended at once, having read nothing)."""
+    client = _job(checkpoint_dir, out_dir).execute_async("drain-resume", executor="local")
+    _wait_for_checkpoint(client)
+    savepoint = client.stop(str(tmp_path / "sp"), drain=True)
+    assert client.wait(30).status is JobStatus.FINISHED
+    committed = len(read_committed(out_dir))
+    assert 0 < committed < N, "the stop should land mid-stream"
+    resumed = _job(checkpoint_dir, out_dir, savepoint=savepoint, rate=None).execute("drain-resume", executor="local")
+    assert resumed.status is JobStatus.FINISHED
+    v = _exact(out_dir)
+    assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N)
+
+
 def test_stop_without_a_path_takes_a_final_retained_checkpoint(tmp_path, checkpoint_dir, out_dir):
     client = _job(checkpoint_dir, out_dir).execute_async("stop-retained", executor="local")
     _wait_for_checkpoint(client)

@@ -229,6 +229,45 @@ def test_a_record_reaching_a_fully_finished_operator_is_an_error_naming_it(tmp_p
     assert "operator 'a' had fully finished before the restore, yet got 1 records" in h.result.error_text
 
 
+class _NeedsOpen(StreamOperator):
+    """A user's operator: snapshot_state and the notifications use what open() made."""
+
+    def open(self):
+        self.ledger = []
+
+    def process_batch(self, records, timestamps=None):
+        self.output.collect(records)
+
+    def snapshot_state(self, checkpoint_id):
+        self.ledger.append(f"snapshot {checkpoint_id}")
+        return super().snapshot_state(checkpoint_id)
+
+    def notify_checkpoint_complete(self, checkpoint_id):
+        self.ledger.append(f"complete {checkpoint_id}")
+
+    def notify_checkpoint_aborted(self, checkpoint_id):
+        self.ledger.append(f"aborted {checkpoint_id}")
+
+
+def test_an_operator_restored_fully_finished_is_not_snapshotted_nor_notified_and_stays_finished(tmp_path):
+    """It was never opened, so it is not called at all (before, its snapshot_state
+    raised AttributeError at every checkpoint until the restarts ran out); its
+    checkpoints still say it finished, so it stays finished after the next restore."""
+    _Recorder.log = []
+    h = TaskHarness([("done", _NeedsOpen), ("c", _Recorder)], 1, _storage(tmp_path), restore=_finished_restore(tmp_path, "done"))
+    h.deliver(0, EndOfPartition())
+    h.trigger(1)
+    h.notify_aborted(1)
+    h.trigger(2)
+    h.notify_complete(2)
+    assert h.result.state is TaskState.FINISHED, h.result.error_text
+    assert not hasattr(h.task.operators[0], "ledger")
+    assert [(cid, ops["done"].finished_on_restore, ops["c"].finished_on_restore) for cid, _, ops in h.ports.acks] == [
+        (1, True, False), (2, True, False),
+    ]
+    assert _Recorder.log == ["open c", "end_input(0) c", "finish c", "close c"]
+
+
 # ---------------------------------------------------------------- 5. sinks finish; close aborts what no checkpoint will commit
 class _TransactionPerCheckpoint(Sink):
     """A writer that opens a transaction per checkpoint, as Flink's two-phase
