@@ -181,7 +181,8 @@ def test_an_inbox_that_cannot_start_a_reader_breaks_loudly(monkeypatch: pytest.M
     later sender would wait on it). It closes its listener, so the sender at hand
     and every later one fail at once, and tells its owner why."""
     broken: list[BaseException] = []
-    inbox = Inbox("127.0.0.1", on_broken=broken.append)
+    told = threading.Event()
+    inbox = Inbox("127.0.0.1", on_broken=lambda cause: (broken.append(cause), told.set()))
     inbox.open("run", 1, mailbox := Mailbox(1, capacity=100))
     _fail_to_start_readers(monkeypatch)
     for expected in ("EOFError", "ConnectionRefusedError"):  # the sender at hand, then a later one
@@ -189,5 +190,6 @@ def test_an_inbox_that_cannot_start_a_reader_breaks_loudly(monkeypatch: pytest.M
         with pytest.raises(DeliveryError, match=expected):
             Outbox([[Route(inbox.endpoint, 0, 1)]], "run").send(0, 0, b"x")
         assert time.monotonic() - started < 3
+    assert told.wait(5)  # the owner hears after the listener closed, on the accept thread
     assert [(type(e), str(e)) for e in broken] == [(RuntimeError, "can't start new thread")]
     assert _take_all(mailbox) == []
