@@ -13,7 +13,9 @@ from runtime.state import SnapshotSummary
 from runtime.storage import StateHandle
 
 RAN_FINISH = SnapshotSummary(finished=True, has_state=True, has_union_state=False)
-RESTORED_FINISHED = SnapshotSummary(finished=True, has_state=False, has_union_state=False, finished_on_restore=True)
+RESTORED_FINISHED = SnapshotSummary(
+    finished=True, has_state=False, has_union_state=False, finished_on_restore=True,
+)
 
 
 def _graph():
@@ -44,7 +46,7 @@ def _metadata(exited, summary):
     ((0,), RESTORED_FINISHED, True),  # one exited, one restored fully finished: it stays so
     ((), RESTORED_FINISHED, True),
 ])
-def test_an_operator_is_fully_finished_once_every_subtask_exited_or_was_restored_so(exited, summary, fully_finished):
+def test_fully_finished_once_every_subtask_exited_or_was_restored_so(exited, summary, fully_finished):
     g, metadata = _metadata(exited, summary)
     assert {uid: op["fully_finished"] for uid, op in metadata["operators"].items()} == {
         "src": fully_finished, "sink": fully_finished,

@@ -53,7 +53,7 @@ def test_stop_without_drain_then_resume_equals_an_uninterrupted_run(tmp_path, ch
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N)
 
 
-def test_a_job_stopped_with_drain_resumes_from_its_savepoint_where_its_sources_stood(tmp_path, checkpoint_dir, out_dir):
+def test_a_drained_job_resumes_from_its_savepoint_where_its_sources_stood(tmp_path, checkpoint_dir, out_dir):
     """As Flink: a drained task ran finish() but had not exited when the savepoint
     was taken, so it is not finished on restore; the sources read on from their
     positions (before, the restored job ended at once, having read nothing)."""
@@ -63,8 +63,8 @@ def test_a_job_stopped_with_drain_resumes_from_its_savepoint_where_its_sources_s
     assert client.wait(30).status is JobStatus.FINISHED
     committed = len(read_committed(out_dir))
     assert 0 < committed < N, "the stop should land mid-stream"
-    resumed = _job(checkpoint_dir, out_dir, savepoint=savepoint, rate=None).execute("drain-resume", executor="local")
-    assert resumed.status is JobStatus.FINISHED
+    resumed = _job(checkpoint_dir, out_dir, savepoint=savepoint, rate=None)
+    assert resumed.execute("drain-resume", executor="local").status is JobStatus.FINISHED
     v = _exact(out_dir)
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N)
 

@@ -254,7 +254,8 @@ def test_an_operator_restored_fully_finished_is_not_snapshotted_nor_notified_and
     raised AttributeError at every checkpoint until the restarts ran out); its
     checkpoints still say it finished, so it stays finished after the next restore."""
     _Recorder.log = []
-    h = TaskHarness([("done", _NeedsOpen), ("c", _Recorder)], 1, _storage(tmp_path), restore=_finished_restore(tmp_path, "done"))
+    restore = _finished_restore(tmp_path, "done")
+    h = TaskHarness([("done", _NeedsOpen), ("c", _Recorder)], 1, _storage(tmp_path), restore=restore)
     h.deliver(0, EndOfPartition())
     h.trigger(1)
     h.notify_aborted(1)
@@ -262,9 +263,8 @@ def test_an_operator_restored_fully_finished_is_not_snapshotted_nor_notified_and
     h.notify_complete(2)
     assert h.result.state is TaskState.FINISHED, h.result.error_text
     assert not hasattr(h.task.operators[0], "ledger")
-    assert [(cid, ops["done"].finished_on_restore, ops["c"].finished_on_restore) for cid, _, ops in h.ports.acks] == [
-        (1, True, False), (2, True, False),
-    ]
+    acks = [(cid, ops["done"].finished_on_restore, ops["c"].finished_on_restore) for cid, _, ops in h.ports.acks]
+    assert acks == [(1, True, False), (2, True, False)]
     assert _Recorder.log == ["open c", "end_input(0) c", "finish c", "close c"]
 
 
