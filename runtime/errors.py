@@ -104,6 +104,27 @@ class RecordSerializationError(WeirError):
         )
 
 
+class RecordDeserializationError(WeirError):
+    """A delivery from another task could not be unpickled by the receiving task
+    (a class whose ``__setstate__``/``__reduce__`` raises, a module the receiving
+    process lacks). Names the receiving ``task``, its input ``channel``, the
+    sending task (``producer``) and operator (``operator``, its uid); ``cause``
+    is the exception unpickling raised, when it pickles itself."""
+
+    def __init__(self, task: str, channel: int, producer: str, operator: str, cause: BaseException) -> None:
+        sender = f"operator '{operator}' (task {producer})" if operator else f"task {producer}"
+        super().__init__(
+            f"task {task} cannot unpickle a delivery on its input channel {channel} from {sender}: "
+            f"{type(cause).__name__}: {cause}",
+            task=task,
+            channel=channel,
+            producer=producer,
+            operator=operator,
+            cause=_picklable_or_none(cause),
+        )
+        self.__cause__ = cause
+
+
 class MalformedInputError(WeirError, ValueError):
     """A source read input it cannot parse. Names the input (a file), where in it
     (a line, a row) and what is wrong; the bytes are data, never unpickled."""

@@ -11,13 +11,16 @@ speed; cloudpickle only for what plain pickle refuses.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import cloudpickle
 
-from runtime.errors import KeySelectionError, RecordSerializationError
+from runtime.errors import KeySelectionError, RecordDeserializationError, RecordSerializationError
 from runtime.keygroups import key_group_for, operator_index_for_key_group
 from runtime.serialization import dumps, loads
+
+if TYPE_CHECKING:  # runtime.task imports this module
+    from runtime.task import TaskDeployment
 
 Send = Callable[[int, int, bytes], None]  # (channel, seq, payload)
 
@@ -42,6 +45,20 @@ def _first_unpicklable(messages: list[Any]) -> Any:
 def decode(payload: bytes) -> list[Any]:
     """Only ever called on deliveries from weir's own tasks, never on source input."""
     return loads(payload)
+
+
+def decode_delivery(payload: bytes, channel: int, receiver: TaskDeployment) -> list[Any]:
+    """A delivery that arrived on input ``channel`` of task ``receiver``. One that
+    does not unpickle there (records pickle on the sender, but a user's
+    ``__setstate__`` may raise, or a module be missing) raises
+    :class:`RecordDeserializationError` naming the receiving task, the channel
+    and the sending task and operator."""
+    try:
+        return decode(payload)
+    except Exception as exc:
+        edge_id, producer = receiver.input_channels[channel]
+        edge = next(e for e in receiver.vertex.inputs if e.edge_id == edge_id)
+        raise RecordDeserializationError(receiver.name, channel, f"{edge.source}/{producer}", edge.source_operator, exc) from exc
 
 
 class Timestamped:

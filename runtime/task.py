@@ -45,7 +45,7 @@ from runtime.events import (
 from runtime.graph import JobVertex
 from runtime.lifecycle import Lifecycle, Phase
 from runtime.mailbox import DataLetter, Mailbox
-from runtime.network import RecordWriter, Timestamped, decode
+from runtime.network import RecordWriter, Timestamped, decode_delivery
 from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
 from runtime.sources import SourceOperator
 from runtime.snapshot_writer import SnapshotWriter
@@ -455,7 +455,7 @@ class StreamTask:
     # ------------------------------------------------------------------ letters
     def _handle(self, letter: Any) -> None:
         if type(letter) is DataLetter:
-            self._on_delivery(letter.channel, decode(letter.payload))
+            self._on_delivery(letter.channel, decode_delivery(letter.payload, letter.channel, self.deployment))
         elif isinstance(letter, TriggerCheckpoint):
             if letter.stop_drain is not None:
                 self._stop_source(letter.stop_drain)
