@@ -6,9 +6,10 @@ returns; time comes in as arguments.
 from __future__ import annotations
 
 import enum
+import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
     from runtime.task import OperatorRestore
@@ -83,6 +84,70 @@ class CheckpointStats:
     discarded: bool = False  # a completed checkpoint dropped beyond the retained count
 
 
+# Aborts that are no failure: a newer checkpoint took over, the job is stopping,
+# the next plan skips a task that finished, or the restart strategy counts it.
+NOT_FAILURES = frozenset({
+    CheckpointFailureReason.DECLINED_SUBSUMED,
+    CheckpointFailureReason.JOB_STOPPING,
+    CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,
+    CheckpointFailureReason.TASK_FAILURE,
+})
+STORAGE_FAILURES = frozenset({
+    CheckpointFailureReason.STORAGE_FAILURE,
+    CheckpointFailureReason.DECLINED_STORAGE_FAILED,
+})
+# Storage failures in a row a job survives when no tolerable number is set: a
+# full or read-only store must fail the job, not loop on its final checkpoint.
+DEFAULT_TOLERABLE_STORAGE_FAILURES = 10
+
+
+@dataclass(frozen=True)
+class FailedCheckpoints:
+    """Checkpoints that failed in a row since the last one completed, and when the
+    next may begin. A frozen value: each event returns the next one (sans-IO, time
+    comes in as an argument).
+
+    After the n-th failure in a row the next checkpoint, periodic or a bounded
+    job's final one, waits ``base * 2 ** (n - 1)`` seconds, ``base`` being the
+    checkpoint interval (``RETRY_BASE_S`` without one), capped at
+    ``MAX_RETRY_DELAY_S`` (or the interval, if longer): a failing store is not
+    hammered many times a second. Failures of any kind count in ``failed``;
+    those of checkpoint storage (a task's state file, the metadata) also in
+    ``storage_failed``, which a failure of another kind does not reset."""
+
+    RETRY_BASE_S: ClassVar[float] = 0.1
+    MAX_RETRY_DELAY_S: ClassVar[float] = 10.0
+
+    failed: int = 0
+    storage_failed: int = 0
+    retry_at: float = -math.inf
+
+    def aborted(
+        self, reason: CheckpointFailureReason, now: float, interval_s: float | None
+    ) -> "FailedCheckpoints":
+        """After a checkpoint aborted at ``now`` for ``reason``."""
+        if reason in NOT_FAILURES:
+            return self
+        failed = self.failed + 1
+        base = interval_s or self.RETRY_BASE_S
+        delay = min(base * 2.0 ** min(failed - 1, 64), max(base, self.MAX_RETRY_DELAY_S))
+        return FailedCheckpoints(failed, self.storage_failed + (reason in STORAGE_FAILURES), now + delay)
+
+    def beyond(self, tolerable: int | None) -> str | None:
+        """Why the job must fail, for its error, or None while it may go on: more
+        failures in a row than ``tolerable`` (Flink's tolerable checkpoint failure
+        number), or, with none set, more storage failures in a row than
+        ``DEFAULT_TOLERABLE_STORAGE_FAILURES``."""
+        if tolerable is not None:
+            return None if self.failed <= tolerable else f"{self.failed} checkpoints failed in a row (tolerable: {tolerable})"
+        if self.storage_failed > DEFAULT_TOLERABLE_STORAGE_FAILURES:
+            return (
+                f"{self.storage_failed} checkpoints failed in a row writing to it (tolerable: "
+                f"{DEFAULT_TOLERABLE_STORAGE_FAILURES} unless set_tolerable_checkpoint_failure_number says otherwise)"
+            )
+        return None
+
+
 class CheckpointCoordinator:
     # Ended checkpoints kept in ``history`` (``weir checkpoints``), besides the
     # pending ones and the retained completed ones the job master discards later:
@@ -98,15 +163,20 @@ class CheckpointCoordinator:
         self.completed = 0  # all completed so far, history or not
         self.last_trigger: float | None = None
         self.last_completion: float | None = None
-        self.consecutive_failures = 0
+        self.failures = FailedCheckpoints()
 
     def due(self, now: float) -> bool:
+        """A periodic checkpoint is due at ``now``."""
         c = self.config
-        if c.interval_ms is None or len(self.pending) >= c.max_concurrent:
+        if c.interval_ms is None or len(self.pending) >= c.max_concurrent or not self.may_retry(now):
             return False
         if self.last_trigger is not None and now - self.last_trigger < c.interval_ms / 1000:
             return False
         return self.last_completion is None or now - self.last_completion >= c.min_pause_ms / 1000
+
+    def may_retry(self, now: float) -> bool:
+        """The backoff after failed checkpoints has passed (see :class:`FailedCheckpoints`)."""
+        return now >= self.failures.retry_at
 
     def start(self, plan: CheckpointPlan, now: float, location: Callable[[int], str], kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> PendingCheckpoint:
         """A new pending checkpoint; ``location(id)`` says where it is written."""
@@ -200,11 +270,11 @@ class CheckpointCoordinator:
         st.status, st.duration_ms = "COMPLETED", int((now - p.started) * 1000)
         st.size_bytes = sum(h.size for h, _ in p.acks.values())
         self.last_completion = now
-        self.consecutive_failures = 0
+        self.failures = FailedCheckpoints()
         self.completed += 1
         # Older pending checkpoints are subsumed by a newer completed one.
         for older in [cid for cid in self.pending if cid < checkpoint_id]:
-            self.abort(older, CheckpointFailureReason.DECLINED_SUBSUMED, "a newer checkpoint completed")
+            self.abort(older, CheckpointFailureReason.DECLINED_SUBSUMED, now, "a newer checkpoint completed")
         self._trim_history()
         return p
 
@@ -219,7 +289,11 @@ class CheckpointCoordinator:
         for cid in sorted(ended)[: max(0, len(ended) - self.HISTORY_LIMIT)]:
             del self.history[cid]
 
-    def abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> PendingCheckpoint | None:
+    def abort(
+        self, checkpoint_id: int, reason: CheckpointFailureReason, now: float, detail: str = ""
+    ) -> PendingCheckpoint | None:
+        """End a pending checkpoint as aborted at ``now``; a failure counts (see
+        :class:`FailedCheckpoints`). None: it was not pending."""
         p = self.pending.pop(checkpoint_id, None)
         if p is None:
             return None
@@ -227,13 +301,8 @@ class CheckpointCoordinator:
         st.status = "ABORTED"
         st.reason = reason.message + (f" ({detail})" if detail else "")
         self._trim_history()
-        if reason not in (
-            CheckpointFailureReason.DECLINED_SUBSUMED,
-            CheckpointFailureReason.JOB_STOPPING,
-            CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,  # not a failure: the next plan skips the task
-            CheckpointFailureReason.TASK_FAILURE,  # the restart strategy counts that one
-        ):
-            self.consecutive_failures += 1
+        interval_s = None if self.config.interval_ms is None else self.config.interval_ms / 1000
+        self.failures = self.failures.aborted(reason, now, interval_s)
         return p
 
     def expired(self, now: float) -> list[int]:

@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from runtime import faults
-from runtime.checkpointing import AckResult, CheckpointCoordinator, TaskKey, plan_checkpoint, restore_plan, task_name
+from runtime.checkpointing import (
+    NOT_FAILURES,
+    STORAGE_FAILURES,
+    AckResult,
+    CheckpointCoordinator,
+    TaskKey,
+    plan_checkpoint,
+    restore_plan,
+    task_name,
+)
 from runtime.config import restart_strategy_for
 from runtime.coordination import AsyncCall, CoordinatorHolder
 from runtime.errors import (
@@ -640,9 +649,11 @@ class JobMaster:
         if self.status is JobStatus.STOPPING or self._restarting:
             return  # the stop's savepoint is the last one; a region on its way back would decline
         if self._all_sources_ended():
-            # The final checkpoint: at once, not at the next interval; after it
-            # completed the tasks are exiting and need no other.
-            if self._final_checkpoint is None and not self.coordinator.pending:
+            # The final checkpoint: at once, not at the next interval (after a
+            # failed one, once its backoff passed); after it completed the tasks
+            # are exiting and need no other.
+            idle = self._final_checkpoint is None and not self.coordinator.pending
+            if idle and self.coordinator.may_retry(now):
                 self._final_checkpoint = self._trigger(now)
         elif self.coordinator.due(now):
             self._trigger(now)
@@ -903,10 +914,18 @@ class JobMaster:
             self._restore_points = [p for p in self._restore_points if p[0] != location]
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
-        pending = self.coordinator.abort(checkpoint_id, reason, detail)
+        pending = self.coordinator.abort(checkpoint_id, reason, self.clock(), detail)
         if pending is None:
             return
-        log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
+        if reason in NOT_FAILURES:
+            log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
+        else:
+            failures = self.coordinator.failures
+            log.warning(
+                "checkpoint %d of %s failed (%d in a row; the next begins in %.1fs at the earliest): %s %s",
+                checkpoint_id, self.graph.name, failures.failed, max(0.0, failures.retry_at - self.clock()),
+                reason.message, detail,
+            )
         self._storage_io(functools.partial(discard, pending.location))
         self._held_triggers.pop(checkpoint_id, None)
         for _, holder in self._coordinators.values():
@@ -944,12 +963,12 @@ class JobMaster:
             self._stopping = None
             stopping.request.reply(error=WeirError(f"{stopping.what} of job '{self.graph.name}' failed, the job keeps running: {error}"))
             self._fail(error, count=False)
-        tolerable = self.graph.checkpointing.tolerable_failures
-        if tolerable is not None and self.coordinator.consecutive_failures > tolerable:
-            self._fail(
-                WeirError(f"{self.coordinator.consecutive_failures} checkpoints failed in a row (tolerable: {tolerable}); last: {reason.message} {detail}"),
-                restartable=False,
-            )
+        too_many = self.coordinator.failures.beyond(self.graph.checkpointing.tolerable_failures)
+        if too_many is not None:
+            last = f"{too_many}; last: {reason.message} ({detail})"
+            storage = reason in STORAGE_FAILURES
+            self._fail(CheckpointStorageError(self.storage.root, f"cannot be written: {last}") if storage else WeirError(last),
+                       restartable=False)
 
     # ------------------------------------------------------------ tasks ending
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:

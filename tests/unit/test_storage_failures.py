@@ -211,3 +211,32 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
         assert client.status() is JobStatus.CANCELED
     finally:
         release.set()
+
+
+def test_a_bounded_job_whose_storage_fills_up_fails_naming_it_and_keeps_what_it_committed(tmp_path, monkeypatch):
+    """Issue row 1: the final checkpoint was retried at once, many times a
+    second, for ever (the job stayed RUNNING). Now each retry waits a backoff
+    (made short here), and after DEFAULT_TOLERABLE_STORAGE_FAILURES + 1 storage
+    failures in a row the job fails naming the storage and the OS error."""
+    from connectors.files import committed_files
+    from runtime.checkpointing import DEFAULT_TOLERABLE_STORAGE_FAILURES, FailedCheckpoints
+    from runtime.errors import CheckpointStorageError
+
+    out = str(tmp_path / "out")
+    monkeypatch.setattr(FailedCheckpoints, "MAX_RETRY_DELAY_S", 0.05)
+    _failing_state_writes(monkeypatch, lambda uri: bool(committed_files(out)))  # full once something is committed
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.enable_checkpointing(20).get_checkpoint_config().set_checkpoint_storage("file://" + str(tmp_path / "checkpoints"))
+    env.from_generator(lambda i: i, count=6_000, records_per_second=20_000).sink_to(FileSink(out))
+    client = env.execute_async("storage-fills-up", executor="local")
+    with pytest.raises(JobExecutionError) as info:
+        client.wait(30)
+    error = info.value.cause
+    assert isinstance(error, CheckpointStorageError)
+    assert str(error).startswith(f"checkpoint storage file://{tmp_path}/checkpoints/storage-fills-up/")
+    assert "11 checkpoints failed in a row writing to it" in str(error) and "[Errno 28] No space left on device" in str(error)
+    statuses = [s["status"] for s in client.checkpoints()]
+    completed = statuses.index("ABORTED")
+    assert completed >= 1 and statuses == ["COMPLETED"] * completed + ["ABORTED"] * (DEFAULT_TOLERABLE_STORAGE_FAILURES + 1)
+    rows = read_committed(out)
+    assert rows and sorted(rows) == list(range(len(rows)))  # what was committed is all there, once
