@@ -98,7 +98,8 @@ def _tune(conn: Connection, timeout_s: float = 0) -> None:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6)))
+        timeval = struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
 
 
 def _shutdown(conn: Connection) -> None:
@@ -176,9 +177,8 @@ class Inbox:
                 raise ChannelRefusedError(f"task attempt {owner[1]} of run '{owner[0]}' is not running there")
             mailbox = self._task[2]
             if not 0 <= channel < mailbox.channels:  # -1 would reach the last channel's queue
-                raise ChannelRefusedError(
-                    f"input channel {channel} is out of range: the receiving task has input channels 0 to {mailbox.channels - 1}"
-                )
+                raise ChannelRefusedError(f"input channel {channel} is out of range: the receiving task "
+                                          f"has input channels 0 to {mailbox.channels - 1}")
             self._conns[conn] = owner
             return mailbox
 
@@ -230,7 +230,9 @@ class Outbox:
     """The sending side of one task: a connection per output channel, opened at
     the channel's first delivery. Used by the task's loop thread only."""
 
-    def __init__(self, routes: list[list[Route]], run_id: str, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+    def __init__(
+        self, routes: list[list[Route]], run_id: str, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    ) -> None:
         self._routes = routes
         self._run_id = run_id
         self._handshake_timeout_s = handshake_timeout_s
@@ -269,7 +271,8 @@ class Outbox:
             _tune(conn)
         except BlockingIOError:
             conn.close()
-            raise TimeoutError(f"the receiving slot accepted the connection but did not answer the handshake within {timeout_s} s") from None
+            raise TimeoutError(f"the receiving slot accepted the connection but did not answer "
+                               f"the handshake within {timeout_s} s") from None
         except BaseException:
             conn.close()
             raise

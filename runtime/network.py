@@ -58,7 +58,8 @@ def decode_delivery(payload: bytes, channel: int, receiver: TaskDeployment) -> l
     except Exception as exc:
         edge_id, producer = receiver.input_channels[channel]
         edge = next(e for e in receiver.vertex.inputs if e.edge_id == edge_id)
-        raise RecordDeserializationError(receiver.name, channel, f"{edge.source}/{producer}", edge.source_operator, exc) from exc
+        producer_task = f"{edge.source}/{producer}"
+        raise RecordDeserializationError(receiver.name, channel, producer_task, edge.source_operator, exc) from exc
 
 
 class Timestamped:
