@@ -6,6 +6,13 @@ what it returns (committables) in its checkpointed state; when that checkpoint
 completes it calls ``commit``. A restore commits the committables of the
 restored checkpoint again, so ``commit`` must be idempotent. This makes a sink
 exactly-once whenever checkpointing is on and the writer hides uncommitted data.
+
+What a sink pre-committed waits in its state until a checkpoint completes, and
+every snapshot holds it all again. While checkpoints keep failing that grows
+with the input, so it is bounded: past ``Sink.max_pending_bytes`` (pickled)
+after a failed checkpoint, the snapshot fails the task with a
+:class:`SinkBacklogError`, and the job goes back to its latest completed
+checkpoint instead of growing until the OOM killer ends it.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
+from runtime.errors import SinkBacklogError
 from runtime.operators import OperatorContext, RestoredState, StreamOperator
+from runtime.serialization import dumps
 from runtime.state import OperatorSnapshot
 
 
@@ -50,6 +59,12 @@ class SinkWriter(ABC):
 
 
 class Sink(ABC):
+    # Pickled bytes of pre-committed output the sink may hold once a checkpoint
+    # failed since the last completed one (see the module docstring); set it on
+    # a sink to change it. One large transaction with no failure is never refused:
+    # a bounded job without periodic checkpoints commits all at its final one.
+    max_pending_bytes: int = 128 * 1024 * 1024
+
     @abstractmethod
     def create_writer(self, ctx: OperatorContext) -> SinkWriter: ...
 
@@ -67,6 +82,8 @@ class SinkOperator(StreamOperator):
         self.sink = sink
         self.writer: SinkWriter | None = None
         self._pending: dict[int, list[Any]] = {}
+        self._pending_bytes: dict[int, int] = {}  # measured only once a checkpoint failed
+        self._failed_in_a_row = 0  # checkpoints aborted since the last completed one
         self._finished = False
 
     def initialize_state(self, restored: RestoredState) -> None:
@@ -95,11 +112,27 @@ class SinkOperator(StreamOperator):
             raise self.fail("sink writer prepare_commit", exc) from exc
         if prepared:
             self._pending[checkpoint_id] = prepared
+        if self._failed_in_a_row:
+            self._check_backlog()
         snap = super().snapshot_state(checkpoint_id)
         snap.lists[self.PENDING] = [[(cid, c) for cid, cs in sorted(self._pending.items()) for c in cs]] if self._pending else []
         return snap
 
+    def _check_backlog(self) -> None:
+        """Raise :class:`SinkBacklogError` when what waits for a completed
+        checkpoint is past ``max_pending_bytes``."""
+        for cid, committables in self._pending.items():
+            if cid not in self._pending_bytes:
+                self._pending_bytes[cid] = len(dumps(committables))
+        held = sum(self._pending_bytes[cid] for cid in self._pending)
+        if held > self.sink.max_pending_bytes:
+            raise SinkBacklogError(self.name, held, self.sink.max_pending_bytes, self._failed_in_a_row)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._failed_in_a_row += 1
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._failed_in_a_row = 0
         done = sorted(cid for cid in self._pending if cid <= checkpoint_id)
         committables = [c for cid in done for c in self._pending[cid]]
         try:
@@ -110,6 +143,7 @@ class SinkOperator(StreamOperator):
             raise self.fail("sink writer commit", exc) from exc
         for cid in done:
             del self._pending[cid]
+            self._pending_bytes.pop(cid, None)
 
     def finish(self) -> None:
         try:
