@@ -7,6 +7,8 @@ import enum
 import math
 import numbers
 import os
+import re
+import stat
 import tempfile
 from dataclasses import dataclass, field
 
@@ -41,21 +43,51 @@ class RuntimeExecutionMode(enum.Enum):
 
 
 def default_checkpoint_storage() -> str:
-    """A folder of this user's in the temp folder, readable by no one else: the temp
-    folder is shared, and checkpoints are a trust boundary (anyone who can plant
-    a checkpoint there chooses what a job restores). A folder by that name that
-    another user owns is refused."""
+    """``<temp>/weir-<uid>/checkpoints``: in a folder of this user's in the temp
+    folder, readable by no one else. The temp folder is shared, and checkpoints
+    are a trust boundary (anyone who can plant a checkpoint there chooses what a
+    job restores). A folder by that name that another user owns is refused, here
+    and by checkpoint storage on every node (see :func:`private_folder_of`)."""
     folder = os.path.join(tempfile.gettempdir(), f"weir-{os.getuid()}")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    st = os.stat(folder, follow_symlinks=False)
-    if st.st_uid != os.getuid() or not os.path.isdir(folder) or os.path.islink(folder):
-        raise InvalidConfigurationError(
-            "default checkpoint storage", folder,
-            f"is not a folder of this user's (owner uid {st.st_uid}, this user {os.getuid()}): someone sharing the "
-            "temp folder could read or plant checkpoints there; choose a folder of yours with set_checkpoint_storage()",
-        )
-    os.chmod(folder, 0o700)
+    problem = claim_private_folder(folder)
+    if problem:
+        raise InvalidConfigurationError("default checkpoint storage", folder, problem)
     return "file://" + os.path.join(folder, "checkpoints")
+
+
+_PRIVATE_FOLDER = re.compile(r"^(.*/weir-\d+)/checkpoints(?:/|$)")
+
+
+def private_folder_of(path: str) -> str | None:
+    """The private folder (``<temp>/weir-<uid>``) of the default checkpoint storage
+    that the local ``path`` lies in, if it does. The driver checks it when it picks
+    the default; a task on another node reaches the same path with no check of its
+    own, so checkpoint storage checks it by this shape."""
+    m = _PRIVATE_FOLDER.match(path)
+    return m.group(1) if m else None
+
+
+def claim_private_folder(folder: str) -> str:
+    """Create ``folder`` (0700) if it is missing, narrow it to 0700 if it is ours;
+    return what makes it unfit to hold checkpoints ("" if nothing): a link, or
+    another user's folder."""
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError as exc:  # e.g. a file by that name
+        return f"cannot be made a folder ({exc})"
+    # lstat: a link to a folder is a link, which another user may have planted.
+    if not stat.S_ISDIR(st.st_mode):
+        return "is a symbolic link, not a folder of this user's: choose a folder of yours with set_checkpoint_storage()"
+    if st.st_uid != os.getuid():
+        return (
+            f"is not a folder of this user's (owner uid {st.st_uid}, this user {os.getuid()}): someone sharing "
+            "the temp folder could read or plant checkpoints there; choose a folder of yours with "
+            "set_checkpoint_storage()"
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(folder, 0o700)
+    return ""
 
 
 def validate_storage_uri(uri: str, setting: str = "checkpoint storage") -> str:

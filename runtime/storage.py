@@ -21,12 +21,19 @@ restore run code, as with any pickle.
 
 Reads retry a transient ``OSError`` a few times (a flaky network file system is
 not a damaged checkpoint); a missing file is not retried.
+
+On a local disk, on whichever node writes, the folders storage creates are 0700
+and its files 0600 from the moment they exist; the default storage's private
+folder (``<temp>/weir-<uid>``) is created or checked (this user's, not a link)
+whenever storage reaches into it, so a task on another node than the driver's
+holds to the same rules (:func:`runtime.config.private_folder_of`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import re
 import time
@@ -36,7 +43,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from runtime.config import validate_storage_uri
+from runtime.config import claim_private_folder, private_folder_of, validate_storage_uri
 from runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
 from runtime.serialization import dumps, loads
 
@@ -54,7 +61,31 @@ class StateHandle:
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
-    return pafs.FileSystem.from_uri(uri)
+    """The file system and path of ``uri``; raises :class:`CheckpointStorageError`
+    for a path in a default storage folder that is not this user's."""
+    fs, path = pafs.FileSystem.from_uri(uri)
+    private = private_folder_of(path) if isinstance(fs, pafs.LocalFileSystem) else None
+    if private is not None:
+        problem = claim_private_folder(private)
+        if problem:
+            raise CheckpointStorageError(private, problem)
+    return fs, path
+
+
+def _make_dirs(fs: pafs.FileSystem, path: str) -> None:
+    """``path`` and its missing parents; on a local disk each one created 0700."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path, recursive=True)
+        return
+    missing = []
+    while not os.path.isdir(path) and path != posixpath.dirname(path):
+        missing.append(path)
+        path = posixpath.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # another task made it meanwhile
+            pass
 
 
 def join(location: str, name: str) -> str:
@@ -67,8 +98,12 @@ def parent(location: str) -> str:
 
 def _atomic_write(uri: str, data: bytes) -> None:
     fs, path = _resolve(uri)
-    fs.create_dir(posixpath.dirname(path), recursive=True)
+    _make_dirs(fs, posixpath.dirname(path))
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    if isinstance(fs, pafs.LocalFileSystem):
+        # Created 0600 before a byte is in it (writing into it keeps the mode):
+        # in a folder others may list, no one else can ever open it.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     with fs.open_output_stream(tmp) as out:
         out.write(data)
     fs.move(tmp, path)
@@ -80,7 +115,7 @@ def prepare_location(location: str) -> str:
     uri = validate_storage_uri(location, "savepoint path")
     try:
         fs, path = _resolve(uri)
-        fs.create_dir(path, recursive=True)
+        _make_dirs(fs, path)
     except OSError as exc:
         raise InvalidConfigurationError("savepoint path", location, f"cannot be written ({exc})") from None
     return uri
