@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from runtime.errors import WeirError
+from weir.runtime.errors import WeirError
 
 
 def _emit(ctx: click.Context, data: Any, columns: list[str] | None = None, title: str | None = None) -> None:
@@ -45,7 +45,7 @@ def _cell(value: Any) -> str:
 
 
 def _client(ctx: click.Context, job: str) -> Any:
-    from actors.executor import RayJobClient
+    from weir.actors.executor import RayJobClient
 
     return RayJobClient.attach(job, ctx.obj["address"])
 
@@ -62,7 +62,7 @@ def cli(ctx: click.Context, address: str | None, as_json: bool) -> None:
 @click.pass_context
 def list_cmd(ctx: click.Context) -> None:
     """Jobs whose coordinator is alive on the cluster (running or recently ended)."""
-    from actors.executor import list_jobs
+    from weir.actors.executor import list_jobs
 
     _emit(ctx, list_jobs(ctx.obj["address"]), ["job", "status", "restarts", "completed_checkpoints", "duration_s"], "weir jobs")
 
@@ -170,7 +170,7 @@ def pool(ctx: click.Context, action: str) -> None:
     while jobs run)."""
     import ray
 
-    from actors.pool import get_pool
+    from weir.actors.pool import get_pool
 
     handle = get_pool(ctx.obj["address"], create=action == "start")
     if handle is None:
@@ -200,8 +200,8 @@ def pool(ctx: click.Context, action: str) -> None:
 @click.pass_context
 def run(ctx: click.Context, parallelism: int | None, savepoint: str | None, allow_non_restored_state: bool, script: str, args: tuple[str, ...]) -> None:
     """Run a job script (it calls env.execute()) against the cluster."""
-    from actors.cluster import ensure_ray
-    from runtime.storage import find_restore_point, read_metadata
+    from weir.actors.cluster import ensure_ray
+    from weir.runtime.storage import find_restore_point, read_metadata
 
     if parallelism is not None:
         os.environ["WEIR_DEFAULT_PARALLELISM"] = str(parallelism)

@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from runtime.errors import WeirError
+from weir.runtime.errors import WeirError
 
 NAMESPACE = "weir"
 log = logging.getLogger("weir")

@@ -1,6 +1,6 @@
 """The Ray end of ``execute_and_collect``: a Ray queue (an actor owned by the
 driver) between the collect sink's task actor and the driver's iterator. The
-protocol (commit at checkpoints, ids against repeats) is in ``runtime.collect``."""
+protocol (commit at checkpoints, ids against repeats) is in ``weir.runtime.collect``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from ray.util.queue import Empty, Queue
 
-from runtime.collect import CollectChannel, Committed
+from weir.runtime.collect import CollectChannel, Committed
 
 
 class RayCollectChannel(CollectChannel):

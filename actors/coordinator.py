@@ -1,5 +1,5 @@
-"""The job coordinator actor: taken from the pool (:mod:`actors.pool`), it hosts a
-job's :class:`runtime.jobmaster.JobMaster` on a loop thread and reaches the task
+"""The job coordinator actor: taken from the pool (:mod:`weir.actors.pool`), it hosts a
+job's :class:`weir.runtime.jobmaster.JobMaster` on a loop thread and reaches the task
 actors through :class:`RayGateway`. Remote methods only put letters into the job
 master's mailbox or read its state.
 """
@@ -15,22 +15,22 @@ from typing import Any
 import ray
 from ray import cloudpickle  # keeps each function's file name: a user's traceback shows its source lines
 
-from actors.cluster import task_actor_name
-from actors.exchange import Endpoint, Route
-from actors.metrics import JobMetrics, report_every_second
-from actors.ledger import Application, JobAssignment, Shape
-from actors.pool import CANCEL_GRACE_S, JobScope, _id, get_pool
-from runtime.checkpointing import TaskKey, task_name
-from runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
-from runtime.config import ExecutionConfig
-from runtime.graph import JobGraph, JobVertex
-from runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
-from runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
+from weir.actors.cluster import task_actor_name
+from weir.actors.exchange import Endpoint, Route
+from weir.actors.metrics import JobMetrics, report_every_second
+from weir.actors.ledger import Application, JobAssignment, Shape
+from weir.actors.pool import CANCEL_GRACE_S, JobScope, _id, get_pool
+from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
+from weir.runtime.config import ExecutionConfig
+from weir.runtime.graph import JobGraph, JobVertex
+from weir.runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
 log = logging.getLogger("weir.coordinator")
 
 # Calls a task actor may have running at once: its task's loop (run), letters,
-# metrics and pings. Deliveries do not come through Ray (see actors.exchange).
+# metrics and pings. Deliveries do not come through Ray (see weir.actors.exchange).
 SLOT_CONCURRENCY = 16
 
 

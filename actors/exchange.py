@@ -43,7 +43,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge  # type: ignore[attr-defined]
 from typing import Any, Callable, Iterator
 
-from runtime.mailbox import Mailbox
+from weir.runtime.mailbox import Mailbox
 
 SOCKET_BUFFER_BYTES = 64 * 1024  # the kernel doubles it
 # How long each side waits for the other's part of opening a connection (the

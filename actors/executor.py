@@ -11,12 +11,12 @@ from typing import Any
 import ray
 from ray import cloudpickle  # keeps each function's file name: a user's traceback shows its source lines
 
-from actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
-from actors.collect import RayCollectChannel
-from actors.coordinator import check_feasible, slots_wanted
-from actors.ledger import Application, Conflict, JobAssignment
-from actors.pool import get_pool
-from runtime.errors import (
+from weir.actors.cluster import actor_runtime_env, ensure_ray, task_actor_name
+from weir.actors.collect import RayCollectChannel
+from weir.actors.coordinator import check_feasible, slots_wanted
+from weir.actors.ledger import Application, Conflict, JobAssignment
+from weir.actors.pool import get_pool
+from weir.runtime.errors import (
     JobAlreadyRunningError,
     JobCancelledError,
     JobExecutionError,
@@ -24,9 +24,9 @@ from runtime.errors import (
     OutputInUseError,
     WeirError,
 )
-from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
-from runtime.graph import JobGraph
-from runtime.storage import CheckpointStorage
+from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
+from weir.runtime.graph import JobGraph
+from weir.runtime.storage import CheckpointStorage
 
 DEFAULT_LINGER_S = 300.0
 

@@ -1,6 +1,6 @@
 """The slot pool's bookkeeping, without Ray: the processes it holds and whose code
 each has run, the jobs running under each name and output, and what to start or
-retire next. :class:`actors.pool.SlotPool` is its Ray shell: it calls these
+retire next. :class:`weir.actors.pool.SlotPool` is its Ray shell: it calls these
 methods under its lock and carries out what they return. Time comes in as an
 argument, so the rules are tested by calling them.
 
@@ -13,7 +13,7 @@ The rules:
   that application's processes only. A *fresh* process (one that never ran a
   job) may go to any application. Once leased it belongs to that application
   for its life: it serves the application's later jobs (reset in between, see
-  :class:`actors.pool.JobScope`) and retires once the application has ended
+  :class:`weir.actors.pool.JobScope`) and retires once the application has ended
   and its jobs are done. Spark draws the same line around an application's
   executors.
 - **One name, one running job; one exclusive output, one running job.** A
@@ -50,7 +50,7 @@ class JobAssignment:
 
     name: str
     run_id: str
-    graph: bytes  # the pickled runtime.graph.JobGraph
+    graph: bytes  # the pickled weir.runtime.graph.JobGraph
     app: Application
     outputs: dict[str, str]  # exclusive output -> the sink operator writing it
     linger_s: float

@@ -14,7 +14,7 @@ head node and created by the first job submitted (or ``weir pool start``), keeps
   ``RayJobClient.attach``): one running job per name and per output.
 
 The rules (which application's code may run where, one name one job) are kept by
-:class:`actors.ledger.PoolLedger`, without Ray; this actor carries them out. A
+:class:`weir.actors.ledger.PoolLedger`, without Ray; this actor carries them out. A
 background thread tops each shape up to its target of fresh slots, retires idle
 ones after ``idle_timeout_s``, and retires the processes of applications whose
 driver has exited.
@@ -53,8 +53,8 @@ from typing import Any
 
 import ray
 
-from actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
-from actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
+from weir.actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
+from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
 
 POOL_NAME = "weir-pool"
 log = logging.getLogger("weir.pool")
@@ -189,7 +189,7 @@ class SlotPool:
         return len(victims)
 
     def _new_slot(self, shape: Shape, job: str | None = None, app: str | None = None) -> str:
-        from actors.task_actor import RemoteTaskActor
+        from weir.actors.task_actor import RemoteTaskActor
 
         actor = RemoteTaskActor.options(**shape.options, runtime_env=shape.runtime_env).remote()
         sid = _id(actor)
@@ -356,7 +356,7 @@ class SlotPool:
             return {sid: s.app for sid, s in self.ledger.slots.items()}
 
     def _new_coordinator(self, env_key: str) -> str:
-        from actors.coordinator import RemoteJobCoordinator
+        from weir.actors.coordinator import RemoteJobCoordinator
 
         # Ray does not restart it: when it dies, its watch tells the pool, which
         # hands its job to a standby coordinator already up.

@@ -1,15 +1,15 @@
 """The task actor (a *slot*): a thin Ray shell that runs one
-:class:`runtime.task.StreamTask` at a time.
+:class:`weir.runtime.task.StreamTask` at a time.
 
-Slots come from the cluster's pool (:mod:`actors.pool`) already started; a job
+Slots come from the cluster's pool (:mod:`weir.actors.pool`) already started; a job
 runs its tasks on them across attempts and rescales, and gives them back when it
 ends, after which :meth:`TaskActor.reset` makes the slot fit for another job.
 
 ``run`` is the task's loop thread (it returns when the task ends); every other
 method only puts a letter into the mailbox or reads a counter. Records do not
-travel through Ray calls: the slot's :class:`actors.exchange.Inbox` takes
+travel through Ray calls: the slot's :class:`weir.actors.exchange.Inbox` takes
 deliveries on sockets straight into the running task's mailbox, and the task
-sends through an :class:`actors.exchange.Outbox` (backpressure included).
+sends through an :class:`weir.actors.exchange.Outbox` (backpressure included).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 
 import ray
 
-from actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
-from actors.metrics import TaskMetrics, report_every_second
-from actors.pool import JobScope
-from runtime.checkpointing import TaskKey
-from runtime.errors import TaskFailedError, WeirError
-from runtime.jobmaster import Deployment, MasterPorts
-from runtime.task import Cancel, StreamTask, TaskResult, TaskState
+from weir.actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
+from weir.actors.metrics import TaskMetrics, report_every_second
+from weir.actors.pool import JobScope
+from weir.runtime.checkpointing import TaskKey
+from weir.runtime.errors import TaskFailedError, WeirError
+from weir.runtime.jobmaster import Deployment, MasterPorts
+from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
 
 log = logging.getLogger("weir.task_actor")
 
@@ -96,7 +96,7 @@ class TaskActor:
         return ray.get_runtime_context().get_node_id()
 
     def endpoint(self) -> Endpoint:
-        """Where this slot takes deliveries (see :mod:`actors.exchange`)."""
+        """Where this slot takes deliveries (see :mod:`weir.actors.exchange`)."""
         return self._inbox.endpoint
 
     def setup(self, deployment: Deployment, routes: list[list[Route]], master: tuple[Any, str], env: dict[str, str]) -> None:
@@ -114,7 +114,7 @@ class TaskActor:
         self._inbox.open(self._run_id, self._attempt, self._task.mailbox)
 
     def reset(self) -> int:
-        """Forget the job (see :class:`actors.pool.JobScope`); returns how many
+        """Forget the job (see :class:`weir.actors.pool.JobScope`); returns how many
         modules were dropped."""
         self._task, self.key = None, None
         return self._scope.leave()

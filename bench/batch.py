@@ -24,8 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from connectors.files import FileSink
-from runtime import DiscardingSink, RuntimeExecutionMode, StreamExecutionEnvironment
+from weir.connectors.files import FileSink
+from weir import DiscardingSink, RuntimeExecutionMode, StreamExecutionEnvironment
 
 
 def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -20,9 +20,9 @@ import ray
 from rich.console import Console
 from rich.table import Table
 
-from actors.cluster import ensure_ray
-from actors.exchange import Inbox, Outbox, Route
-from runtime.mailbox import Mailbox
+from weir.actors.cluster import ensure_ray
+from weir.actors.exchange import Inbox, Outbox, Route
+from weir.runtime.mailbox import Mailbox
 
 
 def _cpu_s() -> float:

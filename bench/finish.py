@@ -16,8 +16,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from connectors.files import FileSink
-from runtime import StreamExecutionEnvironment
+from weir.connectors.files import FileSink
+from weir import StreamExecutionEnvironment
 
 
 def run(records: int, interval_ms: int) -> tuple[float, float, int]:

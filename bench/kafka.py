@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from connectors.kafka import (
+from weir.connectors.kafka import (
     DeliveryGuarantee,
     KafkaOffsetsInitializer,
     KafkaRecordSerializationSchema,
@@ -29,7 +29,7 @@ from connectors.kafka import (
     KafkaSource,
     SimpleStringSchema,
 )
-from runtime import StreamExecutionEnvironment
+from weir import StreamExecutionEnvironment
 
 PARTITIONS = 4
 
@@ -128,7 +128,7 @@ def main() -> None:
         source = topic(PARTITIONS)
         _fill(bootstrap, source, n)
         if args.executor == "ray":
-            from actors.cluster import ensure_ray
+            from weir.actors.cluster import ensure_ray
 
             ensure_ray()
             weir_job(bootstrap, source, topic(PARTITIONS), 1, DeliveryGuarantee.NONE, args.executor)  # warm the cluster's pool

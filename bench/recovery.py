@@ -27,8 +27,8 @@ import statistics
 import tempfile
 import time
 
-from connectors.files import FileSink, read_committed
-from runtime import StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
+from weir import StreamExecutionEnvironment
 from tests.chaos import keyed_sum_with_kills, kill_coordinator, kill_random_task
 from tests.checker import check_running_sums
 

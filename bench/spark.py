@@ -29,8 +29,8 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from connectors.spark import ParquetTableSink, spark_session
-from runtime import RuntimeExecutionMode, StreamExecutionEnvironment
+from weir.connectors.spark import ParquetTableSink, spark_session
+from weir import RuntimeExecutionMode, StreamExecutionEnvironment
 
 
 def orders(spark: Any, rows: int) -> Any:

@@ -33,8 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.w1 import settle_pool
-from connectors.files import FileSink, read_committed
-from runtime import StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
+from weir import StreamExecutionEnvironment
 
 
 def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000) -> tuple[float, float]:
@@ -59,7 +59,7 @@ def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000)
 _DRIVER = """
 import json, sys, time
 started = time.perf_counter()
-from actors.cluster import ensure_ray
+from weir.actors.cluster import ensure_ray
 ensure_ray()
 joined = time.perf_counter()
 from bench.startup import tiny_job

@@ -26,9 +26,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from runtime import DiscardingSink, StreamExecutionEnvironment
-from runtime.operators import OperatorContext
-from runtime.sinks import Sink, SinkWriter
+from weir import DiscardingSink, StreamExecutionEnvironment
+from weir.runtime.operators import OperatorContext
+from weir.runtime.sinks import Sink, SinkWriter
 
 
 def plain_python(n: int) -> float:
@@ -48,7 +48,7 @@ def settle_pool(quiet_s: float = 6.0, timeout_s: float = 60.0) -> None:
     a timed run would be counted against that run."""
     import ray
 
-    from actors.pool import get_pool
+    from weir.actors.pool import get_pool
 
     pool, until = get_pool(), time.monotonic() + timeout_s
     last, since = None, time.monotonic()

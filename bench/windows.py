@@ -11,7 +11,7 @@ import time
 
 from rich.console import Console
 
-from runtime import AggregateFunction, DiscardingSink, StreamExecutionEnvironment, Time, TumblingEventTimeWindows, WatermarkStrategy
+from weir import AggregateFunction, DiscardingSink, StreamExecutionEnvironment, Time, TumblingEventTimeWindows, WatermarkStrategy
 
 
 class Count(AggregateFunction):

@@ -65,8 +65,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pyarrow import fs as pafs
 
-from runtime.errors import InvalidConfigurationError, MalformedInputError
-from runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
+from weir.runtime.errors import InvalidConfigurationError, MalformedInputError
+from weir.runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
 
 log = logging.getLogger("weir.file_source")
 
@@ -273,7 +273,7 @@ class _JsonLines(StreamFormat):
 
 class BulkFormat(ReaderFormat):
     """Reads a file a batch at a time (PyFlink's ``BulkFormat``): Parquet, with
-    :class:`connectors.formats.ParquetColumnarRowInputFormat`."""
+    :class:`weir.connectors.formats.ParquetColumnarRowInputFormat`."""
 
 
 # ---------------------------------------------------------------------- the source

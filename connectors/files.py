@@ -1,5 +1,5 @@
 """Files: a two-phase-commit sink for JSON lines, text and Parquet on any
-pyarrow.fs, and (from :mod:`connectors.file_source`) the file source: PyFlink's
+pyarrow.fs, and (from :mod:`weir.connectors.file_source`) the file source: PyFlink's
 ``pyflink.datastream.connectors.file_system`` module.
 
 Exactly-once when checkpointing is on (a bounded job also commits its last data
@@ -34,16 +34,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from connectors.file_source import (
+from weir.connectors.file_source import (
     BulkFormat,
     FileSource,
     FileSourceBuilder,
     StreamFormat,
     resolve,
 )
-from runtime.errors import InvalidConfigurationError
-from runtime.operators import OperatorContext
-from runtime.sinks import Sink, SinkWriter
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.operators import OperatorContext
+from weir.runtime.sinks import Sink, SinkWriter
 
 _FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
 _PARQUET_ROW_GROUP = 65536
@@ -117,7 +117,7 @@ class BulkWriter(ABC):
 class BulkWriterFactory(ABC):
     """What ``FileSink.for_bulk_format`` takes (PyFlink's ``BulkWriterFactory``):
     makes each subtask's writer. Parquet's is ``ParquetBulkWriters.for_row_type``
-    (:mod:`connectors.formats`)."""
+    (:mod:`weir.connectors.formats`)."""
 
     @abstractmethod
     def create(self) -> BulkWriter: ...

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from connectors.file_source import BulkFormat, FileRecords, FileSplit, Lines, StreamFormat
-from connectors.files import BulkWriterFactory, ParquetWriterFactory
-from runtime.errors import InvalidConfigurationError, MalformedInputError
+from weir.connectors.file_source import BulkFormat, FileRecords, FileSplit, Lines, StreamFormat
+from weir.connectors.files import BulkWriterFactory, ParquetWriterFactory
+from weir.runtime.errors import InvalidConfigurationError, MalformedInputError
 
 # ---------------------------------------------------------------------- CSV
 _BOOLEANS = {"true": True, "false": False}

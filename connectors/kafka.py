@@ -46,14 +46,14 @@ try:
     from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("connectors.kafka needs the kafka extra: pip install 'weir[kafka]'") from exc
+    raise ImportError("weir.connectors.kafka needs the kafka extra: pip install 'weir[kafka]'") from exc
 
-from connectors.serialization import DeserializationSchema, JsonRowDeserializationSchema, JsonRowSerializationSchema, SerializationSchema, SimpleStringSchema
-from runtime.errors import InvalidConfigurationError
-from runtime.functions import OutputTag
-from runtime.operators import OperatorContext
-from runtime.sinks import Sink, SinkWriter
-from runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
+from weir.connectors.serialization import DeserializationSchema, JsonRowDeserializationSchema, JsonRowSerializationSchema, SerializationSchema, SimpleStringSchema
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.functions import OutputTag
+from weir.runtime.operators import OperatorContext
+from weir.runtime.sinks import Sink, SinkWriter
+from weir.runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
 
 __all__ = [
     "DeliveryGuarantee", "KafkaMessage", "KafkaOffsetResetStrategy", "KafkaOffsetsInitializer", "KafkaRecordSerializationSchema",

@@ -37,15 +37,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from actors.cluster import ensure_ray, java_env
-from connectors.files import FileSink, committed_files, resolve
-from runtime.errors import WeirError
-from runtime.sources import Poll, RateLimit, Source, SourceReader, check_rate
+from weir.actors.cluster import ensure_ray, java_env
+from weir.connectors.files import FileSink, committed_files, resolve
+from weir.runtime.errors import WeirError
+from weir.runtime.sources import Poll, RateLimit, Source, SourceReader, check_rate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from runtime.datastream import DataStream
+    from weir.runtime.datastream import DataStream
 
 
 # ---------------------------------------------------------------------- Spark on Ray
@@ -124,7 +124,7 @@ def _require_raydp_session(df: Any) -> None:
     if raydp.context._global_spark_context is None:
         raise WeirError(
             "from_spark() needs a Spark session that raydp started on this Ray cluster, and this process has none "
-            "(a plain SparkSession cannot hand its data to Ray): start it with connectors.spark.spark_session(...)"
+            "(a plain SparkSession cannot hand its data to Ray): start it with weir.connectors.spark.spark_session(...)"
         )
 
 

@@ -18,7 +18,7 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.kafka import (
+from weir.connectors.kafka import (
     DeliveryGuarantee,
     JsonRowSerializationSchema,
     KafkaOffsetsInitializer,
@@ -27,7 +27,7 @@ from connectors.kafka import (
     KafkaSource,
     SimpleStringSchema,
 )
-from runtime import StreamExecutionEnvironment, WatermarkStrategy
+from weir import StreamExecutionEnvironment, WatermarkStrategy
 
 LINES = ["to be or not to be", "that is the question", "to stream or to batch"]
 

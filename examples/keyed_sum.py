@@ -12,8 +12,8 @@ import argparse
 import collections
 import shutil
 
-from connectors.files import FileSink, read_committed
-from runtime import StreamExecutionEnvironment
+from weir import StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """weir's runtime: the user API, the job graph, operators, state, checkpoints and
 every protocol as a plain state machine. Never imports Ray."""
 
-from runtime.collect import CloseableIterator
-from runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy, RuntimeExecutionMode
-from runtime.datastream import (
+from weir.runtime.collect import CloseableIterator
+from weir.runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy, RuntimeExecutionMode
+from weir.runtime.datastream import (
     AllWindowedStream,
     BroadcastConnectedStream,
     BroadcastStream,
@@ -13,8 +13,8 @@ from runtime.datastream import (
     StreamExecutionEnvironment,
     WindowedStream,
 )
-from runtime.eventtime import Duration, Time, TimestampAssigner, WatermarkGenerator, WatermarkStrategy
-from runtime.errors import (
+from weir.runtime.eventtime import Duration, Time, TimestampAssigner, WatermarkGenerator, WatermarkStrategy
+from weir.runtime.errors import (
     CheckpointDeclinedError,
     CorruptCheckpointError,
     InvalidConfigurationError,
@@ -32,8 +32,8 @@ from runtime.errors import (
     UserFunctionError,
     WeirError,
 )
-from runtime.executor import JobClient, JobExecutionResult, JobStatus
-from runtime.functions import (
+from weir.runtime.executor import JobClient, JobExecutionResult, JobStatus
+from weir.runtime.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
@@ -50,9 +50,9 @@ from runtime.functions import (
     ReduceFunction,
     RuntimeContext,
 )
-from runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter
-from runtime.sources import Source, SourceReader
-from runtime.state import (
+from weir.runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter
+from weir.runtime.sources import Source, SourceReader
+from weir.runtime.state import (
     BroadcastState,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -61,10 +61,10 @@ from runtime.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
-from runtime.row import Row, RowKind
-from runtime.timers import TimeDomain
-from runtime.typeinfo import TypeInformation, Types
-from runtime.windows import (
+from weir.runtime.row import Row, RowKind
+from weir.runtime.timers import TimeDomain
+from weir.runtime.typeinfo import TypeInformation, Types
+from weir.runtime.windows import (
     AggregateFunction,
     AllWindowFunction,
     CountTrigger,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.errors import CheckpointFailureReason, WeirError
-from runtime.events import CheckpointBarrier
+from weir.runtime.errors import CheckpointFailureReason, WeirError
+from weir.runtime.events import CheckpointBarrier
 
 
 class BarrierProtocolError(WeirError):

@@ -25,10 +25,10 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from runtime.errors import InvalidConfigurationError
-from runtime.events import Watermark
-from runtime.operators import StreamOperator, now_ms
-from runtime.state import OperatorSnapshot
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.events import Watermark
+from weir.runtime.operators import StreamOperator, now_ms
+from weir.runtime.state import OperatorSnapshot
 
 
 def _arrow_batch(rows: list[dict[str, Any]]) -> Any:

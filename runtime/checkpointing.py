@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
-    from runtime.task import OperatorRestore
+    from weir.runtime.task import OperatorRestore
 
-from runtime.errors import CheckpointFailureReason, InvalidJobGraphError
-from runtime.events import CheckpointKind
-from runtime.graph import JobGraph
-from runtime.state import SnapshotSummary
-from runtime.storage import StateHandle, handle_from_json, handle_to_json
+from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
+from weir.runtime.events import CheckpointKind
+from weir.runtime.graph import JobGraph
+from weir.runtime.state import SnapshotSummary
+from weir.runtime.storage import StateHandle, handle_from_json, handle_to_json
 
 TaskKey = tuple[str, int]  # (vertex id, subtask)
 
@@ -319,7 +319,7 @@ def restore_plan(metadata: dict[str, Any], graph: JobGraph, allow_non_restored_s
     uid. Parallelism may differ (key groups move, list state splits evenly); max
     parallelism may not. State of a uid the job does not have is an error unless
     ``allow_non_restored_state``."""
-    from runtime.task import OperatorRestore
+    from weir.runtime.task import OperatorRestore
 
     in_job = {op.uid: v for v in graph.vertices.values() for op in v.operators}
     plan: dict[str, OperatorRestore] = {}

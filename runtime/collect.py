@@ -5,7 +5,7 @@ transaction is the records since the last checkpoint: ``prepare_commit`` turns
 them into one committable with a unique id, kept in the checkpoint, and
 ``commit`` (at the checkpoint's completion, again after a restore) publishes it
 on a :class:`CollectChannel` that the executor supplies: a queue in this process
-for the in-process executor, a Ray queue for Ray (``actors.collect``), so this
+for the in-process executor, a Ray queue for Ray (``weir.actors.collect``), so this
 module stays free of Ray. The driver's :class:`CloseableIterator` hands out each
 committable's records once (a re-commit after a restore repeats an id it has
 seen), so the iterator shows exactly what completed checkpoints committed: never
@@ -26,12 +26,12 @@ import weakref
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
-from runtime.errors import WeirError
-from runtime.operators import OperatorContext
-from runtime.sinks import Sink, SinkWriter
+from weir.runtime.errors import WeirError
+from weir.runtime.operators import OperatorContext
+from weir.runtime.sinks import Sink, SinkWriter
 
 if TYPE_CHECKING:
-    from runtime.executor import JobClient
+    from weir.runtime.executor import JobClient
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
-from runtime.errors import InvalidConfigurationError
+from weir.runtime.errors import InvalidConfigurationError
 
 DEFAULT_MAX_PARALLELISM = 128
 MAX_MAX_PARALLELISM = 32768

@@ -1,6 +1,6 @@
 """Operator coordinators: per-operator logic that runs on the job master and talks
 to the operator's subtasks with events, both ways. A source's split enumerator is
-one (:mod:`runtime.sources`).
+one (:mod:`weir.runtime.sources`).
 
 A coordinator runs on the job master's loop thread, so it needs no locks. Every
 (re)deployment starts it afresh from the state in the checkpoint the job restores

@@ -18,8 +18,8 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 
-from runtime import progress
-from runtime.config import (
+from weir.runtime import progress
+from weir.runtime.config import (
     CheckpointConfig,
     CheckpointingMode,
     ExecutionConfig,
@@ -28,21 +28,21 @@ from runtime.config import (
     _number,
     _whole,
 )
-from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
-from runtime.eventtime import TimestampsAndWatermarksOperator, WatermarkStrategy
-from runtime.executor import JobClient, JobExecutionResult, find_executor
-from runtime.functions import (
+from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError
+from weir.runtime.eventtime import TimestampsAndWatermarksOperator, WatermarkStrategy
+from weir.runtime.executor import JobClient, JobExecutionResult, find_executor
+from weir.runtime.functions import (
     BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     OutputTag,
     as_callable,
 )
-from runtime.batches import MapBatchesOperator
-from runtime.batches import batch_format as checked_batch_format
-from runtime.collect import CloseableIterator, CollectSink
-from runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph, topological
-from runtime.operators import (
+from weir.runtime.batches import MapBatchesOperator
+from weir.runtime.batches import batch_format as checked_batch_format
+from weir.runtime.collect import CloseableIterator, CollectSink
+from weir.runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph, topological
+from weir.runtime.operators import (
     Calls,
     CoProcessOperator,
     FilterOperator,
@@ -54,11 +54,11 @@ from runtime.operators import (
     ProcessOperator,
     StreamOperator,
 )
-from runtime.state import MapStateDescriptor
-from runtime.typeinfo import TypeInformation, Types, output_type_arg, type_arg
-from runtime.sinks import PrintSink, Sink, SinkOperator
-from runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceCoordinator, SourceOperator
-from runtime.windows import (
+from weir.runtime.state import MapStateDescriptor
+from weir.runtime.typeinfo import TypeInformation, Types, output_type_arg, type_arg
+from weir.runtime.sinks import PrintSink, Sink, SinkOperator
+from weir.runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceCoordinator, SourceOperator
+from weir.runtime.windows import (
     AggregateContents,
     AggregateFunction,
     AllRecords,
@@ -141,7 +141,7 @@ class StreamExecutionEnvironment:
     def set_restart_strategy(self, strategy: RestartStrategy) -> "StreamExecutionEnvironment":
         """How often and how soon a failed job restarts. Unset, a job with
         checkpointing restarts without limit at growing delays, and one without
-        restarts 3 times (see :func:`runtime.config.restart_strategy_for`)."""
+        restarts 3 times (see :func:`weir.runtime.config.restart_strategy_for`)."""
         if not isinstance(strategy, RestartStrategy):
             raise InvalidConfigurationError("restart strategy", strategy, "use RestartStrategy.fixed_delay(...), exponential_delay(...) or no_restart()")
         self.config.restart_strategy = strategy
@@ -151,7 +151,7 @@ class StreamExecutionEnvironment:
         """Start the job from a savepoint (or a retained checkpoint's ``chk-N``
         folder). Operators are matched by uid; parallelism may differ. State of a
         uid this job lacks is an error unless ``allow_non_restored_state``."""
-        from runtime.config import validate_storage_uri
+        from weir.runtime.config import validate_storage_uri
 
         self.config.restore_from = validate_storage_uri(path, "savepoint path")
         self.config.allow_non_restored_state = bool(allow_non_restored_state)
@@ -222,7 +222,7 @@ class StreamExecutionEnvironment:
         With ``type_info`` (PyFlink's) each record is converted to that type as
         it enters the stream (see :meth:`from_collection`)."""
         if not isinstance(source, Source):
-            raise TypeError(f"from_source() takes a runtime.sources.Source, got {type(source).__name__}")
+            raise TypeError(f"from_source() takes a weir.runtime.sources.Source, got {type(source).__name__}")
         if watermark_strategy is not None:
             if not isinstance(watermark_strategy, WatermarkStrategy):
                 raise InvalidConfigurationError("watermark strategy", watermark_strategy, "use WatermarkStrategy.for_...()")
@@ -276,17 +276,17 @@ class StreamExecutionEnvironment:
                    records_per_second: float | None = None) -> "DataStream":
         """The rows of a Spark DataFrame, as dicts keyed by column name (or, with
         ``arrow_batches``, as ``pyarrow.RecordBatch`` es). The DataFrame goes to Ray
-        through raydp, so its session must be raydp's: ``connectors.spark.spark_session()``.
+        through raydp, so its session must be raydp's: ``weir.connectors.spark.spark_session()``.
         ``records_per_second`` replays the rows at that rate (over all subtasks),
         as a live stream would bring them: for demos, rehearsals and tests."""
-        from connectors.spark import ArrowBlockSource  # Ray and Spark only when asked for
+        from weir.connectors.spark import ArrowBlockSource  # Ray and Spark only when asked for
 
         return self.from_source(ArrowBlockSource.from_spark(df, arrow_batches, records_per_second), watermark_strategy, "spark")
 
     def from_ray_dataset(self, dataset: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False,
                          records_per_second: float | None = None) -> "DataStream":
         """The rows of a Ray Dataset, as :meth:`from_spark` gives them."""
-        from connectors.spark import ArrowBlockSource
+        from weir.connectors.spark import ArrowBlockSource
 
         return self.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches, records_per_second), watermark_strategy, "ray dataset")
 
@@ -622,7 +622,7 @@ class DataStream:
     # ------------------------------------------------------------ sinks
     def sink_to(self, sink: Sink) -> "DataStream":
         if not isinstance(sink, Sink):
-            raise TypeError(f"sink_to() takes a runtime.sinks.Sink, got {type(sink).__name__}")
+            raise TypeError(f"sink_to() takes a weir.runtime.sinks.Sink, got {type(sink).__name__}")
         where = sink.exclusive_location()
         other = self._env._sink_locations.get(where) if where is not None else None
         if where is not None and other is not None:
@@ -684,13 +684,13 @@ class DataStream:
         DataFrame (raydp's session unless ``spark`` is given). They are written
         exactly once into a Parquet table at ``path`` (default: under the
         checkpoint storage), which the DataFrame reads."""
-        from connectors.spark import collect_to_spark
+        from weir.connectors.spark import collect_to_spark
 
         return collect_to_spark(self, job_name, spark, path)
 
     def execute_and_collect_to_ray_dataset(self, job_name: str = "collect", path: str | None = None) -> Any:
         """As :meth:`execute_and_collect_to_spark`, returning a Ray Dataset."""
-        from connectors.spark import collect_to_ray_dataset
+        from weir.connectors.spark import collect_to_ray_dataset
 
         return collect_to_ray_dataset(self, job_name, path)
 

@@ -16,9 +16,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Iterable, Protocol
 
-from runtime.errors import InvalidConfigurationError
-from runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
-from runtime.operators import StreamOperator, now_ms
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
+from weir.runtime.operators import StreamOperator, now_ms
 
 
 class Time:

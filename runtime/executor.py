@@ -1,8 +1,8 @@
 """The bridge from ``env.execute()`` to whatever runs the job.
 
-``runtime`` never imports an executor: it looks one up by name among the
+``weir.runtime`` never imports an executor: it looks one up by name among the
 ``weir.executors`` entry points (``ray`` by default, ``local`` for the
-in-process executor), so importing ``runtime`` never loads Ray.
+in-process executor), so importing ``weir.runtime`` never loads Ray.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import InvalidConfigurationError
-from runtime.graph import JobGraph
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.graph import JobGraph
 
 if TYPE_CHECKING:
-    from runtime.collect import CollectChannel
+    from weir.runtime.collect import CollectChannel
 
-_BUILTIN = {"ray": "actors.executor:RayExecutor", "local": "runtime.local:LocalExecutor"}
+_BUILTIN = {"ray": "weir.actors.executor:RayExecutor", "local": "weir.runtime.local:LocalExecutor"}
 
 
 class JobStatus(enum.Enum):

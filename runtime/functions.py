@@ -13,11 +13,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 
-from runtime.errors import InvalidConfigurationError
-from runtime.typeinfo import TypeInformation, type_arg
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.typeinfo import TypeInformation, type_arg
 
 if TYPE_CHECKING:
-    from runtime.state import (
+    from weir.runtime.state import (
         BroadcastState,
         ListState,
         ListStateDescriptor,
@@ -127,11 +127,11 @@ class _KeyedContext:
         return self._key
 
     def timer_service(self) -> Any:
-        """A :class:`runtime.timers.TimerService` for the current key."""
+        """A :class:`weir.runtime.timers.TimerService` for the current key."""
         return self._timer_service
 
     def time_domain(self) -> Any:
-        """In on_timer: which kind of timer fired (:class:`runtime.timers.TimeDomain`)."""
+        """In on_timer: which kind of timer fired (:class:`weir.runtime.timers.TimeDomain`)."""
         return self._domain
 
 

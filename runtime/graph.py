@@ -16,18 +16,18 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM, RuntimeExecutionMode
-from runtime.coordination import OperatorCoordinator
-from runtime.errors import InvalidConfigurationError, InvalidJobGraphError
-from runtime.network import (
+from weir.runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM, RuntimeExecutionMode
+from weir.runtime.coordination import OperatorCoordinator
+from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError
+from weir.runtime.network import (
     BroadcastPartitioner,
     ForwardPartitioner,
     KeyGroupPartitioner,
     Partitioner,
     RebalancePartitioner,
 )
-from runtime.operators import StreamOperator
-from runtime.typeinfo import RecordTypes
+from weir.runtime.operators import StreamOperator
+from weir.runtime.typeinfo import RecordTypes
 
 log = logging.getLogger("weir.graph")
 
@@ -154,7 +154,7 @@ class JobGraph:
     def to_svg(self) -> str:
         """The job graph as a picture (SVG): vertices with their chained operators
         and parallelism, edges with their partitioners. ``weir graph JOB`` writes it."""
-        from runtime.picture import job_graph_svg
+        from weir.runtime.picture import job_graph_svg
 
         return job_graph_svg(self)
 

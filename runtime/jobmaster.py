@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from runtime import faults
-from runtime.checkpointing import (
+from weir.runtime import faults
+from weir.runtime.checkpointing import (
     NOT_FAILURES,
     STORAGE_FAILURES,
     AckResult,
@@ -37,9 +37,9 @@ from runtime.checkpointing import (
     restore_plan,
     task_name,
 )
-from runtime.config import restart_strategy_for
-from runtime.coordination import AsyncCall, CoordinatorHolder
-from runtime.errors import (
+from weir.runtime.config import restart_strategy_for
+from weir.runtime.coordination import AsyncCall, CoordinatorHolder
+from weir.runtime.errors import (
     CheckpointStorageError,
     CheckpointDeclinedError,
     CheckpointFailureReason,
@@ -50,13 +50,13 @@ from runtime.errors import (
     UserFunctionError,
     WeirError,
 )
-from runtime.events import CheckpointBarrier, CheckpointKind
-from runtime.executor import JobExecutionResult, JobStatus
-from runtime.graph import JobGraph
-from runtime.mailbox import Mailbox, MailboxClosedError
-from runtime.restarts import RestartBackoff
-from runtime.state import SnapshotSummary
-from runtime.storage import (
+from weir.runtime.events import CheckpointBarrier, CheckpointKind
+from weir.runtime.executor import JobExecutionResult, JobStatus
+from weir.runtime.graph import JobGraph
+from weir.runtime.mailbox import Mailbox, MailboxClosedError
+from weir.runtime.restarts import RestartBackoff
+from weir.runtime.state import SnapshotSummary
+from weir.runtime.storage import (
     CheckpointStorage,
     StateHandle,
     discard,
@@ -72,7 +72,7 @@ from runtime.storage import (
     write_metadata,
     write_state,
 )
-from runtime.task import (
+from weir.runtime.task import (
     Cancel,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
@@ -444,7 +444,7 @@ class JobMaster:
             self._end(JobStatus.FAILED)
 
     def _become(self, status: JobStatus) -> None:
-        """Change the job's status along :data:`runtime.executor._NEXT`; any other
+        """Change the job's status along :data:`weir.runtime.executor._NEXT`; any other
         change is a bug in weir, refused before anything changes."""
         if not self.status.can_become(status):
             raise JobStatusError(f"job '{self.graph.name}': {self.status.value} cannot become {status.value}")

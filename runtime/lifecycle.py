@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 
-from runtime.errors import WeirError
+from weir.runtime.errors import WeirError
 
 
 class Phase(enum.Enum):

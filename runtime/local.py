@@ -12,14 +12,14 @@ from typing import Any
 
 import cloudpickle
 
-from runtime.checkpointing import TaskKey, task_name
-from runtime.collect import LocalCollectChannel
-from runtime.errors import JobCancelledError, WeirError
-from runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
-from runtime.graph import JobGraph
-from runtime.jobmaster import Deployment, JobMaster, MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
-from runtime.mailbox import MailboxClosedError
-from runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
+from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.collect import LocalCollectChannel
+from weir.runtime.errors import JobCancelledError, WeirError
+from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
+from weir.runtime.graph import JobGraph
+from weir.runtime.jobmaster import Deployment, JobMaster, MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.mailbox import MailboxClosedError
+from weir.runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
 
 
 class _Ports(MasterPorts):

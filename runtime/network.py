@@ -2,7 +2,7 @@
 
 A delivery is one ``bytes`` object: a pickled list of messages, where a message
 is a list of records, a :class:`Timestamped` batch, or an event (see
-:mod:`runtime.events`). Records go out in
+:mod:`weir.runtime.events`). Records go out in
 batches, flushed when a buffer is full, when the buffer timeout passed, when the
 task is about to idle, and always before an event. Plain pickle is used for
 speed; cloudpickle only for what plain pickle refuses.
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import cloudpickle
 
-from runtime.errors import KeySelectionError, RecordDeserializationError, RecordSerializationError
-from runtime.keygroups import key_group_for, operator_index_for_key_group
-from runtime.serialization import dumps, loads
+from weir.runtime.errors import KeySelectionError, RecordDeserializationError, RecordSerializationError
+from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
+from weir.runtime.serialization import dumps, loads
 
-if TYPE_CHECKING:  # runtime.task imports this module
-    from runtime.task import TaskDeployment
+if TYPE_CHECKING:  # weir.runtime.task imports this module
+    from weir.runtime.task import TaskDeployment
 
 Send = Callable[[int, int, bytes], None]  # (channel, seq, payload)
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any, Callable, Iterable
 
-from runtime.config import RuntimeExecutionMode
-from runtime.errors import InvalidConfigurationError, KeySelectionError, RecordTypeError, UserFunctionError
-from runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
-from runtime.functions import (
+from weir.runtime.config import RuntimeExecutionMode
+from weir.runtime.errors import InvalidConfigurationError, KeySelectionError, RecordTypeError, UserFunctionError
+from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
+from weir.runtime.functions import (
     BroadcastProcessFunction,
     Function,
     KeyedBroadcastProcessFunction,
@@ -31,10 +31,10 @@ from runtime.functions import (
     ProcessFunction,
     RuntimeContext,
 )
-from runtime.keygroups import KeyGroupRange
-from runtime.typeinfo import RecordTypes, TypeInformation
-from runtime.timers import InternalTimerService, TimeDomain, TimerService
-from runtime.state import (
+from weir.runtime.keygroups import KeyGroupRange
+from weir.runtime.typeinfo import RecordTypes, TypeInformation
+from weir.runtime.timers import InternalTimerService, TimeDomain, TimerService
+from weir.runtime.state import (
     KeyedStateBackend,
     ListState,
     ListStateDescriptor,

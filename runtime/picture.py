@@ -12,7 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runtime.graph import JobGraph
+    from weir.runtime.graph import JobGraph
 
 _W, _LINE, _PAD, _GAP_X, _GAP_Y = 230, 16, 10, 90, 28
 _FONT = "font-family='Helvetica, Arial, sans-serif'"

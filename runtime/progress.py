@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from runtime.executor import JobClient, JobExecutionResult
-from runtime.graph import JobGraph
+from weir.runtime.executor import JobClient, JobExecutionResult
+from weir.runtime.graph import JobGraph
 
 REFRESH_S = 0.25
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from runtime.config import RestartStrategy
+from weir.runtime.config import RestartStrategy
 
 
 @dataclass(frozen=True)

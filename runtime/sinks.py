@@ -21,10 +21,10 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
-from runtime.errors import SinkBacklogError
-from runtime.operators import OperatorContext, RestoredState, StreamOperator
-from runtime.serialization import dumps
-from runtime.state import OperatorSnapshot
+from weir.runtime.errors import SinkBacklogError
+from weir.runtime.operators import OperatorContext, RestoredState, StreamOperator
+from weir.runtime.serialization import dumps
+from weir.runtime.state import OperatorSnapshot
 
 
 class SinkWriter(ABC):

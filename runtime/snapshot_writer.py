@@ -8,14 +8,14 @@ from __future__ import annotations
 import concurrent.futures
 from typing import TYPE_CHECKING
 
-from runtime import faults
-from runtime.errors import CheckpointFailureReason
-from runtime.events import CheckpointBarrier
-from runtime.state import SnapshotSummary
-from runtime.storage import write_state
+from weir.runtime import faults
+from weir.runtime.errors import CheckpointFailureReason
+from weir.runtime.events import CheckpointBarrier
+from weir.runtime.state import SnapshotSummary
+from weir.runtime.storage import write_state
 
 if TYPE_CHECKING:
-    from runtime.task import TaskPorts
+    from weir.runtime.task import TaskPorts
 
 
 class SnapshotWriter:

@@ -10,7 +10,7 @@ rewinds every split, also with another parallelism; splits assigned after the
 restored checkpoint are back with the restored enumerator, or, when one subtask
 restarts alone (region failover), given back to the running enumerator
 (``add_splits_back``). The event valve of
-:mod:`runtime.coordination` keeps the two snapshots consistent. Readers are
+:mod:`weir.runtime.coordination` keeps the two snapshots consistent. Readers are
 polled by the task's loop thread in batches.
 """
 
@@ -24,11 +24,11 @@ from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 import cloudpickle
 
-from runtime.coordination import CoordinatorContext, OperatorCoordinator
-from runtime.errors import InvalidConfigurationError, InvalidJobGraphError, describe_record
-from runtime.eventtime import WatermarkEmitter, WatermarkStrategy
-from runtime.events import MAX_WATERMARK, Watermark
-from runtime.operators import RestoredState, StreamOperator
+from weir.runtime.coordination import CoordinatorContext, OperatorCoordinator
+from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError, describe_record
+from weir.runtime.eventtime import WatermarkEmitter, WatermarkStrategy
+from weir.runtime.events import MAX_WATERMARK, Watermark
+from weir.runtime.operators import RestoredState, StreamOperator
 
 T = TypeVar("T")
 
@@ -95,7 +95,7 @@ class SplitEnumeratorContext(Protocol):
     def signal_no_more_splits(self, subtask: int) -> None: ...
 
     def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
-        """See :meth:`runtime.coordination.CoordinatorContext.call_async`."""
+        """See :meth:`weir.runtime.coordination.CoordinatorContext.call_async`."""
 
 
 class SplitEnumerator(ABC):

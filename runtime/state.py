@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar, overload
 
-from runtime.errors import InvalidConfigurationError
-from runtime.keygroups import KeyGroupRange, key_group_for
-from runtime.typeinfo import TypeInformation, type_arg
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.keygroups import KeyGroupRange, key_group_for
+from weir.runtime.typeinfo import TypeInformation, type_arg
 
 T = TypeVar("T")
 K = TypeVar("K")

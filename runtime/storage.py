@@ -26,7 +26,7 @@ On a local disk, on whichever node writes, the folders storage creates are 0700
 and its files 0600 from the moment they exist; the default storage's private
 folder (``<temp>/weir-<uid>``) is created or checked (this user's, not a link)
 whenever storage reaches into it, so a task on another node than the driver's
-holds to the same rules (:func:`runtime.config.private_folder_of`).
+holds to the same rules (:func:`weir.runtime.config.private_folder_of`).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from runtime.config import claim_private_folder, private_folder_of, validate_storage_uri
-from runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
-from runtime.serialization import dumps, loads
+from weir.runtime.config import claim_private_folder, private_folder_of, validate_storage_uri
+from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
+from weir.runtime.serialization import dumps, loads
 
 _MAGIC = b"WEIR-STATE-1\n"
 _CHK = re.compile(r"^chk-(\d+)$")

@@ -7,9 +7,9 @@ through its :class:`TaskPorts` (channels out, the job master), so the same task
 runs in a Ray actor, in the in-process executor and in test harnesses.
 
 The task is the loop that routes letters between its protocols, each in a
-module of its own: barrier alignment (``runtime.barriers``), the input watermark
-(``runtime.watermark_valve``), the lifecycle (``runtime.lifecycle``) and the
-snapshot writer (``runtime.snapshot_writer``).
+module of its own: barrier alignment (``weir.runtime.barriers``), the input watermark
+(``weir.runtime.watermark_valve``), the lifecycle (``weir.runtime.lifecycle``) and the
+snapshot writer (``weir.runtime.snapshot_writer``).
 
 Finishing (FLIP-147): at the end of input processing-time timers stop, and the
 chain finishes first to last, each operator ``end_input`` then ``finish()``;
@@ -29,11 +29,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from runtime import faults
-from runtime.barriers import Abort, BarrierHandler, Snapshot
-from runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode, TransportConfig
-from runtime.errors import CheckpointFailureReason, WeirError
-from runtime.events import (
+from weir.runtime import faults
+from weir.runtime.barriers import Abort, BarrierHandler, Snapshot
+from weir.runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode, TransportConfig
+from weir.runtime.errors import CheckpointFailureReason, WeirError
+from weir.runtime.events import (
     MIN_WATERMARK,
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -42,16 +42,16 @@ from runtime.events import (
     Watermark,
     WatermarkStatus,
 )
-from runtime.graph import JobVertex
-from runtime.lifecycle import Lifecycle, Phase
-from runtime.mailbox import DataLetter, Mailbox
-from runtime.network import RecordWriter, Timestamped, decode_delivery
-from runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
-from runtime.sources import SourceOperator
-from runtime.snapshot_writer import SnapshotWriter
-from runtime.state import OperatorSnapshot, SnapshotSummary
-from runtime.storage import StateHandle, pickle_state, read_state
-from runtime.watermark_valve import WatermarkValve
+from weir.runtime.graph import JobVertex
+from weir.runtime.lifecycle import Lifecycle, Phase
+from weir.runtime.mailbox import DataLetter, Mailbox
+from weir.runtime.network import RecordWriter, Timestamped, decode_delivery
+from weir.runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
+from weir.runtime.sources import SourceOperator
+from weir.runtime.snapshot_writer import SnapshotWriter
+from weir.runtime.state import OperatorSnapshot, SnapshotSummary
+from weir.runtime.storage import StateHandle, pickle_state, read_state
+from weir.runtime.watermark_valve import WatermarkValve
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class NotifyCheckpointAborted:
 
 @dataclass(frozen=True)
 class OperatorEvent:
-    """From an operator's coordinator (see :mod:`runtime.coordination`)."""
+    """From an operator's coordinator (see :mod:`weir.runtime.coordination`)."""
 
     operator_uid: str
     event_id: int
@@ -279,7 +279,7 @@ class StreamTask:
         return result
 
     def start(self) -> None:
-        """Harness mode (see ``runtime.testing.TaskHarness``): restore and open."""
+        """Harness mode (see ``weir.runtime.testing.TaskHarness``): restore and open."""
         self._initialize()
 
     def run_until_idle(self) -> TaskResult | None:
@@ -618,7 +618,7 @@ class StreamTask:
         self._maybe_exit()
 
     def _maybe_exit(self) -> None:
-        """The exit gate (see ``runtime.lifecycle``)."""
+        """The exit gate (see ``weir.runtime.lifecycle``)."""
         self._exit = self.life.may_exit(bool(self.barriers.live_channels))
 
     # ------------------------------------------------------------------ the end

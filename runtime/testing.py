@@ -20,17 +20,17 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from runtime.checkpointing import TaskKey, task_name
-from runtime.config import RuntimeExecutionMode
-from runtime.errors import CheckpointFailureReason, WeirError
-from runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
-from runtime.executor import JobStatus
-from runtime.functions import as_callable
-from runtime.graph import JobGraph
-from runtime.jobmaster import Deployment, JobMaster, MasterPorts, inline
-from runtime.mailbox import MailboxClosedError
-from runtime.network import decode, encode
-from runtime.operators import (
+from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.config import RuntimeExecutionMode
+from weir.runtime.errors import CheckpointFailureReason, WeirError
+from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
+from weir.runtime.executor import JobStatus
+from weir.runtime.functions import as_callable
+from weir.runtime.graph import JobGraph
+from weir.runtime.jobmaster import Deployment, JobMaster, MasterPorts, inline
+from weir.runtime.mailbox import MailboxClosedError
+from weir.runtime.network import decode, encode
+from weir.runtime.operators import (
     KeyedProcessOperator,
     KeyedReduceOperator,
     MapOperator,
@@ -40,10 +40,10 @@ from runtime.operators import (
     StreamOperator,
     TwoInputOperator,
 )
-from runtime.sinks import Sink, SinkOperator
-from runtime.state import OperatorSnapshot, SnapshotSummary
-from runtime.storage import StateHandle
-from runtime.task import (
+from weir.runtime.sinks import Sink, SinkOperator
+from weir.runtime.state import OperatorSnapshot, SnapshotSummary
+from weir.runtime.storage import StateHandle
+from weir.runtime.task import (
     Cancel,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
@@ -255,8 +255,8 @@ class TaskHarness:
         ``second_input_channels`` more (numbered after them) of its second input;
         ``restore``: where each operator's state comes from (by operator name,
         which is also its uid here), as a job master's restore plan says."""
-        from runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
-        from runtime.graph import JobEdge, JobVertex, OperatorSpec, PartitionSpec
+        from weir.runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
+        from weir.runtime.graph import JobEdge, JobVertex, OperatorSpec, PartitionSpec
 
         self.storage = storage
         specs = [OperatorSpec(name, name, make) for name, make in operators]

@@ -14,8 +14,8 @@ import heapq
 import itertools
 from typing import Any, Iterator
 
-from runtime.events import MIN_WATERMARK
-from runtime.state import KeyedStateBackend
+from weir.runtime.events import MIN_WATERMARK
+from weir.runtime.state import KeyedStateBackend
 
 
 class TimeDomain(enum.Enum):

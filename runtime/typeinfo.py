@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from runtime.errors import InvalidConfigurationError
-from runtime.row import Row, RowKind, _make_row
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.row import Row, RowKind, _make_row
 
 
 class TypeInformation(ABC):

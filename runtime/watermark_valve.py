@@ -12,7 +12,7 @@ watermark advances.
 
 from __future__ import annotations
 
-from runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
+from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK, Watermark, WatermarkStatus
 
 
 class WatermarkValve:

@@ -16,11 +16,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
-from runtime.errors import InvalidConfigurationError
-from runtime.events import MAX_WATERMARK, MIN_WATERMARK
-from runtime.functions import Function, OutputTag, as_callable
-from runtime.operators import Emitted, TimerOperator, now_ms
-from runtime.timers import TimeDomain
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK
+from weir.runtime.functions import Function, OutputTag, as_callable
+from weir.runtime.operators import Emitted, TimerOperator, now_ms
+from weir.runtime.timers import TimeDomain
 
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")

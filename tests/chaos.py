@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import ray
 
-from connectors.files import FileSink, committed_files, read_committed
-from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment
-from runtime.errors import WeirError
+from weir.connectors.files import FileSink, committed_files, read_committed
+from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.errors import WeirError
 from tests.checker import SequenceVerdict, Verdict, check_running_sums, check_sequences
 from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 

@@ -50,11 +50,11 @@ def ray_cluster():
     """The address of a local Ray cluster for this test session."""
     import ray
 
-    from actors.cluster import ensure_ray
+    from weir.actors.cluster import ensure_ray
 
     os.environ.pop("RAY_ADDRESS", None)
     if not ray.is_initialized():
-        from actors.cluster import java_env
+        from weir.actors.cluster import java_env
 
         os.environ.update(java_env())
         ray.init(include_dashboard=False, runtime_env={"env_vars": java_env()})
@@ -67,7 +67,7 @@ def ray_cluster():
 def spark(ray_cluster):
     """One raydp Spark session for the test session (it takes ~20 s to start);
     its executor takes half a CPU so stream tasks still fit on a small machine."""
-    from connectors.spark import spark_session, stop_spark
+    from weir.connectors.spark import spark_session, stop_spark
 
     session = spark_session(executors=1, cores=1, memory="1g", app_name="weir-tests", executor_cpus=0.5)
     yield session

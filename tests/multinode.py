@@ -16,9 +16,9 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from actors.cluster import ensure_ray
-from connectors.files import FileSink, read_committed
-from runtime import JobClient, RestartStrategy, StreamExecutionEnvironment
+from weir.actors.cluster import ensure_ray
+from weir.connectors.files import FileSink, read_committed
+from weir import JobClient, RestartStrategy, StreamExecutionEnvironment
 from tests.checker import check_running_sums
 
 RECORDS, RATE = 60_000, 15_000

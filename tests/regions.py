@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from connectors.files import FileSink, read_committed
-from runtime import JobClient, RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
+from weir import JobClient, RestartStrategy, StreamExecutionEnvironment
 
 N = 6_000  # records per pipeline
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connectors.files import FileSink, committed_files
-from runtime import KeyedProcessFunction, StreamExecutionEnvironment, ValueStateDescriptor
+from weir.connectors.files import FileSink, committed_files
+from weir import KeyedProcessFunction, StreamExecutionEnvironment, ValueStateDescriptor
 
 PARTITIONS = 2
 

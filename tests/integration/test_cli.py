@@ -11,8 +11,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from actors.cli import main
-from runtime import DiscardingSink, JobStatus, StreamExecutionEnvironment
+from weir.actors.cli import main
+from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment
 
 pytestmark = pytest.mark.ray
 
@@ -21,7 +21,7 @@ def weir_process(address: str, *args: str) -> subprocess.CompletedProcess:
     """``weir`` as a user's shell runs it: a process of its own (``run`` executes
     the user's script in it)."""
     env = {**os.environ, "RAY_ADDRESS": address}
-    return subprocess.run([sys.executable, "-m", "actors.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "weir.actors.cli", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def weir(address: str, *args: str) -> subprocess.CompletedProcess:
@@ -97,7 +97,7 @@ def test_errors_a_user_sees(ray_cluster, running_job):
 def test_run_submits_a_script(ray_cluster, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(
-        "from runtime import StreamExecutionEnvironment, DiscardingSink\n"
+        "from weir import StreamExecutionEnvironment, DiscardingSink\n"
         "env = StreamExecutionEnvironment.get_execution_environment()\n"
         "env.from_sequence(1, 1000).map(lambda x: x).sink_to(DiscardingSink())\n"
         "r = env.execute('cli-run')\n"
@@ -110,8 +110,8 @@ def test_run_submits_a_script(ray_cluster, tmp_path):
 
 JOB = """
 import sys
-from runtime import StreamExecutionEnvironment
-from connectors.files import FileSink
+from weir import StreamExecutionEnvironment
+from weir.connectors.files import FileSink
 env = StreamExecutionEnvironment.get_execution_environment()
 env.enable_checkpointing(200)
 env.get_checkpoint_config().set_checkpoint_storage(sys.argv[2])
@@ -123,15 +123,15 @@ print("STATUS", env.execute("cli-sp").status.value)
 
 
 def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint_dir):
-    from connectors.files import read_committed
-    from runtime.executor import JobStatus
+    from weir.connectors.files import read_committed
+    from weir.runtime.executor import JobStatus
     from tests.checker import check_running_sums
 
     script = tmp_path / "job.py"
     script.write_text(JOB)
     out = str(tmp_path / "out")
     env = {**os.environ, "RAY_ADDRESS": ray_cluster}
-    first = subprocess.Popen([sys.executable, "-m", "actors.cli", "run", "--parallelism", "2", str(script), out, checkpoint_dir, "1000"],  # 40 s of input: the stop lands before its end
+    first = subprocess.Popen([sys.executable, "-m", "weir.actors.cli", "run", "--parallelism", "2", str(script), out, checkpoint_dir, "1000"],  # 40 s of input: the stop lands before its end
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
@@ -209,7 +209,7 @@ def test_a_job_prints_no_deprecation_warning(ray_cluster, tmp_path):
     """Every job's coordinator printed Ray's `actor_id` deprecation warning."""
     script = tmp_path / "job.py"
     script.write_text(
-        "from runtime import DiscardingSink, StreamExecutionEnvironment\n"
+        "from weir import DiscardingSink, StreamExecutionEnvironment\n"
         "env = StreamExecutionEnvironment.get_execution_environment()\n"
         "env.from_collection(list(range(100))).map(lambda x: x).sink_to(DiscardingSink())\n"
         "print(env.execute('quiet').status.value)\n"

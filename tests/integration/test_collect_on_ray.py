@@ -9,8 +9,8 @@ import time
 import pytest
 import ray
 
-from runtime import CloseableIterator, JobStatus, RestartStrategy, StreamExecutionEnvironment
-from runtime.errors import JobExecutionError, JobForgottenError
+from weir import CloseableIterator, JobStatus, RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.errors import JobExecutionError, JobForgottenError
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from connectors.files import read_committed
-from runtime import RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import read_committed
+from weir import RestartStrategy, StreamExecutionEnvironment
 from tests.unit.test_broadcast_state import _expected, _events, _job
 from tests.unit.test_connect import _check_sum_job, _inputs, _sum_job
 

@@ -11,10 +11,10 @@ import time
 import pytest
 import ray
 
-from actors.executor import RayJobClient
-from actors.pool import get_pool
-from connectors.files import FileSink, committed_files, read_committed
-from runtime import JobStatus, StreamExecutionEnvironment, WeirError
+from weir.actors.executor import RayJobClient
+from weir.actors.pool import get_pool
+from weir.connectors.files import FileSink, committed_files, read_committed
+from weir import JobStatus, StreamExecutionEnvironment, WeirError
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.files import FileSource
-from runtime import RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSource
+from weir import RestartStrategy, StreamExecutionEnvironment
 from tests.unit.test_file_source import run_with_kills
 
 pytestmark = pytest.mark.ray

@@ -10,10 +10,10 @@ import uuid
 import pytest
 import ray
 
-from connectors.files import FileSink, read_committed
-from runtime import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnvironment
-from runtime.events import MAX_WATERMARK
-from runtime.operators import StreamOperator
+from weir.connectors.files import FileSink, read_committed
+from weir import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.events import MAX_WATERMARK
+from weir.runtime.operators import StreamOperator
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-import connectors.kafka
+import weir.connectors.kafka
 
-from connectors.kafka import (
+from weir.connectors.kafka import (
     DeliveryGuarantee,
     JsonRowDeserializationSchema,
     JsonRowSerializationSchema,
@@ -27,7 +27,7 @@ from connectors.kafka import (
     SimpleStringSchema,
     _TransactionalWriter,
 )
-from runtime import InvalidJobGraphError, JobExecutionError, MapFunction, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
+from weir import InvalidJobGraphError, JobExecutionError, MapFunction, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
 from tests.checker import check_running_sums
 
 
@@ -285,7 +285,7 @@ def test_a_record_the_deserializer_refuses_fails_the_job_or_goes_to_the_dead_let
 
 
 def test_an_unreachable_broker_fails_the_job_with_a_clear_error_in_bounded_time(checkpoint_dir, monkeypatch):
-    monkeypatch.setattr(connectors.kafka, "METADATA_TIMEOUT_S", 2.0)  # 10 s by default
+    monkeypatch.setattr(weir.connectors.kafka, "METADATA_TIMEOUT_S", 2.0)  # 10 s by default
     env = _env(checkpoint_dir, p=1)
     env.set_restart_strategy(RestartStrategy.no_restart())
     source = (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("orders")

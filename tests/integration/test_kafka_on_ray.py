@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from runtime import JobStatus
+from weir import JobStatus
 from tests.chaos import kill_random_task
 from tests.checker import check_running_sums
 from tests.integration.test_kafka import _env, _fill, _read_committed, _running_sum_job, _topic

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.executor import RayJobClient
-from actors.pool import get_pool
-from connectors.files import FileSink, read_committed
-from runtime import JobStatus, StreamExecutionEnvironment
-from runtime.errors import JobAlreadyRunningError, OutputInUseError
+from weir.actors.executor import RayJobClient
+from weir.actors.pool import get_pool
+from weir.connectors.files import FileSink, read_committed
+from weir import JobStatus, StreamExecutionEnvironment
+from weir.runtime.errors import JobAlreadyRunningError, OutputInUseError
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
@@ -63,8 +63,8 @@ class Driver:
 
 _MEDDLE = """
     import json, os, threading, time
-    from runtime import StreamExecutionEnvironment
-    from connectors.files import FileSink
+    from weir import StreamExecutionEnvironment
+    from weir.connectors.files import FileSink
 
     def meddle(i):
         # What one application's code may leave in its process: a patched
@@ -125,10 +125,10 @@ def test_an_ended_drivers_processes_retire(ray_cluster, tmp_path):
 
 _SUBMIT_AT_ONCE = """
     import os, time
-    from runtime import StreamExecutionEnvironment
-    from runtime.errors import JobAlreadyRunningError
-    from connectors.files import FileSink
-    from actors.cluster import ensure_ray
+    from weir import StreamExecutionEnvironment
+    from weir.runtime.errors import JobAlreadyRunningError
+    from weir.connectors.files import FileSink
+    from weir.actors.cluster import ensure_ray
 
     ensure_ray()
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)

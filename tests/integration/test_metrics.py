@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import ray
 
-from runtime import DiscardingSink, StreamExecutionEnvironment
+from weir import DiscardingSink, StreamExecutionEnvironment
 
 pytestmark = pytest.mark.ray
 

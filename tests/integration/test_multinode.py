@@ -20,7 +20,7 @@ import time
 import pytest
 import yaml
 
-from actors.cluster import java_env
+from weir.actors.cluster import java_env
 
 pytestmark = pytest.mark.ray
 

@@ -10,9 +10,9 @@ import time
 import pytest
 import ray
 
-from actors.pool import get_pool
-from connectors.files import FileSink, read_committed
-from runtime import JobStatus, StreamExecutionEnvironment
+from weir.actors.pool import get_pool
+from weir.connectors.files import FileSink, read_committed
+from weir import JobStatus, StreamExecutionEnvironment
 
 pytestmark = pytest.mark.ray
 

@@ -9,8 +9,8 @@ import time
 import pytest
 import ray
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     DiscardingSink,
     JobCancelledError,
     JobExecutionError,

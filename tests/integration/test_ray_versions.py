@@ -77,7 +77,7 @@ def test_a_driver_on_another_ray_than_the_machines_cluster_fails_at_once_naming_
         subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=0",
                         "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
         started = time.monotonic()
-        run = subprocess.run([python, "-c", "from actors.cluster import ensure_ray; ensure_ray()"],
+        run = subprocess.run([python, "-c", "from weir.actors.cluster import ensure_ray; ensure_ray()"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         took = time.monotonic() - started
     assert run.returncode != 0

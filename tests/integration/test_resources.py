@@ -7,7 +7,7 @@ import time
 import pytest
 import ray
 
-from runtime import (
+from weir import (
     DiscardingSink, InvalidConfigurationError, InvalidJobGraphError, JobExecutionError, JobStatus, NoResourceAvailableError,
     RestartStrategy, StreamExecutionEnvironment,
 )

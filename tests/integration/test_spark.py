@@ -9,9 +9,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from connectors.spark import ArrowBlockSource, ParquetTableSink, SparkPartition
-from runtime import RestartStrategy, StreamExecutionEnvironment
-from runtime.errors import WeirError
+from weir.connectors.spark import ArrowBlockSource, ParquetTableSink, SparkPartition
+from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.errors import WeirError
 
 pytestmark = pytest.mark.ray
 
@@ -145,7 +145,7 @@ def test_a_dataframe_of_a_plain_spark_session_is_refused_with_how_to_fix(ray_clu
 
 
 def test_missing_java_is_named(monkeypatch):
-    from connectors.spark import spark_session
+    from weir.connectors.spark import spark_session
 
     monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
     with pytest.raises(WeirError, match=r"Spark needs a Java runtime.*JAVA_HOME=/nonexistent-jdk has no bin/java"):
@@ -154,7 +154,7 @@ def test_missing_java_is_named(monkeypatch):
 
 def test_the_bridge_without_the_spark_extra_names_it(monkeypatch):
     """pyspark and raydp come with weir[spark] only; a user without them is told so."""
-    from connectors.spark import spark_session
+    from weir.connectors.spark import spark_session
 
     monkeypatch.setitem(sys.modules, "pyspark", None)  # as if not installed
     with pytest.raises(WeirError, match=r"the Spark bridge needs pyspark and raydp, which weir installs only with its "

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runtime import RestartStrategy
+from weir import RestartStrategy
 from tests.chaos import ChaosRun, keyed_sum_with_kills, kill_random_task, mixed_chaos
 from tests.regions import outputs, two_pipelines
 

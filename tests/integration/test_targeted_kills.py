@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import JobStatus, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
+from weir import JobStatus, StreamExecutionEnvironment
 from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     AggregateFunction,
     DiscardingSink,
     JobStatus,

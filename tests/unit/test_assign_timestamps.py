@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     Duration,
     InvalidConfigurationError,
     RestartStrategy,
@@ -23,9 +23,9 @@ from runtime import (
     UserFunctionError,
     WatermarkStrategy,
 )
-from runtime.eventtime import TimestampsAndWatermarksOperator
-from runtime.events import MAX_WATERMARK
-from runtime.testing import OperatorHarness
+from weir.runtime.eventtime import TimestampsAndWatermarksOperator
+from weir.runtime.events import MAX_WATERMARK
+from weir.runtime.testing import OperatorHarness
 
 T = 10**13  # a processing time later than any timer the operator set at open()
 

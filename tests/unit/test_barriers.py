@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.barriers import Abort, BarrierHandler, BarrierProtocolError, CollectingBarriers, Snapshot, WaitingForFirstBarrier
-from runtime.errors import CheckpointFailureReason
-from runtime.events import CheckpointBarrier
+from weir.runtime.barriers import Abort, BarrierHandler, BarrierProtocolError, CollectingBarriers, Snapshot, WaitingForFirstBarrier
+from weir.runtime.errors import CheckpointFailureReason
+from weir.runtime.events import CheckpointBarrier
 
 
 def b(cid: int) -> CheckpointBarrier:

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from connectors.files import Encoder, FileSink, OutputFileConfig, RollingPolicy, read_committed
-from runtime import (
+from weir.connectors.files import Encoder, FileSink, OutputFileConfig, RollingPolicy, read_committed
+from weir import (
     DiscardingSink,
     InvalidConfigurationError,
     KeyedProcessFunction,
@@ -28,8 +28,8 @@ from runtime import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from runtime.events import MAX_WATERMARK
-from runtime.testing import OperatorHarness
+from weir.runtime.events import MAX_WATERMARK
+from weir.runtime.testing import OperatorHarness
 from tests.unit.test_windows import Count
 
 BATCH = RuntimeExecutionMode.BATCH

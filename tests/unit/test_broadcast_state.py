@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     BroadcastProcessFunction,
     InvalidConfigurationError,
     InvalidJobGraphError,
@@ -26,9 +26,9 @@ from runtime import (
     UserFunctionError,
     ValueStateDescriptor,
 )
-from runtime.operators import CoProcessOperator, KeyedCoProcessOperator
-from runtime.state import OperatorSnapshot, broadcast_copy
-from runtime.testing import OperatorHarness
+from weir.runtime.operators import CoProcessOperator, KeyedCoProcessOperator
+from weir.runtime.state import OperatorSnapshot, broadcast_copy
+from weir.runtime.testing import OperatorHarness
 
 RULES = MapStateDescriptor("rules", Types.STRING(), Types.PICKLED_BYTE_ARRAY())  # PyFlink's shape: (name, key type, value type)
 PENDING = ListStateDescriptor("pending")

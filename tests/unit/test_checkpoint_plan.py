@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 import time
 
-from runtime import DiscardingSink, StreamExecutionEnvironment
-from runtime.checkpointing import CheckpointCoordinator, plan_checkpoint
-from runtime.state import SnapshotSummary
-from runtime.storage import StateHandle
+from weir import DiscardingSink, StreamExecutionEnvironment
+from weir.runtime.checkpointing import CheckpointCoordinator, plan_checkpoint
+from weir.runtime.state import SnapshotSummary
+from weir.runtime.storage import StateHandle
 
 
 def _graph():

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runtime import (
+from weir import (
     CloseableIterator,
     InvalidConfigurationError,
     JobExecutionError,
@@ -19,8 +19,8 @@ from runtime import (
     RestartStrategy,
     StreamExecutionEnvironment,
 )
-from runtime.collect import CollectSink, LocalCollectChannel
-from runtime.testing import OperatorHarness
+from weir.runtime.collect import CollectSink, LocalCollectChannel
+from weir.runtime.testing import OperatorHarness
 from tests.checker import check_running_sums
 
 
@@ -179,7 +179,7 @@ def test_a_job_that_fails_for_good_raises_after_the_committed_records(checkpoint
 
 
 def test_collect_runs_beside_the_environments_other_sinks_and_does_not_stay_behind(checkpoint_dir, tmp_path):
-    from connectors.files import FileSink, read_committed
+    from weir.connectors.files import FileSink, read_committed
 
     env = _env(checkpoint_dir, p=1)
     env.from_collection([1, 2, 3]).sink_to(FileSink(str(tmp_path / "files")))
@@ -192,8 +192,8 @@ def test_collect_runs_beside_the_environments_other_sinks_and_does_not_stay_behi
 def test_closing_an_iterator_whose_job_record_is_gone_does_not_raise():
     """Leaving a ``with`` block after the job's coordinator forgot it (it ended
     long ago) raised in close(), hiding whatever ended the block."""
-    from runtime.collect import CloseableIterator
-    from runtime.errors import WeirError
+    from weir.runtime.collect import CloseableIterator
+    from weir.runtime.errors import WeirError
 
     class Forgotten:
         cancelled = False

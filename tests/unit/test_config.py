@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from runtime import sources
-from runtime import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
+from weir.runtime import sources
+from weir import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
 
 
 def test_negative_checkpoint_interval_names_the_setting():
@@ -66,7 +66,7 @@ def test_the_default_checkpoint_storage_is_this_users_alone(tmp_path, monkeypatc
     import stat
     import tempfile
 
-    from runtime.config import default_checkpoint_storage
+    from weir.runtime.config import default_checkpoint_storage
 
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     uri = default_checkpoint_storage()
@@ -100,7 +100,7 @@ def test_a_rate_limit_lets_records_go_as_time_passes_and_makes_up_a_slow_stretch
 
 
 def test_a_replayed_tables_rate_is_shared_by_the_readers_that_have_splits():
-    from connectors.spark import ArrowBlockSource, SparkPartition
+    from weir.connectors.spark import ArrowBlockSource, SparkPartition
 
     partitions = [SparkPartition("raydp-executor-0", "weir", 1, i, "{}", "spark://driver:1") for i in range(2)]
     source = ArrowBlockSource(partitions, records_per_second=1_000)  # two Spark partitions: two splits

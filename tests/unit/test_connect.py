@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
@@ -24,11 +24,11 @@ from runtime import (
     UserFunctionError,
     ValueStateDescriptor,
 )
-from runtime.events import EndOfData, Watermark
-from runtime.keygroups import key_group_for
-from runtime.network import Timestamped
-from runtime.operators import CoProcessOperator, KeyedCoProcessOperator, TwoInputOperator
-from runtime.testing import OperatorHarness, TaskHarness
+from weir.runtime.events import EndOfData, Watermark
+from weir.runtime.keygroups import key_group_for
+from weir.runtime.network import Timestamped
+from weir.runtime.operators import CoProcessOperator, KeyedCoProcessOperator, TwoInputOperator
+from weir.runtime.testing import OperatorHarness, TaskHarness
 from tests.checker import check_running_sums
 
 FINAL = OutputTag("final")

@@ -21,11 +21,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from connectors.files import committed_files
-from runtime import StreamExecutionEnvironment
-from runtime.errors import JobCancelledError, WeirError
-from runtime.executor import JobStatus
-from runtime.sinks import Sink, SinkWriter
+from weir.connectors.files import committed_files
+from weir import StreamExecutionEnvironment
+from weir.runtime.errors import JobCancelledError, WeirError
+from weir.runtime.executor import JobStatus
+from weir.runtime.sinks import Sink, SinkWriter
 from tests.checker import check_sequences
 from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 

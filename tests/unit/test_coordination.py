@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import RestartStrategy, StreamExecutionEnvironment
-from runtime.coordination import CoordinatorContext, CoordinatorHolder, OperatorCoordinator
-from runtime.errors import JobExecutionError
-from runtime.sinks import DiscardingSink
-from runtime.storage import handle_from_json, read_metadata, read_state
-from runtime.sources import AddSplits, IndexSplit, NoMoreSplits, SequenceSource, StaticSplitEnumerator
+from weir.connectors.files import FileSink, read_committed
+from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.coordination import CoordinatorContext, CoordinatorHolder, OperatorCoordinator
+from weir.runtime.errors import JobExecutionError
+from weir.runtime.sinks import DiscardingSink
+from weir.runtime.storage import handle_from_json, read_metadata, read_state
+from weir.runtime.sources import AddSplits, IndexSplit, NoMoreSplits, SequenceSource, StaticSplitEnumerator
 
 
 class Echo(OperatorCoordinator):

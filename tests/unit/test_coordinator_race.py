@@ -1,5 +1,5 @@
 """The race FLINK-16986 exists for: split assignments racing with checkpoints and
-failover. A seeded simulation (``runtime.testing.SimulatedJob``) drives the real
+failover. A seeded simulation (``weir.runtime.testing.SimulatedJob``) drives the real
 job master, split enumerator and stream tasks by hand; every message between them (triggers, acks, split
 requests, assignments, their acknowledgements) travels through a network that
 delivers in an order the seed picks, as threaded Ray actors may. Tasks are
@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from runtime import StreamExecutionEnvironment
-from runtime.config import RestartStrategy
-from runtime.executor import JobStatus
-from runtime.graph import JobGraph
-from runtime.operators import OperatorContext
-from runtime.sinks import Sink, SinkWriter
-from runtime.sources import IndexedReader, IndexSplit, Source, SourceCoordinator, SourceReader
-from runtime.testing import SimulatedJob
+from weir import StreamExecutionEnvironment
+from weir.runtime.config import RestartStrategy
+from weir.runtime.executor import JobStatus
+from weir.runtime.graph import JobGraph
+from weir.runtime.operators import OperatorContext
+from weir.runtime.sinks import Sink, SinkWriter
+from weir.runtime.sources import IndexedReader, IndexSplit, Source, SourceCoordinator, SourceReader
+from weir.runtime.testing import SimulatedJob
 
 SPLITS, SPLIT_SIZE, PARALLELISM = 12, 5, 3
 RECORDS = SPLITS * SPLIT_SIZE

@@ -8,8 +8,8 @@ import collections
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     AggregateFunction,
     DiscardingSink,
     InvalidConfigurationError,
@@ -146,7 +146,7 @@ def test_a_purged_windows_empty_contents_stay_empty_through_a_snapshot():
     taken then and restored must give back the marker itself, not a copy the
     reduce function would be handed as an accumulator (the job failed with
     "IndexError: tuple index out of range" on every restart)."""
-    from runtime import serialization
-    from runtime.windows import _EMPTY
+    from weir.runtime import serialization
+    from weir.runtime.windows import _EMPTY
 
     assert serialization.loads(serialization.dumps({"window": _EMPTY}))["window"] is _EMPTY

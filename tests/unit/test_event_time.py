@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     InvalidConfigurationError,
     KeyedProcessFunction,
     StreamExecutionEnvironment,
@@ -16,12 +16,12 @@ from runtime import (
     TimeDomain,
     WatermarkStrategy,
 )
-from runtime.eventtime import BoundedOutOfOrdernessWatermarks
-from runtime.events import EndOfData, Watermark, WatermarkStatus
-from runtime.keygroups import key_group_for, operator_index_for_key_group
-from runtime.operators import StreamOperator
-from runtime.sources import IndexedReader, IndexSplit, Poll, Source, SourceReader, StaticSplitEnumerator
-from runtime.testing import OperatorHarness, TaskHarness
+from weir.runtime.eventtime import BoundedOutOfOrdernessWatermarks
+from weir.runtime.events import EndOfData, Watermark, WatermarkStatus
+from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
+from weir.runtime.operators import StreamOperator
+from weir.runtime.sources import IndexedReader, IndexSplit, Poll, Source, SourceReader, StaticSplitEnumerator
+from weir.runtime.testing import OperatorHarness, TaskHarness
 
 
 class CountPerMinute(KeyedProcessFunction):

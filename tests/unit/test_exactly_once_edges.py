@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-import runtime.storage
-from connectors.files import FileSink, read_committed
-from runtime import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirError
-from runtime.errors import CheckpointStorageError
-from runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
-from runtime.task import Cancel
-from runtime.local import LocalExecutor, LocalGateway
+import weir.runtime.storage
+from weir.connectors.files import FileSink, read_committed
+from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.runtime.errors import CheckpointStorageError
+from weir.runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
+from weir.runtime.task import Cancel
+from weir.runtime.local import LocalExecutor, LocalGateway
 from tests.checker import check_running_sums
 
 N = 20_000
@@ -54,14 +54,14 @@ def test_an_aborted_savepoint_deletes_nothing_it_did_not_write(tmp_path, checkpo
     target = tmp_path / "savepoints"
     target.mkdir()
     (target / "precious.txt").write_text("the user's")
-    real = runtime.storage._atomic_write
+    real = weir.runtime.storage._atomic_write
 
     def full_disk_under_target(uri: str, data: bytes) -> None:
         if str(target) in uri and uri.endswith(".state"):
             raise OSError(errno.ENOSPC, "No space left on device", uri)
         real(uri, data)
 
-    monkeypatch.setattr(runtime.storage, "_atomic_write", full_disk_under_target)
+    monkeypatch.setattr(weir.runtime.storage, "_atomic_write", full_disk_under_target)
     client = _running(_job(checkpoint_dir, out_dir), "aborted-savepoint")
     with pytest.raises(WeirError, match="No space left on device"):
         client.savepoint(str(target))
@@ -171,22 +171,22 @@ def test_a_recovering_job_master_that_cannot_list_its_storage_fails_naming_it(ch
     LocalExecutor().submit(graph).wait(60)
     for result in pathlib.Path(checkpoint_dir.removeprefix("file://")).rglob("_result"):
         result.unlink()  # as if it had died before the end
-    monkeypatch.setattr(runtime.storage, "_READ_RETRIES_S", (0.0, 0.0))
-    real = runtime.storage._resolve
+    monkeypatch.setattr(weir.runtime.storage, "_READ_RETRIES_S", (0.0, 0.0))
+    real = weir.runtime.storage._resolve
 
     class Unlistable:
         def __init__(self, fs):
             self._fs = fs
 
         def get_file_info(self, what):
-            if isinstance(what, runtime.storage.pafs.FileSelector):
+            if isinstance(what, weir.runtime.storage.pafs.FileSelector):
                 raise OSError(errno.EIO, "Input/output error")
             return self._fs.get_file_info(what)
 
         def __getattr__(self, name):
             return getattr(self._fs, name)
 
-    monkeypatch.setattr(runtime.storage, "_resolve", lambda uri: (Unlistable(real(uri)[0]), real(uri)[1]))
+    monkeypatch.setattr(weir.runtime.storage, "_resolve", lambda uri: (Unlistable(real(uri)[0]), real(uri)[1]))
     recovered, _ = _master(graph, recovering=True)
     recovered.run()
     assert recovered.status is JobStatus.FAILED
@@ -211,8 +211,8 @@ def test_a_transient_read_error_retries_the_same_checkpoint(checkpoint_dir, out_
     LocalExecutor().submit(graph).wait(60)
     for result in pathlib.Path(checkpoint_dir.removeprefix("file://")).rglob("_result"):
         result.unlink()
-    monkeypatch.setattr(runtime.storage, "_READ_RETRIES_S", (0.0, 0.0, 0.0))
-    real = runtime.storage._resolve
+    monkeypatch.setattr(weir.runtime.storage, "_READ_RETRIES_S", (0.0, 0.0, 0.0))
+    real = weir.runtime.storage._resolve
     failures = {"left": 2}
 
     def flaky(uri: str):
@@ -221,17 +221,17 @@ def test_a_transient_read_error_retries_the_same_checkpoint(checkpoint_dir, out_
             raise OSError(errno.ETIMEDOUT, "Connection timed out")
         return real(uri)
 
-    monkeypatch.setattr(runtime.storage, "_resolve", flaky)
+    monkeypatch.setattr(weir.runtime.storage, "_resolve", flaky)
     master, _ = _master(graph, recovering=True)
     master._recover_or_restore()
-    newest = max(runtime.storage.CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id).checkpoint_ids())
+    newest = max(weir.runtime.storage.CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id).checkpoint_ids())
     assert failures["left"] == 0 and master._latest["checkpoint_id"] == newest
     assert not any("skipping damaged checkpoint" in r.message for r in caplog.records)
 
 
 # ---------------------------------------------------------------- the job's status
 def test_the_job_status_follows_its_transition_table_and_a_wrong_change_changes_nothing(checkpoint_dir, out_dir):
-    from runtime.errors import JobStatusError
+    from weir.runtime.errors import JobStatusError
 
     legal = {s: {t for t in JobStatus if s.can_become(t)} for s in JobStatus}
     assert legal[JobStatus.RESTARTING] == {JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}
@@ -309,8 +309,8 @@ def test_a_bounded_job_that_finishes_before_a_stops_savepoint_completes_is_finis
     aborted savepoint restarted the job, whose status then went from RESTARTING to
     FINISHED (an illegal change that failed it; seen in the control races). The
     job is FINISHED and the stop fails, saying why."""
-    from runtime.jobmaster import StopJob
-    from runtime.task import TaskResult, TaskState
+    from weir.runtime.jobmaster import StopJob
+    from weir.runtime.task import TaskResult, TaskState
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
     env.enable_checkpointing(60_000)
@@ -337,8 +337,8 @@ def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_abort
     after the retry's tasks wrote their state: the stop returned a savepoint whose
     ``_metadata`` named task files that were gone, and resuming from it failed
     (seen in CI). The retry writes to a folder of its own."""
-    from runtime.jobmaster import StopJob
-    from runtime.task import TaskResult, TaskState
+    from weir.runtime.jobmaster import StopJob
+    from weir.runtime.task import TaskResult, TaskState
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(60_000)
@@ -374,7 +374,7 @@ def test_a_job_whose_end_cannot_be_recorded_still_ends_for_its_clients(caplog):
     pool) before anyone hears of it. When that call raised (the pool
     unreachable), every client's ``wait()`` waited for ever on a FINISHED job.
     Clients get the end; the error is logged, naming the job."""
-    from runtime.local import LocalJobClient
+    from weir.runtime.local import LocalJobClient
 
     def pool_unreachable(status: JobStatus) -> None:
         raise ConnectionError("the pool is unreachable")

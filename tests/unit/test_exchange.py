@@ -10,8 +10,8 @@ from typing import Iterator
 
 import pytest
 
-from actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
-from runtime.mailbox import Mailbox
+from weir.actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
+from weir.runtime.mailbox import Mailbox
 
 
 @pytest.fixture

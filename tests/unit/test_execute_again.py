@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, progress
+from weir.connectors.files import FileSink, read_committed
+from weir.runtime import InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, progress
 
 
 def _env(tmp_path) -> StreamExecutionEnvironment:
@@ -104,7 +104,7 @@ def test_the_progress_bars_total_counts_the_sources_of_this_run_only(tmp_path, m
 def test_a_submission_that_is_refused_keeps_the_pipeline_for_a_retry(tmp_path, monkeypatch):
     """weir clears after the submission, PyFlink before it: a job refused before
     it ran (a name in use, no cluster) did not run what was built."""
-    from runtime import WeirError, datastream
+    from weir.runtime import WeirError, datastream
 
     class Refusing:
         def submit(self, graph):

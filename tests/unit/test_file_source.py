@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
-from connectors.files import FileSink, FileSource, StreamFormat, read_committed
-from connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
-from runtime import (
+from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
+from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
+from weir.connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
+from weir import (
     Duration,
     JobExecutionError,
     MalformedInputError,
@@ -29,8 +29,8 @@ from runtime import (
     StreamExecutionEnvironment,
     WatermarkStrategy,
 )
-from runtime.sources import AddSplits, NoMoreSplits
-from runtime.storage import handle_from_json, read_metadata, read_state
+from weir.runtime.sources import AddSplits, NoMoreSplits
+from weir.runtime.storage import handle_from_json, read_metadata, read_state
 from tests.checker import check_running_sums
 from tests.kills import kill_each_after_checkpoints
 
@@ -452,7 +452,7 @@ def test_a_job_reading_a_bad_line_fails_naming_operator_file_and_line_after_its_
 
 
 def test_settings_the_source_cannot_use_are_refused_naming_them(tmp_path):
-    from runtime import InvalidConfigurationError
+    from weir import InvalidConfigurationError
 
     with pytest.raises(InvalidConfigurationError, match="FileSource discovery_interval=0"):
         FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).monitor_continuously(0)

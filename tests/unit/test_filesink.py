@@ -7,10 +7,10 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import InvalidConfigurationError, StreamExecutionEnvironment
-from runtime.state import OperatorSnapshot
-from runtime.testing import OperatorHarness
+from weir.connectors.files import FileSink, read_committed
+from weir import InvalidConfigurationError, StreamExecutionEnvironment
+from weir.runtime.state import OperatorSnapshot
+from weir.runtime.testing import OperatorHarness
 
 
 def _sink_op(path: str, fmt: str, attempt: str, restored: OperatorSnapshot | None = None) -> OperatorHarness:
@@ -109,7 +109,7 @@ def test_unknown_format_is_refused():
 def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
     """Issue #13 item 6: they picked the same part-file names; one committed file
     held both sinks' rows and the job failed."""
-    from runtime import InvalidJobGraphError
+    from weir import InvalidJobGraphError
 
     env = StreamExecutionEnvironment.get_execution_environment()
     numbers = env.from_collection([1, 2, 3])
@@ -121,7 +121,7 @@ def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
 
 # ------------------------------------------------------------------ PyFlink's builders
 def _lines_sink(path, prefix="words", suffix=".txt", policy=None):
-    from connectors.files import Encoder, OutputFileConfig, RollingPolicy
+    from weir.connectors.files import Encoder, OutputFileConfig, RollingPolicy
 
     return (FileSink.for_row_format(path, Encoder.simple_string_encoder())
             .with_output_file_config(OutputFileConfig.builder().with_part_prefix(prefix).with_part_suffix(suffix).build())
@@ -142,7 +142,7 @@ def test_a_row_format_sink_writes_str_lines_named_by_its_output_file_config(tmp_
 
 
 def test_the_default_rolling_policy_rolls_at_part_size_and_commits_at_the_checkpoint(tmp_path):
-    from connectors.files import RollingPolicy
+    from weir.connectors.files import RollingPolicy
 
     path = str(tmp_path / "out")
     sink = _lines_sink(path, policy=RollingPolicy.default_rolling_policy(part_size=10))
@@ -156,7 +156,7 @@ def test_the_default_rolling_policy_rolls_at_part_size_and_commits_at_the_checkp
 
 
 def test_a_restore_cleans_the_leftovers_of_a_custom_prefix_and_keeps_what_it_committed(tmp_path):
-    from connectors.files import RollingPolicy
+    from weir.connectors.files import RollingPolicy
 
     path = str(tmp_path / "out")
     policy = RollingPolicy.default_rolling_policy(part_size=10)
@@ -176,8 +176,8 @@ def test_a_restore_cleans_the_leftovers_of_a_custom_prefix_and_keeps_what_it_com
 def test_a_bulk_format_sink_writes_parquet_and_rolls_only_at_checkpoints(tmp_path):
     import pyarrow as pa
 
-    from connectors.files import OutputFileConfig, RollingPolicy
-    from connectors.formats import ParquetBulkWriters
+    from weir.connectors.files import OutputFileConfig, RollingPolicy
+    from weir.connectors.formats import ParquetBulkWriters
 
     path = str(tmp_path / "out")
     schema = pa.schema([("user", pa.string()), ("clicks", pa.int32())])
@@ -196,7 +196,7 @@ def test_a_bulk_format_sink_writes_parquet_and_rolls_only_at_checkpoints(tmp_pat
 
 
 def test_builders_refuse_what_they_cannot_write_naming_the_setting():
-    from connectors.files import Encoder, OutputFileConfig, RollingPolicy
+    from weir.connectors.files import Encoder, OutputFileConfig, RollingPolicy
 
     with pytest.raises(InvalidConfigurationError, match="OutputFileConfig part_prefix='_part'.*hidden"):
         OutputFileConfig.builder().with_part_prefix("_part").build()

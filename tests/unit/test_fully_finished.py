@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import DiscardingSink, StreamExecutionEnvironment
-from runtime.checkpointing import CheckpointCoordinator, plan_checkpoint, restore_plan
-from runtime.state import SnapshotSummary
-from runtime.storage import StateHandle
+from weir import DiscardingSink, StreamExecutionEnvironment
+from weir.runtime.checkpointing import CheckpointCoordinator, plan_checkpoint, restore_plan
+from weir.runtime.state import SnapshotSummary
+from weir.runtime.storage import StateHandle
 
 RAN_FINISH = SnapshotSummary(finished=True, has_state=True, has_union_state=False)
 RESTORED_FINISHED = SnapshotSummary(

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from runtime import DiscardingSink, InvalidJobGraphError, StreamExecutionEnvironment
+from weir import DiscardingSink, InvalidJobGraphError, StreamExecutionEnvironment
 
 
 def _env(p: int = 2) -> StreamExecutionEnvironment:

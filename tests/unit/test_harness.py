@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from runtime import KeyedProcessFunction, UserFunctionError, ValueStateDescriptor
-from runtime.keygroups import key_group_for, operator_index_for_key_group
-from runtime.testing import OperatorHarness
+from weir import KeyedProcessFunction, UserFunctionError, ValueStateDescriptor
+from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
+from weir.runtime.testing import OperatorHarness
 
 
 class Count(KeyedProcessFunction):

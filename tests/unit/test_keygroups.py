@@ -5,21 +5,21 @@ import sys
 
 import pytest
 
-from runtime import (
+from weir import (
     DiscardingSink,
     JobExecutionError,
     KeySelectionError,
     RestartStrategy,
     StreamExecutionEnvironment,
 )
-from runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group, stable_hash
+from weir.runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group, stable_hash
 
 KEYS = ["user-1", 42, -7, 3.5, 2.0, b"raw", None, True, ("a", 1, (2.5, None))]
 
 
 def test_hash_is_the_same_in_another_process_with_another_hash_seed():
     code = (
-        "import sys; sys.path.insert(0, %r); from runtime.keygroups import stable_hash; "
+        "import sys; sys.path.insert(0, %r); from weir.runtime.keygroups import stable_hash; "
         "print([stable_hash(k) for k in %r])" % (sys.path[0], KEYS)
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

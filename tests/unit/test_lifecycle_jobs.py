@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     DiscardingSink,
     JobStatus,
     ListStateDescriptor,
@@ -21,11 +21,11 @@ from runtime import (
     Types,
     WatermarkStrategy,
 )
-from runtime.checkpointing import restore_plan
-from runtime.errors import CheckpointFailureReason, InvalidJobGraphError
-from runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
-from runtime.sources import GeneratorSource, IndexSplit
-from runtime.task import TaskResult, TaskState
+from weir.runtime.checkpointing import restore_plan
+from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
+from weir.runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
+from weir.runtime.sources import GeneratorSource, IndexSplit
+from weir.runtime.task import TaskResult, TaskState
 from tests.unit.test_exactly_once_edges import _StubGateway
 
 

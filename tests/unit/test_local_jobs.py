@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     DiscardingSink,
     InvalidConfigurationError,
     InvalidJobGraphError,
@@ -243,10 +243,10 @@ def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
     (Ctrl-C in a terminal, the interrupt button of a notebook): it is cancelled."""
     import signal
 
-    import runtime.local
+    import weir.runtime.local
 
     clients = []
-    submit = runtime.local.LocalExecutor.submit
+    submit = weir.runtime.local.LocalExecutor.submit
 
     def remember(self, graph):
         clients.append(submit(self, graph))
@@ -256,7 +256,7 @@ def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
     env.from_generator(lambda i: i, records_per_second=1_000).sink_to(DiscardingSink())
     threading.Timer(0.5, os.kill, args=(os.getpid(), signal.SIGINT)).start()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runtime.local.LocalExecutor, "submit", remember)
+        mp.setattr(weir.runtime.local.LocalExecutor, "submit", remember)
         with pytest.raises(KeyboardInterrupt):
             env.execute("interrupted", executor="local")
     assert clients[0].status() is JobStatus.CANCELED
@@ -270,10 +270,10 @@ def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsy
     returns, then the job is cancelled."""
     import signal
 
-    import runtime.local
+    import weir.runtime.local
 
     clients = []
-    submit = runtime.local.LocalExecutor.submit
+    submit = weir.runtime.local.LocalExecutor.submit
 
     def interrupted_while_submitting(self, graph):
         os.kill(os.getpid(), signal.SIGINT)
@@ -284,7 +284,7 @@ def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsy
     env = StreamExecutionEnvironment.get_execution_environment()
     env.from_generator(lambda i: i, records_per_second=1_000).sink_to(DiscardingSink())
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runtime.local.LocalExecutor, "submit", interrupted_while_submitting)
+        mp.setattr(weir.runtime.local.LocalExecutor, "submit", interrupted_while_submitting)
         with pytest.raises(KeyboardInterrupt):
             env.execute("interrupted-early", executor="local")
     assert clients[0].status() is JobStatus.CANCELED
@@ -299,10 +299,10 @@ def test_execute_draws_progress_of_records_read_of_the_total_and_checkpoints(mon
 
     from rich.console import Console
 
-    import runtime.progress
+    import weir.runtime.progress
 
     out = io.StringIO()
-    monkeypatch.setattr(runtime.progress, "_console", lambda: Console(file=out, width=120, force_terminal=False))
+    monkeypatch.setattr(weir.runtime.progress, "_console", lambda: Console(file=out, width=120, force_terminal=False))
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).set_progress_bar(True)
     env.enable_checkpointing(100).get_checkpoint_config().set_checkpoint_storage(str(tmp_path))
     env.from_generator(lambda i: i, count=3_000, records_per_second=6_000).union(env.from_sequence(1, 1_000)).sink_to(DiscardingSink())
@@ -314,9 +314,9 @@ def test_execute_draws_progress_of_records_read_of_the_total_and_checkpoints(mon
 def test_no_progress_bar_where_nobody_watches(monkeypatch):
     import ipykernel  # noqa: F401 - imported is not running in a notebook (it was taken for one)
 
-    import runtime.progress
+    import weir.runtime.progress
 
-    monkeypatch.setattr(runtime.progress, "_console", lambda: pytest.fail("a progress bar was drawn"))
+    monkeypatch.setattr(weir.runtime.progress, "_console", lambda: pytest.fail("a progress bar was drawn"))
     env = StreamExecutionEnvironment.get_execution_environment()  # stderr is not a terminal under pytest
     env.from_sequence(1, 10).sink_to(DiscardingSink())
     env.execute("quiet", executor="local")

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import JobExecutionError, JobStatus, StreamExecutionEnvironment, WeirError
-from runtime.events import MAX_WATERMARK
-from runtime.operators import StreamOperator
+from weir.connectors.files import FileSink, read_committed
+from weir import JobExecutionError, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.runtime.events import MAX_WATERMARK
+from weir.runtime.operators import StreamOperator
 from tests.checker import check_running_sums
 
 N = 30_000

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from runtime.mailbox import DataLetter, Mailbox, MailboxClosedError
+from weir.runtime.mailbox import DataLetter, Mailbox, MailboxClosedError
 
 
 def test_deliveries_come_out_in_sequence_whatever_the_arrival_order():

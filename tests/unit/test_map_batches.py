@@ -9,16 +9,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     DiscardingSink,
     InvalidConfigurationError,
     JobExecutionError,
     RestartStrategy,
     StreamExecutionEnvironment,
 )
-from runtime.batches import MapBatchesOperator
-from runtime.testing import OperatorHarness
+from weir.runtime.batches import MapBatchesOperator
+from weir.runtime.testing import OperatorHarness
 from tests.kills import kill_each_after_checkpoints
 
 

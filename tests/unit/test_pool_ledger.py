@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
+from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
 
 SHAPE = Shape(options={"num_cpus": 0.5}, runtime_env={})
 CPUS = 16.0

@@ -20,7 +20,7 @@ import pytest
 #          from pyflink.datastream import (StreamExecutionEnvironment, FlatMapFunction,
 #                                          KeyedProcessFunction, RuntimeContext)
 #          from pyflink.datastream.state import ValueStateDescriptor
-from runtime import (
+from weir import (
     FlatMapFunction,
     KeyedProcessFunction,
     Row,

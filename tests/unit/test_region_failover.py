@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import JobStatus, RestartStrategy, StreamExecutionEnvironment, WeirError
+from weir.connectors.files import FileSink, read_committed
+from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment, WeirError
 from tests.regions import kill_and_watch, outputs, two_pipelines
 
 

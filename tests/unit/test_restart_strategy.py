@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     InvalidConfigurationError,
     JobExecutionError,
     JobStatus,
@@ -19,8 +19,8 @@ from runtime import (
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
-from runtime.config import restart_strategy_for
-from runtime.restarts import RestartBackoff
+from weir.runtime.config import restart_strategy_for
+from weir.runtime.restarts import RestartBackoff
 from tests.unit.test_lifecycle_jobs import _wait
 
 # Flink's exponential delay without jitter, from 0.1 s doubling to 1 s.

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from runtime import Row, RowKind
+from weir import Row, RowKind
 
 
 def test_named_row_keeps_keyword_order_and_reads_fields_every_way():

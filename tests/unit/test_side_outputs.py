@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     InvalidConfigurationError,
     KeyedProcessFunction,
     OutputTag,
@@ -25,9 +25,9 @@ from runtime import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from runtime.functions import as_callable
-from runtime.operators import ProcessOperator
-from runtime.testing import OperatorHarness
+from weir.runtime.functions import as_callable
+from weir.runtime.operators import ProcessOperator
+from weir.runtime.testing import OperatorHarness
 from tests.checker import check_running_sums
 
 BAD = OutputTag("bad")

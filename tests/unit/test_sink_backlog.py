@@ -10,9 +10,9 @@ import pickle
 
 import pytest
 
-from runtime.collect import CollectSink
-from runtime.errors import SinkBacklogError
-from runtime.testing import OperatorHarness
+from weir.runtime.collect import CollectSink
+from weir.runtime.errors import SinkBacklogError
+from weir.runtime.testing import OperatorHarness
 
 
 class _Published:
@@ -81,8 +81,8 @@ def test_without_a_failed_checkpoint_one_large_final_checkpoint_is_not_refused()
 
 
 def test_an_exactly_once_kafka_sink_is_bounded_the_same_way():
-    from connectors.kafka import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink
-    from connectors.serialization import SimpleStringSchema
+    from weir.connectors.kafka import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink
+    from weir.connectors.serialization import SimpleStringSchema
 
     serializer = KafkaRecordSerializationSchema.builder().set_topic("out").set_value_serialization_schema(SimpleStringSchema()).build()
     sink = (KafkaSink.builder().set_bootstrap_servers("nowhere:9092").set_record_serializer(serializer)

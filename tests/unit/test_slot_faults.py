@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from actors.exchange import DeliveryError, Outbox, Route
-from actors.task_actor import TaskActor
-from runtime.mailbox import Mailbox
+from weir.actors.exchange import DeliveryError, Outbox, Route
+from weir.actors.task_actor import TaskActor
+from weir.runtime.mailbox import Mailbox
 from tests.unit.test_exchange import _fail_to_start_readers
 
 

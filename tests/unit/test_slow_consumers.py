@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from runtime import StreamExecutionEnvironment
-from runtime.errors import JobCancelledError
-from runtime.executor import JobStatus
-from runtime.jobmaster import JobMaster
-from runtime.sinks import Sink, SinkWriter
+from weir import StreamExecutionEnvironment
+from weir.runtime.errors import JobCancelledError
+from weir.runtime.executor import JobStatus
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.sinks import Sink, SinkWriter
 
 
 class _Sleepy(SinkWriter):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.keygroups import KeyGroupRange
-from runtime.state import (
+from weir.runtime.keygroups import KeyGroupRange
+from weir.runtime.state import (
     KeyedStateBackend,
     ListStateDescriptor,
     MapState,
@@ -21,7 +21,7 @@ def _backend(p: int, i: int, max_p: int = 128) -> KeyedStateBackend:
 
 def test_keyed_state_rescales_by_key_group_without_loss_or_overlap():
     old = [_backend(2, i) for i in range(2)]
-    from runtime.keygroups import key_group_for, operator_index_for_key_group
+    from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
 
     for key in range(1000):
         owner = operator_index_for_key_group(128, 2, key_group_for(key, 128))

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-import runtime.state
-from connectors.files import FileSink, read_committed
-from runtime import (
+import weir.runtime.state
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     InvalidConfigurationError,
     KeyedProcessFunction,
     ListStateDescriptor,
@@ -23,7 +23,7 @@ from runtime import (
     Time,
     ValueStateDescriptor,
 )
-from runtime.testing import OperatorHarness
+from weir.runtime.testing import OperatorHarness
 from tests.kills import kill_each_after_checkpoints
 
 UpdateType = StateTtlConfig.UpdateType
@@ -50,7 +50,7 @@ CLOCK = Clock()
 @pytest.fixture(autouse=True)
 def _clock(monkeypatch):
     CLOCK.set(0)
-    monkeypatch.setattr(runtime.state, "processing_time_ms", CLOCK)
+    monkeypatch.setattr(weir.runtime.state, "processing_time_ms", CLOCK)
 
 
 def _ttl(ms=1_000, update=UpdateType.OnCreateAndWrite, visibility=StateVisibility.NeverReturnExpired, background=True):

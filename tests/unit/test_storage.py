@@ -4,8 +4,8 @@ import pickle
 
 import pytest
 
-from runtime import CorruptCheckpointError
-from runtime.storage import CheckpointStorage, discard, read_metadata, read_state, write_metadata, write_state
+from weir import CorruptCheckpointError
+from weir.runtime.storage import CheckpointStorage, discard, read_metadata, read_state, write_metadata, write_state
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-import runtime.storage
-from connectors.files import FileSink, read_committed
-from runtime import DiscardingSink, RestartStrategy, StreamExecutionEnvironment
-from runtime.errors import JobExecutionError
+import weir.runtime.storage
+from weir.connectors.files import FileSink, read_committed
+from weir import DiscardingSink, RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.errors import JobExecutionError
 
 N, KEYS = 20_000, 10
 EXPECTED = {k: sum(range(k, N, KEYS)) for k in range(KEYS)}
@@ -99,14 +99,14 @@ def test_with_no_earlier_checkpoint_the_job_fails_naming_the_file_instead_of_sta
 
 
 def _failing_state_writes(monkeypatch, when):
-    real = runtime.storage._atomic_write
+    real = weir.runtime.storage._atomic_write
 
     def write(uri: str, data: bytes) -> None:
         if uri.endswith(".state") and when(uri):
             raise OSError(errno.ENOSPC, "No space left on device", uri)
         real(uri, data)
 
-    monkeypatch.setattr(runtime.storage, "_atomic_write", write)
+    monkeypatch.setattr(weir.runtime.storage, "_atomic_write", write)
 
 
 def _summing_job(tmp_path, tolerable: int | None = None):
@@ -142,8 +142,8 @@ def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, 
 
 
 def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_path, caplog):
-    from runtime.jobmaster import JobMaster, inline
-    from runtime.local import LocalExecutor, LocalGateway
+    from weir.runtime.jobmaster import JobMaster, inline
+    from weir.runtime.local import LocalExecutor, LocalGateway
 
     env, _ = _summing_job(tmp_path)
     env.get_checkpoint_config().set_num_retained_checkpoints(3)
@@ -183,19 +183,19 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
     cancel until the write returned."""
     import threading
 
-    import runtime.jobmaster
-    from runtime.executor import JobStatus
-    from runtime.jobmaster import StorageThread
+    import weir.runtime.jobmaster
+    from weir.runtime.executor import JobStatus
+    from weir.runtime.jobmaster import StorageThread
 
     entered, release = threading.Event(), threading.Event()
-    write = runtime.jobmaster.write_metadata
+    write = weir.runtime.jobmaster.write_metadata
 
     def hanging_write(location, metadata):
         entered.set()
         release.wait(60)
         write(location, metadata)
 
-    monkeypatch.setattr(runtime.jobmaster, "write_metadata", hanging_write)
+    monkeypatch.setattr(weir.runtime.jobmaster, "write_metadata", hanging_write)
     monkeypatch.setattr(StorageThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)
@@ -218,9 +218,9 @@ def test_a_bounded_job_whose_storage_fills_up_fails_naming_it_and_keeps_what_it_
     second, for ever (the job stayed RUNNING). Now each retry waits a backoff
     (made short here), and after DEFAULT_TOLERABLE_STORAGE_FAILURES + 1 storage
     failures in a row the job fails naming the storage and the OS error."""
-    from connectors.files import committed_files
-    from runtime.checkpointing import DEFAULT_TOLERABLE_STORAGE_FAILURES, FailedCheckpoints
-    from runtime.errors import CheckpointStorageError
+    from weir.connectors.files import committed_files
+    from weir.runtime.checkpointing import DEFAULT_TOLERABLE_STORAGE_FAILURES, FailedCheckpoints
+    from weir.runtime.errors import CheckpointStorageError
 
     out = str(tmp_path / "out")
     monkeypatch.setattr(FailedCheckpoints, "MAX_RETRY_DELAY_S", 0.05)

@@ -11,8 +11,8 @@ import stat
 
 import pytest
 
-from runtime.errors import CheckpointStorageError
-from runtime.storage import CheckpointStorage, prepare_location, read_metadata, write_metadata, write_state
+from weir.runtime.errors import CheckpointStorageError
+from weir.runtime.storage import CheckpointStorage, prepare_location, read_metadata, write_metadata, write_state
 
 
 def _mode(path) -> int:

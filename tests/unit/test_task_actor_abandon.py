@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from actors.task_actor import TaskActor
-from runtime.errors import WeirError
-from runtime.task import Cancel, TaskResult, TaskState
+from weir.actors.task_actor import TaskActor
+from weir.runtime.errors import WeirError
+from weir.runtime.task import Cancel, TaskResult, TaskState
 
 
 class _Task:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 
-from connectors.files import FileSink, read_committed
-from runtime.events import EndOfData, EndOfPartition
-from runtime.sinks import SinkOperator
-from runtime.task import TaskState
-from runtime.testing import TaskHarness
+from weir.connectors.files import FileSink, read_committed
+from weir.runtime.events import EndOfData, EndOfPartition
+from weir.runtime.sinks import SinkOperator
+from weir.runtime.task import TaskState
+from weir.runtime.testing import TaskHarness
 
 
 def _sink_task(tmp_path, channels=1) -> tuple[TaskHarness, str]:

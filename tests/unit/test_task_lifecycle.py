@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.events import EndOfData, EndOfPartition, Watermark, WatermarkStatus
-from runtime.functions import KeyedProcessFunction, as_callable
-from runtime.lifecycle import TRANSITIONS, Lifecycle, LifecycleError, Phase
-from runtime.operators import KeyedProcessOperator, StreamOperator
-from runtime.sinks import Sink, SinkOperator, SinkWriter
-from runtime.storage import read_state
-from runtime.task import OperatorRestore, TaskState
-from runtime.testing import TaskHarness
-from runtime.watermark_valve import WatermarkValve
+from weir.runtime.events import EndOfData, EndOfPartition, Watermark, WatermarkStatus
+from weir.runtime.functions import KeyedProcessFunction, as_callable
+from weir.runtime.lifecycle import TRANSITIONS, Lifecycle, LifecycleError, Phase
+from weir.runtime.operators import KeyedProcessOperator, StreamOperator
+from weir.runtime.sinks import Sink, SinkOperator, SinkWriter
+from weir.runtime.storage import read_state
+from weir.runtime.task import OperatorRestore, TaskState
+from weir.runtime.testing import TaskHarness
+from weir.runtime.watermark_valve import WatermarkValve
 
 
 def test_the_phases_and_their_moves_are_data():
@@ -336,7 +336,7 @@ def test_close_may_not_emit_and_the_error_names_the_operator(tmp_path):
 
 def test_broadcast_state_is_restored_from_a_running_subtask_not_a_finished_one():
     """FLIP-147: a finished subtask's copy may be behind; a running one's is taken."""
-    from runtime.state import OperatorSnapshot, broadcast_copy
+    from weir.runtime.state import OperatorSnapshot, broadcast_copy
 
     finished = OperatorSnapshot(broadcast={"rules": {"old": 1}}, finished=True)
     running = OperatorSnapshot(broadcast={"rules": {"new": 2}})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import (
+from weir import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
@@ -33,7 +33,7 @@ from runtime import (
     WatermarkStrategy,
     WindowFunction,
 )
-from runtime.sources import CollectionSource
+from weir.runtime.sources import CollectionSource
 from tests.unit.test_windows import Count
 
 T = Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.INT()])

@@ -10,8 +10,8 @@ import pickle
 
 import pytest
 
-from runtime import InvalidConfigurationError, Row, RowKind, TypeInformation, Types
-from runtime.typeinfo import output_type_arg, type_arg
+from weir import InvalidConfigurationError, Row, RowKind, TypeInformation, Types
+from weir.runtime.typeinfo import output_type_arg, type_arg
 
 BASIC = ["STRING", "BYTE", "BOOLEAN", "SHORT", "INT", "LONG", "FLOAT", "DOUBLE", "CHAR", "BIG_INT", "BIG_DEC",
          "INSTANT", "SQL_DATE", "SQL_TIME", "SQL_TIMESTAMP", "PICKLED_BYTE_ARRAY"]

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from runtime import RestartStrategy, StreamExecutionEnvironment
-from runtime.errors import JobExecutionError, RecordDeserializationError
-from runtime.operators import StreamOperator
-from runtime.testing import TaskHarness
+from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.runtime.errors import JobExecutionError, RecordDeserializationError
+from weir.runtime.operators import StreamOperator
+from weir.runtime.testing import TaskHarness
 
 
 def _refuse(n: int) -> Any:

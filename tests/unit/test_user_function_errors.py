@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from runtime import KeyedProcessFunction, RestartStrategy, StreamExecutionEnvironment, ValueStateDescriptor
-from runtime.errors import JobExecutionError
-from runtime.operators import OperatorContext
-from runtime.sinks import Sink, SinkWriter
+from weir import KeyedProcessFunction, RestartStrategy, StreamExecutionEnvironment, ValueStateDescriptor
+from weir.runtime.errors import JobExecutionError
+from weir.runtime.operators import OperatorContext
+from weir.runtime.sinks import Sink, SinkWriter
 
 
 def boom(x: Any, *rest: Any) -> Any:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from connectors import file_source
-from connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, FileSplit, list_files
-from connectors.files import FileSink, FileSource, StreamFormat, read_committed
-from runtime import Duration, InvalidConfigurationError, WatermarkStrategy
-from runtime.sources import AddSplits
+from weir.connectors import file_source
+from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, FileSplit, list_files
+from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
+from weir import Duration, InvalidConfigurationError, WatermarkStrategy
+from weir.runtime.sources import AddSplits
 from tests.unit.test_file_source import _Context, _env, _publish, _wait_for
 
 

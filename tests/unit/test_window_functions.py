@@ -12,8 +12,8 @@ import collections
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     AggregateFunction,
     AllWindowFunction,
     JobExecutionError,
@@ -26,9 +26,9 @@ from runtime import (
     WatermarkStrategy,
     WindowFunction,
 )
-from runtime.events import MAX_WATERMARK, MIN_WATERMARK
-from runtime.testing import OperatorHarness
-from runtime.windows import AggregateContents, ReduceContents, WindowCall, WindowOperator
+from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK
+from weir.runtime.testing import OperatorHarness
+from weir.runtime.windows import AggregateContents, ReduceContents, WindowCall, WindowOperator
 from tests.kills import kill_each_after_checkpoints
 
 

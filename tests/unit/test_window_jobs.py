@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from connectors.files import FileSink, read_committed
-from runtime import (
+from weir.connectors.files import FileSink, read_committed
+from weir import (
     EventTimeSessionWindows,
     JobStatus,
     RestartStrategy,

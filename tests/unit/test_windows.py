@@ -8,7 +8,7 @@ import collections
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import (
+from weir import (
     AggregateFunction,
     CountTrigger,
     EventTimeSessionWindows,
@@ -18,9 +18,9 @@ from runtime import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-from runtime.events import MAX_WATERMARK
-from runtime.testing import OperatorHarness
-from runtime.windows import AggregateContents, AllRecords, ReduceContents, WindowCall, WindowOperator
+from weir.runtime.events import MAX_WATERMARK
+from weir.runtime.testing import OperatorHarness
+from weir.runtime.windows import AggregateContents, AllRecords, ReduceContents, WindowCall, WindowOperator
 
 LATE = OutputTag("late")
 
