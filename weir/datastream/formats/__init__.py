@@ -1,0 +1,1 @@
+"""PyFlink's ``pyflink.datastream.formats``, on weir: ``csv``, ``json`` and ``parquet``."""
