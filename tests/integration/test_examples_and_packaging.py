@@ -1,4 +1,4 @@
-"""Every example runs; the cluster config is valid for `ray up`."""
+"""Every example runs; the wheel installs one package, weir; the cluster config is valid for `ray up`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import os
 import pathlib
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import yaml
+
+from tests.venvs import new_venv, pinned_to_this_environment, uv
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -24,6 +27,47 @@ def test_main_example_runs_against_the_test_cluster(ray_cluster, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "job keyed-sum: FINISHED" in out.stdout
     assert "final sums of 1000 keys match plain Python: True" in out.stdout
+
+
+@pytest.mark.ray  # as the other tests that build environments (test_ray_versions.py): slow, out of a quick `-m "not ray"` run
+def test_the_wheel_installs_one_package_weir_and_runs_the_main_example_outside_the_repository(tmp_path):
+    """Built from an sdist as an index would, installed without -e into an
+    environment of its own, run from a folder where the source folders
+    (runtime/, actors/, connectors/) cannot be imported by accident."""
+    dist = tmp_path / "dist"
+    build = subprocess.run([uv(), "build", "-q", "--out-dir", str(dist), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = dist.glob("weir-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        (info,) = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+        top_level = zf.read(f"{info}/top_level.txt").decode().split()
+        entry_points = zf.read(f"{info}/entry_points.txt").decode()
+    assert {n.split("/")[0] for n in names} == {"weir", info}
+    assert top_level == ["weir"]
+    for path in ("weir/__init__.py", "weir/py.typed", "weir/runtime/task.py", "weir/runtime/py.typed", "weir/actors/cli.py",
+                 "weir/connectors/kafka.py", "weir/datastream/connectors/kafka.py", "weir/common/typeinfo.py"):
+        assert path in names, path
+    assert "weir.actors.cli:main" in entry_points and "weir.runtime.local:LocalExecutor" in entry_points
+
+    python = new_venv(tmp_path / "venv", str(wheel), "-c", str(pinned_to_this_environment(tmp_path / "pins.txt")))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")} | {"WEIR_EXECUTOR": "local"}
+    where = subprocess.run(
+        [python, "-c", "import importlib.util, weir, weir.datastream, weir.common; print(weir.__file__); "
+                       "print([m for m in ('runtime', 'actors', 'connectors') if importlib.util.find_spec(m)])"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert where.stdout.splitlines() == [str(pathlib.Path(python).parents[1] / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+                                             / "site-packages" / "weir" / "__init__.py"), "[]"]
+    run = subprocess.run([python, str(ROOT / "examples" / "keyed_sum.py"), "--records", "20000", "--parallelism", "1",
+                          "--output", str(tmp_path / "out")],
+                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "job keyed-sum: FINISHED" in run.stdout and "final sums of 1000 keys match plain Python: True" in run.stdout
+    cli = subprocess.run([str(pathlib.Path(python).parent / "weir"), "--help"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0 and "Usage: weir" in cli.stdout, cli.stderr[-3000:]
 
 
 def test_ray_cluster_yaml_passes_rays_own_validation():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.own_ray import own_ray_tmpdir
+from tests.venvs import new_venv
 
 pytestmark = pytest.mark.ray
 
@@ -36,14 +36,7 @@ def _ray_range() -> tuple[str, str]:
 def oldest_ray(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A virtual environment with weir and the oldest Ray of the range: its python, and that version."""
     oldest, _ = _ray_range()
-    uv = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
-    assert uv, "README's commands install uv into the virtual environment"
-    venv = tmp_path_factory.mktemp("oldest-ray") / "venv"
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True, timeout=120)
-    python = str(venv / "bin" / "python")
-    install = subprocess.run([uv, "pip", "install", "-q", "--python", python, "-e", str(ROOT), f"ray[default]=={oldest}"],
-                             capture_output=True, text=True, timeout=600)
-    assert install.returncode == 0, install.stderr[-3000:]
+    python = new_venv(tmp_path_factory.mktemp("oldest-ray") / "venv", "-e", str(ROOT), f"ray[default]=={oldest}")
     version = subprocess.run([python, "-c", "import ray; print(ray.__version__)"], capture_output=True, text=True, check=True)
     assert version.stdout.strip() == oldest
     return python, oldest
