@@ -17,9 +17,9 @@ from ray import cloudpickle  # keeps each function's file name: a user's traceba
 
 from weir.actors.cluster import task_actor_name
 from weir.actors.exchange import Endpoint, Route
-from weir.actors.metrics import JobMetrics, report_every_second
 from weir.actors.ledger import Application, JobAssignment, Shape
-from weir.actors.pool import CANCEL_GRACE_S, JobScope, _id, get_pool
+from weir.actors.metrics import JobMetrics, report_every_second
+from weir.actors.slots import CANCEL_GRACE_S, JobScope, actor_id, find_pool
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
 from weir.runtime.config import ExecutionConfig
@@ -170,7 +170,7 @@ class RayGateway:
             for ref in ready:
                 key, actor = self._warming.pop(ref)
                 try:
-                    self._endpoints[_id(actor)] = ray.get(ref)
+                    self._endpoints[actor_id(actor)] = ray.get(ref)
                     self._spare.setdefault(key, []).append(actor)
                 except ray.exceptions.RayActorError:
                     self._drop([actor])  # it died starting: the next call leases another
@@ -189,11 +189,11 @@ class RayGateway:
         attempts = {d.key: d.attempt for d in deployments}
         try:
             for _try in range(3):
-                asks = {key: a.endpoint.remote() for key, a in actors.items() if _id(a) not in self._endpoints}
+                asks = {key: a.endpoint.remote() for key, a in actors.items() if actor_id(a) not in self._endpoints}
                 endpoints, dead = _answers(asks, until, self._stopped)
-                self._endpoints.update({_id(actors[key]): e for key, e in endpoints.items()})
+                self._endpoints.update({actor_id(actors[key]): e for key, e in endpoints.items()})
                 if not dead:
-                    routes = {d.key: [[Route(self._endpoints[_id(actors[t])], ch, attempts[t]) for t, ch in out] for out in d.routes] for d in deployments}
+                    routes = {d.key: [[Route(self._endpoints[actor_id(actors[t])], ch, attempts[t]) for t, ch in out] for out in d.routes] for d in deployments}
                     setups = {d.key: actors[d.key].setup.remote(d, routes[d.key], (self._coordinator, g.run_id), self._env) for d in deployments}
                     _, dead = _answers(setups, until, self._stopped)
                 if not dead:
@@ -205,9 +205,9 @@ class RayGateway:
         except _Unplaced as unplaced:
             # Slots that started stay with the job; those still waiting for room go.
             for key, actor in actors.items():
-                if _id(actor) in self._endpoints:
+                if actor_id(actor) in self._endpoints:
                     self._spare.setdefault(self._shapes[key].key, []).append(actor)
-            self._drop([a for a in actors.values() if _id(a) not in self._endpoints])
+            self._drop([a for a in actors.values() if actor_id(a) not in self._endpoints])
             if self._stopped.is_set():
                 raise JobCancelledError(f"job '{g.name}' was cancelled while its tasks were being deployed") from None
             raise self._no_resources(unplaced.keys) from None
@@ -317,7 +317,7 @@ class RayGateway:
         """Kill these slots (whatever they run) and have the pool forget them."""
         for actor in actors:
             ray.kill(actor, no_restart=True)
-            self._endpoints.pop(_id(actor), None)
+            self._endpoints.pop(actor_id(actor), None)
         if actors:
             self._pool.forget.remote(actors)
 
@@ -411,7 +411,7 @@ class JobCoordinator:
         self._jobs: dict[str, _HostedJob] = {}
         self._running: _HostedJob | None = None
         self._scope = JobScope()
-        self._pool = get_pool(create=False)
+        self._pool = find_pool()
         self._metrics = JobMetrics()
         self._gone = threading.Event()  # never set: until_gone() returns only by this process's death
         self._arriving: dict[str, threading.Event] = {}  # jobs being started here: clients' calls wait for them

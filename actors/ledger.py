@@ -13,7 +13,7 @@ The rules:
   that application's processes only. A *fresh* process (one that never ran a
   job) may go to any application. Once leased it belongs to that application
   for its life: it serves the application's later jobs (reset in between, see
-  :class:`weir.actors.pool.JobScope`) and retires once the application has ended
+  :class:`weir.actors.slots.JobScope`) and retires once the application has ended
   and its jobs are done. Spark draws the same line around an application's
   executors.
 - **One name, one running job; one exclusive output, one running job.** A

@@ -44,9 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
-import sysconfig
 import threading
 import time
 from typing import Any
@@ -54,53 +51,12 @@ from typing import Any
 import ray
 
 from weir.actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
+from weir.actors.coordinator import RemoteJobCoordinator
 from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
+from weir.actors.slots import CANCEL_GRACE_S, POOL_NAME, actor_id, find_pool
+from weir.actors.task_actor import RemoteTaskActor
 
-POOL_NAME = "weir-pool"
 log = logging.getLogger("weir.pool")
-
-
-# Modules a job imports from these folders stay loaded when its process is reset
-# (Ray, numpy and the like: many C extensions cannot be loaded twice).
-_KEPT_PATHS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
-class JobScope:
-    """What one job leaves in a reused process, and its removal: the environment
-    variables the job set (weir's failure injection) and the modules it imported
-    from outside the standard library and site-packages, so that a user's edited
-    module is imported afresh by the next job."""
-
-    def __init__(self) -> None:
-        self._own_modules = set(sys.modules)  # what the process loaded before any job
-        self._env: set[str] = set()
-
-    def enter(self, env: dict[str, str]) -> None:
-        os.environ.update(env)
-        self._env |= set(env)
-
-    def leave(self) -> int:
-        """Returns how many modules were dropped."""
-        for name in self._env:
-            os.environ.pop(name, None)
-        self._env = set()
-        dropped = [
-            name for name, module in list(sys.modules.items())
-            if name not in self._own_modules and not str(getattr(module, "__file__", None) or "").startswith(_KEPT_PATHS)
-        ]
-        for name in dropped:
-            del sys.modules[name]
-        return len(dropped)
-
-
-# A cancelled task has this long to return before its slot is killed instead of
-# reused (a user function that does not return, a source blocked on input): in a
-# failover, and when a coordinator taking a job over takes its slots back.
-CANCEL_GRACE_S = 3.0
-
-
-def _id(actor: Any) -> str:
-    return actor._actor_id.hex()
 
 
 class SlotPool:
@@ -137,24 +93,24 @@ class SlotPool:
         """The job is done with these slots and their tasks ended cleanly: reset
         them for its application's next job, or let them go (see
         :meth:`PoolLedger.give_back`)."""
-        resets = {_id(a): a.reset.remote() for a in actors}
+        resets = {actor_id(a): a.reset.remote() for a in actors}
         for a in actors:
             try:
-                ray.get(resets[_id(a)], timeout=30)
+                ray.get(resets[actor_id(a)], timeout=30)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 self.forget([a], kill=True)
                 continue
             with self._lock:
-                kept = self.ledger.give_back(job, _id(a), time.monotonic())
+                kept = self.ledger.give_back(job, actor_id(a), time.monotonic())
             if not kept:
                 self.forget([a], kill=True)
 
     def forget(self, actors: list[Any], kill: bool = False) -> None:
         """These slots are gone (the job killed them) or must go."""
         with self._lock:
-            self.ledger.forget_slots([_id(a) for a in actors], time.monotonic())
+            self.ledger.forget_slots([actor_id(a) for a in actors], time.monotonic())
             for a in actors:
-                self._actors.pop(_id(a), None)
+                self._actors.pop(actor_id(a), None)
         if kill:
             for a in actors:
                 ray.kill(a, no_restart=True)
@@ -168,16 +124,16 @@ class SlotPool:
         not return within CANCEL_GRACE_S is killed. Returns how many were killed."""
         with self._lock:
             leased = [self._actors[sid] for sid in self.ledger.leased_to(job)]
-        answers = {_id(a): a.abandon.remote(CANCEL_GRACE_S) for a in leased}
+        answers = {actor_id(a): a.abandon.remote(CANCEL_GRACE_S) for a in leased}
         victims = []
         for a in leased:
             try:
-                freed = ray.get(answers[_id(a)], timeout=CANCEL_GRACE_S + 10)
+                freed = ray.get(answers[actor_id(a)], timeout=CANCEL_GRACE_S + 10)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 freed = False
             if freed:
                 with self._lock:
-                    freed = self.ledger.give_back(job, _id(a), time.monotonic())
+                    freed = self.ledger.give_back(job, actor_id(a), time.monotonic())
             if not freed:
                 victims.append(a)
         self.forget(victims, kill=True)
@@ -189,10 +145,9 @@ class SlotPool:
         return len(victims)
 
     def _new_slot(self, shape: Shape, job: str | None = None, app: str | None = None) -> str:
-        from weir.actors.task_actor import RemoteTaskActor
 
         actor = RemoteTaskActor.options(**shape.options, runtime_env=shape.runtime_env).remote()
-        sid = _id(actor)
+        sid = actor_id(actor)
         self.ledger.add_slot(sid, shape.key, job, app)
         self._actors[sid], self._starting[sid] = actor, actor.ready.remote()
         self.created["slots"] += 1
@@ -356,12 +311,11 @@ class SlotPool:
             return {sid: s.app for sid, s in self.ledger.slots.items()}
 
     def _new_coordinator(self, env_key: str) -> str:
-        from weir.actors.coordinator import RemoteJobCoordinator
 
         # Ray does not restart it: when it dies, its watch tells the pool, which
         # hands its job to a standby coordinator already up.
         actor = RemoteJobCoordinator.options(num_cpus=0, max_concurrency=64, runtime_env=self.ledger.envs[env_key]).remote()
-        cid = _id(actor)
+        cid = actor_id(actor)
         self.ledger.add_coordinator(cid, env_key)
         self._actors[cid], self._starting[cid] = actor, actor.ready.remote()
         self._watches[cid] = actor.until_gone.remote()
@@ -470,10 +424,7 @@ def get_pool(address: str | None = None, create: bool = True) -> Any:
     ``create=False`` None when there is none (and no cluster is ever started)."""
     ensure_ray(address, start=create)
     if not create:
-        try:
-            return ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-        except ValueError:
-            return None
+        return find_pool()
     return RemoteSlotPool.options(
         name=POOL_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=256,
         resources={"node:__internal_head__": 0.001}, runtime_env=actor_runtime_env(),

@@ -23,7 +23,7 @@ import ray
 
 from weir.actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
 from weir.actors.metrics import TaskMetrics, report_every_second
-from weir.actors.pool import JobScope
+from weir.actors.slots import JobScope
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.errors import TaskFailedError, WeirError
 from weir.runtime.jobmaster import Deployment, MasterPorts
@@ -114,7 +114,7 @@ class TaskActor:
         self._inbox.open(self._run_id, self._attempt, self._task.mailbox)
 
     def reset(self) -> int:
-        """Forget the job (see :class:`weir.actors.pool.JobScope`); returns how many
+        """Forget the job (see :class:`weir.actors.slots.JobScope`); returns how many
         modules were dropped."""
         self._task, self.key = None, None
         return self._scope.leave()

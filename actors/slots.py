@@ -1,0 +1,73 @@
+"""What the pool's processes share with the pool: the pool's name and how to
+find it, how an actor is named in its tables, and what a job leaves in a reused
+process (:class:`JobScope`). Below the pool, the job coordinator and the task
+actor, which all import it; the pool imports those two to start them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from typing import Any
+
+import ray
+
+from weir.actors.cluster import NAMESPACE
+
+POOL_NAME = "weir-pool"
+
+
+def find_pool() -> Any:
+    """The cluster's running pool, or None (see :func:`weir.actors.pool.get_pool`,
+    which also starts one)."""
+    try:
+        return ray.get_actor(POOL_NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def actor_id(actor: Any) -> str:
+    return actor._actor_id.hex()
+
+
+# Modules a job imports from these folders stay loaded when its process is reset
+# (Ray, numpy and the like: many C extensions cannot be loaded twice).
+_KEPT_PATHS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+class JobScope:
+    """What one job leaves in a reused process, and its removal: the environment
+    variables the job set (weir's failure injection) and the modules it imported
+    from outside the standard library and site-packages, so that a user's edited
+    module is imported afresh by the next job."""
+
+    def __init__(self) -> None:
+        self._own_modules = set(sys.modules)  # what the process loaded before any job
+        self._env: set[str] = set()
+
+    def enter(self, env: dict[str, str]) -> None:
+        os.environ.update(env)
+        self._env |= set(env)
+
+    def leave(self) -> int:
+        """Returns how many modules were dropped."""
+        for name in self._env:
+            os.environ.pop(name, None)
+        self._env = set()
+        dropped = [
+            name for name, module in list(sys.modules.items())
+            if name not in self._own_modules and not str(getattr(module, "__file__", None) or "").startswith(_KEPT_PATHS)
+        ]
+        for name in dropped:
+            del sys.modules[name]
+        return len(dropped)
+
+
+# A cancelled task has this long to return before its slot is killed instead of
+# reused (a user function that does not return, a source blocked on input): in a
+# failover, and when a coordinator taking a job over takes its slots back.
+CANCEL_GRACE_S = 3.0
+
+
+def _id(actor: Any) -> str:
+    return actor._actor_id.hex()
