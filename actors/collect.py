@@ -8,7 +8,7 @@ from typing import Any
 
 from ray.util.queue import Empty, Queue
 
-from weir.runtime.collect import CollectChannel, Committed
+from weir.runtime.executor import CollectChannel, Committed
 
 
 class RayCollectChannel(CollectChannel):

@@ -23,43 +23,14 @@ import queue
 import threading
 import uuid
 import weakref
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from typing import Any, Iterator
 
 from weir.runtime.errors import WeirError
+from weir.runtime.executor import CollectChannel, Committed, JobClient, Publisher
 from weir.runtime.operators import OperatorContext
 from weir.runtime.sinks import Sink, SinkWriter
 
-if TYPE_CHECKING:
-    from weir.runtime.executor import JobClient
-
 log = logging.getLogger(__name__)
-
-# What travels on a channel: (committable id, records).
-Committed = tuple[str, list[Any]]
-
-
-class Publisher(Protocol):
-    """The task's end of a :class:`CollectChannel`; pickled into the sink's task."""
-
-    def publish(self, committed: list[Committed]) -> None:
-        """Deliver to the driver; returns once the channel has them."""
-
-
-class CollectChannel(ABC):
-    """The driver's end: what the sink's task publishes, in order."""
-
-    @abstractmethod
-    def publisher(self) -> Publisher: ...
-
-    @abstractmethod
-    def poll(self, timeout_s: float) -> list[Committed]:
-        """Everything published and not yet polled; waits up to ``timeout_s`` for
-        the first item (0: does not wait)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the channel; later publishes are dropped (the job is ending)."""
 
 
 class CollectSink(Sink):

@@ -13,13 +13,38 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.graph import JobGraph
 
-if TYPE_CHECKING:
-    from weir.runtime.collect import CollectChannel
+# What travels on a channel: (committable id, records).
+Committed = tuple[str, list[Any]]
+
+
+class Publisher(Protocol):
+    """The task's end of a :class:`CollectChannel`; pickled into the sink's task."""
+
+    def publish(self, committed: list[Committed]) -> None:
+        """Deliver to the driver; returns once the channel has them."""
+
+
+class CollectChannel(ABC):
+    """The driver's end: what the sink's task publishes, in order."""
+
+    @abstractmethod
+    def publisher(self) -> Publisher: ...
+
+    @abstractmethod
+    def poll(self, timeout_s: float) -> list[Committed]:
+        """Everything published and not yet polled; waits up to ``timeout_s`` for
+        the first item (0: does not wait)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the channel; later publishes are dropped (the job is ending)."""
+
+
 
 _BUILTIN = {"ray": "weir.actors.executor:RayExecutor", "local": "weir.runtime.local:LocalExecutor"}
 
