@@ -11,16 +11,14 @@ speed; cloudpickle only for what plain pickle refuses.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import cloudpickle
 
-from weir.runtime.errors import KeySelectionError, RecordDeserializationError, RecordSerializationError
+from weir.runtime.errors import KeySelectionError, RecordSerializationError
 from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
 from weir.runtime.serialization import dumps, loads
 
-if TYPE_CHECKING:  # weir.runtime.task imports this module
-    from weir.runtime.task import TaskDeployment
 
 Send = Callable[[int, int, bytes], None]  # (channel, seq, payload)
 
@@ -45,21 +43,6 @@ def _first_unpicklable(messages: list[Any]) -> Any:
 def decode(payload: bytes) -> list[Any]:
     """Only ever called on deliveries from weir's own tasks, never on source input."""
     return loads(payload)
-
-
-def decode_delivery(payload: bytes, channel: int, receiver: TaskDeployment) -> list[Any]:
-    """A delivery that arrived on input ``channel`` of task ``receiver``. One that
-    does not unpickle there (records pickle on the sender, but a user's
-    ``__setstate__`` may raise, or a module be missing) raises
-    :class:`RecordDeserializationError` naming the receiving task, the channel
-    and the sending task and operator."""
-    try:
-        return decode(payload)
-    except Exception as exc:
-        edge_id, producer = receiver.input_channels[channel]
-        edge = next(e for e in receiver.vertex.inputs if e.edge_id == edge_id)
-        producer_task = f"{edge.source}/{producer}"
-        raise RecordDeserializationError(receiver.name, channel, producer_task, edge.source_operator, exc) from exc
 
 
 class Timestamped:

@@ -6,20 +6,25 @@ an acknowledgement (or a decline naming the storage error)."""
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from weir.runtime import faults
 from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointBarrier
 from weir.runtime.state import SnapshotSummary
-from weir.runtime.storage import write_state
+from weir.runtime.storage import StateHandle, write_state
 
-if TYPE_CHECKING:
-    from weir.runtime.task import TaskPorts
+
+class CheckpointReplies(Protocol):
+    """How a task answers the job master about a checkpoint (part of its ports)."""
+
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None: ...
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
 
 
 class SnapshotWriter:
-    def __init__(self, task: str, ports: "TaskPorts") -> None:
+    def __init__(self, task: str, ports: CheckpointReplies) -> None:
         self._task = task
         self._ports = ports
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{task}")

@@ -32,7 +32,7 @@ from typing import Any, Callable, Protocol
 from weir.runtime import faults
 from weir.runtime.barriers import Abort, BarrierHandler, Snapshot
 from weir.runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode, TransportConfig
-from weir.runtime.errors import CheckpointFailureReason, WeirError
+from weir.runtime.errors import CheckpointFailureReason, RecordDeserializationError, WeirError
 from weir.runtime.events import (
     MIN_WATERMARK,
     CancelCheckpointMarker,
@@ -45,10 +45,10 @@ from weir.runtime.events import (
 from weir.runtime.graph import JobVertex
 from weir.runtime.lifecycle import Lifecycle, Phase
 from weir.runtime.mailbox import DataLetter, Mailbox
-from weir.runtime.network import RecordWriter, Timestamped, decode_delivery
+from weir.runtime.network import RecordWriter, Timestamped, decode
 from weir.runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
 from weir.runtime.sources import SourceOperator
-from weir.runtime.snapshot_writer import SnapshotWriter
+from weir.runtime.snapshot_writer import CheckpointReplies, SnapshotWriter
 from weir.runtime.state import OperatorSnapshot, SnapshotSummary
 from weir.runtime.storage import StateHandle, pickle_state, read_state
 from weir.runtime.watermark_valve import WatermarkValve
@@ -81,16 +81,12 @@ class TaskDeployment:
         return f"{self.vertex.id}/{self.subtask}"
 
 
-class TaskPorts(Protocol):
+class TaskPorts(CheckpointReplies, Protocol):
     """What a task needs from its executor. ``send`` may block: that is backpressure."""
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None: ...
 
     def drain_outputs(self) -> None: ...
-
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None: ...
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
 
     def report_end_of_input(self) -> None: ...
 
@@ -102,6 +98,21 @@ class TaskPorts(Protocol):
 
     @property
     def backpressured_s(self) -> float: ...
+
+
+def decode_delivery(payload: bytes, channel: int, receiver: TaskDeployment) -> list[Any]:
+    """A delivery that arrived on input ``channel`` of task ``receiver``. One that
+    does not unpickle there (records pickle on the sender, but a user's
+    ``__setstate__`` may raise, or a module be missing) raises
+    :class:`RecordDeserializationError` naming the receiving task, the channel
+    and the sending task and operator."""
+    try:
+        return decode(payload)
+    except Exception as exc:
+        edge_id, producer = receiver.input_channels[channel]
+        edge = next(e for e in receiver.vertex.inputs if e.edge_id == edge_id)
+        producer_task = f"{edge.source}/{producer}"
+        raise RecordDeserializationError(receiver.name, channel, producer_task, edge.source_operator, exc) from exc
 
 
 # Letters the outside puts into the mailbox.
