@@ -29,7 +29,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from weir.connectors.spark import ParquetTableSink, spark_session
+from weir.connectors.spark import ParquetTableSink, from_spark, spark_session
 from weir import RuntimeExecutionMode, StreamExecutionEnvironment
 
 
@@ -63,9 +63,9 @@ def weir_run(
     env.set_runtime_mode(mode)
     env.enable_checkpointing(1000)  # BATCH mode takes none but the final one
     if arrow:
-        updates = env.from_spark(df, arrow_batches=True).flat_map(_partial_sums)
+        updates = from_spark(env, df, arrow_batches=True).flat_map(_partial_sums)
     else:
-        updates = env.from_spark(df).map(lambda r: {"customer": r["customer"], "orders": 1, "total": r["amount"]})
+        updates = from_spark(env, df).map(lambda r: {"customer": r["customer"], "orders": 1, "total": r["amount"]})
     updates.key_by(lambda r: r["customer"]).reduce(_add).sink_to(ParquetTableSink(out))
     result = env.execute(name)
     wall = time.perf_counter() - started

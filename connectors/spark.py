@@ -1,7 +1,7 @@
 """Spark DataFrames and Ray Datasets in and out, through raydp on the same Ray cluster.
 
-In: :class:`ArrowBlockSource` reads Arrow blocks. ``env.from_ray_dataset(ds)``
-takes a Ray Dataset's blocks from Ray's object store; ``env.from_spark(df)`` has
+In: :class:`ArrowBlockSource` reads Arrow blocks. ``from_ray_dataset(env, ds)``
+takes a Ray Dataset's blocks from Ray's object store; ``from_spark(env, df)`` has
 raydp cache the DataFrame in Spark as Arrow (one block per Spark partition, kept
 in the executors' memory and disk) and each reading task fetches its partitions
 straight from the raydp executor actor that holds them: no Ray Data pipeline and
@@ -15,8 +15,11 @@ on columns.
 
 Out: :class:`ParquetTableSink` writes a Parquet table with two-phase commit that
 ``spark.read.parquet`` and ``ray.data.read_parquet`` read (never a partial file),
-and ``DataStream.execute_and_collect_to_spark()`` runs a bounded job into one and
-returns it as a Spark DataFrame.
+and ``collect_to_spark(stream, name)`` runs a bounded job into one and returns it
+as a Spark DataFrame.
+
+These entry points are functions of this module, not methods of the environment
+or the stream: weir.runtime never names a connector (nor Ray, nor Spark).
 
 A Ray Dataset's blocks belong to the driver that made them, and a DataFrame's
 Arrow cache lives in the driver's Spark session until the source is garbage
@@ -45,7 +48,8 @@ from weir.runtime.sources import Poll, RateLimit, Source, SourceReader, check_ra
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from weir.runtime.datastream import DataStream
+    from weir.runtime.datastream import DataStream, StreamExecutionEnvironment
+    from weir.runtime.eventtime import WatermarkStrategy
 
 
 # ---------------------------------------------------------------------- Spark on Ray
@@ -278,6 +282,22 @@ class _BlockReader(SourceReader):
         return Poll(records, split_id=s.split_id)
 
 
+def from_spark(env: "StreamExecutionEnvironment", df: "DataFrame", watermark_strategy: "WatermarkStrategy | None" = None,
+               arrow_batches: bool = False, records_per_second: float | None = None) -> "DataStream":
+    """The rows of a Spark DataFrame as a stream of ``env``: dicts keyed by column
+    name (or, with ``arrow_batches``, ``pyarrow.RecordBatch`` es). The DataFrame
+    goes to Ray through raydp, so its session must be raydp's (:func:`spark_session`).
+    ``records_per_second`` replays the rows at that rate (over all source tasks),
+    as a live stream would bring them: for demos, rehearsals and tests."""
+    return env.from_source(ArrowBlockSource.from_spark(df, arrow_batches, records_per_second), watermark_strategy, "spark")
+
+
+def from_ray_dataset(env: "StreamExecutionEnvironment", dataset: Any, watermark_strategy: "WatermarkStrategy | None" = None,
+                     arrow_batches: bool = False, records_per_second: float | None = None) -> "DataStream":
+    """The rows of a Ray Dataset as a stream of ``env``, as :func:`from_spark` gives them."""
+    return env.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches, records_per_second), watermark_strategy, "ray dataset")
+
+
 # ---------------------------------------------------------------------- out
 class ParquetTableSink(FileSink):
     """A Parquet table at ``path`` (local or any pyarrow.fs URI), written with
@@ -325,8 +345,13 @@ def _collect(stream: "DataStream", job_name: str, path: str | None) -> ParquetTa
 
 
 def collect_to_spark(stream: "DataStream", job_name: str, spark: "SparkSession | None" = None, path: str | None = None) -> "DataFrame":
+    """Run this bounded job to its end and return its records as a Spark DataFrame
+    (raydp's session unless ``spark`` is given). They are written exactly once
+    into a Parquet table at ``path`` (default: under the checkpoint storage),
+    which the DataFrame reads."""
     return _collect(stream, job_name, path).to_spark(spark)
 
 
 def collect_to_ray_dataset(stream: "DataStream", job_name: str, path: str | None = None) -> Any:
+    """As :func:`collect_to_spark`, returning a Ray Dataset."""
     return _collect(stream, job_name, path).to_ray_dataset()

@@ -272,24 +272,6 @@ class StreamExecutionEnvironment:
         cancel the job); ``records_per_second`` limits the rate over all subtasks."""
         return self.from_source(GeneratorSource(generator, count, records_per_second), watermark_strategy, "generator")
 
-    def from_spark(self, df: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False,
-                   records_per_second: float | None = None) -> "DataStream":
-        """The rows of a Spark DataFrame, as dicts keyed by column name (or, with
-        ``arrow_batches``, as ``pyarrow.RecordBatch`` es). The DataFrame goes to Ray
-        through raydp, so its session must be raydp's: ``weir.connectors.spark.spark_session()``.
-        ``records_per_second`` replays the rows at that rate (over all subtasks),
-        as a live stream would bring them: for demos, rehearsals and tests."""
-        from weir.connectors.spark import ArrowBlockSource  # Ray and Spark only when asked for
-
-        return self.from_source(ArrowBlockSource.from_spark(df, arrow_batches, records_per_second), watermark_strategy, "spark")
-
-    def from_ray_dataset(self, dataset: Any, watermark_strategy: WatermarkStrategy | None = None, arrow_batches: bool = False,
-                         records_per_second: float | None = None) -> "DataStream":
-        """The rows of a Ray Dataset, as :meth:`from_spark` gives them."""
-        from weir.connectors.spark import ArrowBlockSource
-
-        return self.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches, records_per_second), watermark_strategy, "ray dataset")
-
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
         """The graph the next ``execute()`` runs (PyFlink's ``get_execution_plan``);
@@ -678,21 +660,6 @@ class DataStream:
             return records
         with records:
             return list(itertools.islice(records, limit))
-
-    def execute_and_collect_to_spark(self, job_name: str = "collect", spark: Any = None, path: str | None = None) -> Any:
-        """Run this bounded job to its end and return its records as a Spark
-        DataFrame (raydp's session unless ``spark`` is given). They are written
-        exactly once into a Parquet table at ``path`` (default: under the
-        checkpoint storage), which the DataFrame reads."""
-        from weir.connectors.spark import collect_to_spark
-
-        return collect_to_spark(self, job_name, spark, path)
-
-    def execute_and_collect_to_ray_dataset(self, job_name: str = "collect", path: str | None = None) -> Any:
-        """As :meth:`execute_and_collect_to_spark`, returning a Ray Dataset."""
-        from weir.connectors.spark import collect_to_ray_dataset
-
-        return collect_to_ray_dataset(self, job_name, path)
 
 
 class KeyedStream(DataStream):

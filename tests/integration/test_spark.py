@@ -9,7 +9,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from weir.connectors.spark import ArrowBlockSource, ParquetTableSink, SparkPartition
+from weir.connectors.spark import (
+    ArrowBlockSource, ParquetTableSink, SparkPartition, collect_to_ray_dataset, collect_to_spark, from_ray_dataset, from_spark,
+)
 from weir import RestartStrategy, StreamExecutionEnvironment
 from weir.runtime.errors import WeirError
 
@@ -29,7 +31,7 @@ def orders(spark, rows: int = ROWS):
 
 
 def totals_job(env, df, out: str, records_per_second: float | None = None):
-    env.from_spark(df, records_per_second=records_per_second).map(
+    from_spark(env, df, records_per_second=records_per_second).map(
         lambda r: {"customer": r["customer"], "orders": 1, "total": r["amount"]}
     ).key_by(lambda r: r["customer"]).reduce(
         lambda a, b: {"customer": a["customer"], "orders": a["orders"] + b["orders"], "total": a["total"] + b["total"]}
@@ -90,10 +92,10 @@ def test_killing_a_reader_midway_loses_and_duplicates_nothing(spark, checkpoint_
 def test_arrow_batches_and_collect_to_spark(spark, checkpoint_dir):
     df = spark.range(10_000).selectExpr("id", "id * 2 AS double")
     env = _env(checkpoint_dir)
-    sizes = env.from_spark(df, arrow_batches=True).map(
+    sizes = from_spark(env, df, arrow_batches=True).map(
         lambda batch: {"rows": batch.num_rows, "sum": pa.compute.sum(batch.column("double")).as_py()}
     )
-    result = sizes.execute_and_collect_to_spark("arrow-batches", spark)
+    result = collect_to_spark(sizes, "arrow-batches", spark)
     agg = result.selectExpr("sum(rows) AS rows", "sum(sum) AS total").collect()[0]
     assert (agg["rows"], agg["total"]) == (10_000, 2 * sum(range(10_000)))
 
@@ -123,8 +125,8 @@ def test_ray_dataset_in_and_out(ray_cluster, checkpoint_dir):
 
     ds = ray.data.from_items([{"word": w} for w in "a b a c b a".split()])
     env = _env(checkpoint_dir, parallelism=1)
-    counts = env.from_ray_dataset(ds).map(lambda r: (r["word"], 1)).key_by(lambda t: t[0]).sum(1)
-    rows = counts.execute_and_collect_to_ray_dataset("ray-words").take_all()
+    counts = from_ray_dataset(env, ds).map(lambda r: (r["word"], 1)).key_by(lambda t: t[0]).sum(1)
+    rows = collect_to_ray_dataset(counts, "ray-words").take_all()
     final = {}
     for r in rows:
         final[r["f0"]] = max(final.get(r["f0"], 0), r["f1"])
@@ -139,9 +141,9 @@ def test_a_dataframe_of_a_plain_spark_session_is_refused_with_how_to_fix(ray_clu
     env = StreamExecutionEnvironment.get_execution_environment()
     fake = DataFrame.__new__(DataFrame)
     with pytest.raises(WeirError, match=r"needs a Spark session that raydp started.*spark_session\(\.\.\.\)"):
-        env.from_spark(fake)
+        from_spark(env, fake)
     with pytest.raises(TypeError, match="from_spark\\(\\) takes a pyspark.sql.DataFrame, got list"):
-        env.from_spark([1, 2])
+        from_spark(env, [1, 2])
 
 
 def test_missing_java_is_named(monkeypatch):
