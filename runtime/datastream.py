@@ -96,6 +96,10 @@ class StreamExecutionEnvironment:
         # source that ran may feed a pipeline built later, so this is not cleared.
         self._source_sizes: dict[int, int | None] = {}
         self._last_run: str | None = None  # the job the last execute ran, for the error when nothing is new
+        # The graphs of the jobs submitted from here: what a job reads in the driver
+        # (a DataFrame's Arrow cache in Spark lives as long as its source object)
+        # must outlive the pipeline the environment forgets at each execute.
+        self._submitted: list[JobGraph] = []
         self._progress_bar: bool | None = None  # None: when someone watches (a terminal, a notebook)
 
     @staticmethod
@@ -289,19 +293,21 @@ class StreamExecutionEnvironment:
                 "then execute()")
         return build_job_graph(job_name, list(sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
 
-    def _ran(self, job_name: str) -> None:
-        """A job of the sinks built so far was submitted: the next execute() runs
-        only what is built after this, as PyFlink's clears its transformations.
-        (PyFlink clears them before submitting; weir after, so that a submission
-        refused, say for a name in use, can be retried.)"""
+    def _ran(self, graph: JobGraph) -> None:
+        """``graph``, of the sinks built so far, was submitted: the next execute()
+        runs only what is built after this, as PyFlink's clears its
+        transformations. (PyFlink clears them before submitting; weir after, so
+        that a submission refused, say for a name in use, can be retried.)"""
         self._sinks = []
         self._sink_locations = {}
-        self._last_run = job_name
+        self._last_run = graph.name
+        self._submitted.append(graph)
 
     def execute_async(self, job_name: str = "weir-job", executor: str | None = None) -> JobClient:
         """Submit the job and return at once with a :class:`JobClient`."""
-        client = find_executor(executor).submit(self.get_job_graph(job_name))
-        self._ran(job_name)
+        graph = self.get_job_graph(job_name)
+        client = find_executor(executor).submit(graph)
+        self._ran(graph)
         return client
 
     def execute(self, job_name: str = "weir-job", executor: str | None = None) -> JobExecutionResult:
@@ -315,7 +321,7 @@ class StreamExecutionEnvironment:
         graph = self.get_job_graph(job_name)
         with _interrupt_held(job_name) as held:
             client = find_executor(executor).submit(graph)
-            self._ran(job_name)
+            self._ran(graph)
         try:
             if held:
                 raise KeyboardInterrupt
@@ -651,8 +657,9 @@ class DataStream:
             collect = env._add("Sink: collect", lambda n, u: SinkOperator(n, u, CollectSink(publisher)), list(self._inputs))
             collect.parallelism = 1  # one committable per checkpoint, records in the order they arrive
             name = job_execution_name or "collect"
-            records = CloseableIterator(ex.submit(env._job_graph(name, [*env._sinks, collect])), channel)
-            env._ran(name)
+            graph = env._job_graph(name, [*env._sinks, collect])
+            records = CloseableIterator(ex.submit(graph), channel)
+            env._ran(graph)
         except BaseException:
             channel.close()
             raise

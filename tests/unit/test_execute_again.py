@@ -120,3 +120,35 @@ def test_a_submission_that_is_refused_keeps_the_pipeline_for_a_retry(tmp_path, m
         env.execute_async("taken", executor="refusing")
     env.execute("free", executor="local")
     assert sorted(read_committed(str(tmp_path / "out"))) == [1, 2]
+
+
+def test_what_a_submitted_job_reads_in_the_driver_lives_on_after_the_environment_forgets_its_pipeline(tmp_path, monkeypatch):
+    """A DataFrame's Arrow cache in Spark lives as long as its source object in
+    the driver. Ray's executor sends the job graph to the cluster as bytes, so
+    once execute_async() cleared the environment's pipeline nothing held the
+    source: a garbage collection released the cache while the job read it
+    ("Still cannot get the block after recache!"), and the job failed. The
+    environment keeps what it submitted."""
+    import gc
+    import weakref
+
+    import cloudpickle
+
+    import weir.runtime.datastream
+    from weir.runtime.sources import SequenceSource
+
+    class SendsBytes:  # as Ray's executor: the graph leaves the driver pickled
+        def submit(self, graph):
+            sent.append(cloudpickle.dumps(graph))
+            return object()
+
+    sent: list[bytes] = []
+    monkeypatch.setattr(weir.runtime.datastream, "find_executor", lambda name: SendsBytes())
+    env = _env(tmp_path)
+    source = SequenceSource(0, 10)
+    alive = weakref.ref(source)
+    env.from_source(source).sink_to(FileSink(str(tmp_path / "out")))
+    del source
+    env.execute_async("keeps-its-source")
+    gc.collect()
+    assert sent and alive() is not None, "the submitted job's source was collected in the driver"
