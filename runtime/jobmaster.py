@@ -56,6 +56,7 @@ from weir.runtime.graph import JobGraph
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.restarts import RestartBackoff
 from weir.runtime.state import SnapshotSummary
+from weir.runtime.stopping import AfterLastTask, Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
     StateHandle,
@@ -313,31 +314,6 @@ class RescaleJob:
 AskLetter = TriggerSavepoint | StopJob | RescaleJob
 
 
-@dataclass
-class _Rescaling:
-    """A rescale waiting for its new tasks' slots: the job processes on until they
-    are up (or ``deadline`` passes), so its pause is the stop and the redeploy,
-    not a process start."""
-
-    letter: RescaleJob
-    graph: JobGraph
-    deadline: float
-
-
-@dataclass
-class _Stopping:
-    checkpoint_id: int
-    drain: bool
-    location: str
-    request: Request
-    rescale_to: JobGraph | None = None
-    started: float = 0.0
-
-    @property
-    def what(self) -> str:
-        return "rescale" if self.rescale_to is not None else "stop"
-
-
 class JobMaster:
     TICK_S = 0.05  # how soon a task's exit (polled from the gateway) is seen; executors may set their own
     # A rescale lets the job run on this long while the processes of its new tasks
@@ -390,8 +366,7 @@ class JobMaster:
         # (location, metadata): the latest is used; a damaged one falls back.
         self._restore_points: list[tuple[str, dict[str, Any]]] = []
         self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
-        self._stopping: _Stopping | None = None
-        self._rescaling: _Rescaling | None = None
+        self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
         self._coordinators: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder), this deployment's
         self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
         self._task_attempts: dict[TaskKey, int] = {}  # the attempt each task's letters must carry
@@ -788,9 +763,9 @@ class JobMaster:
         drain = letter.drain if isinstance(letter, StopJob) else None
         cid = self._trigger(self.clock(), location, kind, drain)
         if cid is None:
-            request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
+            self._deliver(Answer(request, StopOutcome.NOT_STARTED, detail=self.status.value))
         elif isinstance(letter, StopJob):
-            self._stopping = _Stopping(cid, letter.drain, self.coordinator.pending[cid].location, request)
+            self._stop.stop_started(cid, letter.drain, self.coordinator.pending[cid].location, request)
             self._become(JobStatus.STOPPING)
         else:
             self._requests[cid] = request
@@ -801,44 +776,43 @@ class JobMaster:
             return
         if self._refuse_while_restarting_a_region(letter.request):
             return
-        if self._rescaling is not None:
-            letter.request.reply(error=WeirError(f"job '{self.graph.name}' is being rescaled already: try again when that is done"))
-            return
         try:
             new_graph = self.graph.rescaled(letter.parallelism)
         except WeirError as exc:
             letter.request.reply(error=exc)
             return
         now = self.clock()
-        self._rescaling = _Rescaling(letter, new_graph, now + self.RESCALE_WAIT_S)
+        self._deliver(self._stop.rescale_requested(letter.request, new_graph, now + self.RESCALE_WAIT_S))
         self._rescale_when_ready(now)
 
     def _rescale_when_ready(self, now: float) -> None:
         """Stop the job for the waiting rescale once its slots are up."""
-        rescaling = self._rescaling
-        if rescaling is None or self.status is not JobStatus.RUNNING or self._restarting:
+        waiting = self._stop.waiting
+        if waiting is None or self.status is not JobStatus.RUNNING or self._restarting:
             return
-        if not self.gateway.reserve(rescaling.graph) and now < rescaling.deadline:
+        if not self.gateway.reserve(waiting.graph) and now < waiting.deadline:
             return
-        self._rescaling = None
+        rescale = self._stop.slots_ready()
         cid = self._trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
         if cid is None:
-            rescaling.letter.request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
+            self._deliver(rescale.not_started(self.status))
             return
-        self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, rescaling.letter.request, rescaling.graph, now)
+        self._stop.rescale_stop_started(rescale, cid, self.coordinator.pending[cid].location, now)
         self._become(JobStatus.STOPPING)
 
-    def _finish_rescale(self, stopping: _Stopping) -> None:
+    def _finish_rescale(self, graph: JobGraph) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
-        assert stopping.rescale_to is not None
-        self._stopping = None
         self._kill()
-        self.graph = self.coordinator.graph = stopping.rescale_to
+        self.graph = self.coordinator.graph = graph
         self._deploy()
-        pause = self.clock() - stopping.started
+        answer = self._stop.redeployed(self.clock())
         log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name,
-                 {v.id: v.parallelism for v in self.graph.vertices.values()}, pause)
-        stopping.request.reply(pause)
+                 {v.id: v.parallelism for v in self.graph.vertices.values()}, answer.result)
+        self._deliver(answer)
+
+    def _deliver(self, answer: Answer | None) -> None:
+        if answer is not None:
+            answer.deliver(self.graph.name)
 
     def _on_ack(self, ack: Ack) -> None:
         self._on_subtask_checkpointed(ack.task, ack.checkpoint_id)
@@ -887,7 +861,7 @@ class JobMaster:
         # sinks pre-committed is committed by the next checkpoint, and recovery,
         # which knows only checkpoints, never restores to before something committed.
         # A stop's savepoint commits: nothing runs after it.
-        commits = pending.kind is CheckpointKind.CHECKPOINT or (self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id)
+        commits = pending.kind is CheckpointKind.CHECKPOINT or self._stop.stops_at(checkpoint_id)
         if commits:
             self._restore_points.append((location, metadata))
             self._backoff = self._backoff.checkpoint_completed(pending.started, self.clock())
@@ -936,7 +910,7 @@ class JobMaster:
             if key not in self._exited:
                 self.gateway.send(key, NotifyCheckpointAborted(checkpoint_id))
         request = self._requests.pop(checkpoint_id, None)
-        stopping = self._stopping if self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id else None
+        stopping = self._stop.stopping if self._stop.stops_at(checkpoint_id) else None
         if (request or stopping) and reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK:
             # A task exited between the plan and its trigger; the next plan knows it.
             # A savepoint is retried in a fresh folder beside the aborted one: that
@@ -951,17 +925,15 @@ class JobMaster:
                 if request is not None:
                     self._requests[retry] = request
                 if stopping is not None:
-                    stopping.checkpoint_id = retry
-                    stopping.location = self.coordinator.pending[retry].location
+                    self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
                 return
         error = CheckpointDeclinedError(checkpoint_id, reason, detail)
         if request is not None:
             request.reply(error=error)
-        if stopping is not None:
+        if self._stop.stops_at(checkpoint_id):  # not if a failed retry failed the job over already
             # The sources have stopped already: go back to the latest checkpoint and
             # keep running; the stop request fails with the reason.
-            self._stopping = None
-            stopping.request.reply(error=WeirError(f"{stopping.what} of job '{self.graph.name}' failed, the job keeps running: {error}"))
+            self._deliver(self._stop.savepoint_failed(error))
             self._fail(error, count=False)
         too_many = self.coordinator.failures.beyond(self.graph.checkpointing.tolerable_failures)
         if too_many is not None:
@@ -997,18 +969,17 @@ class JobMaster:
         """Every task finished. A stop or rescale whose savepoint had not completed
         did not happen (the job's input ended first): the job is FINISHED and the
         request fails, rather than the aborted savepoint restarting a finished job."""
-        stopping = self._stopping
         if self.status is JobStatus.CANCELLING:  # the last tasks finished as the cancel came
             self._end(JobStatus.CANCELED)
-        elif stopping is not None and stopping.checkpoint_id in self.coordinator.pending:
-            self._stopping = None
-            stopping.request.reply(error=WeirError(
-                f"{stopping.what} of job '{self.graph.name}' did not happen: the job finished before its savepoint completed"))
-            self._end(JobStatus.FINISHED)
-        elif stopping is not None and stopping.rescale_to is not None:
-            self._finish_rescale(stopping)
+            return
+        stopping = self._stop.stopping
+        after, answer = self._stop.all_finished(stopping is not None and stopping.checkpoint_id in self.coordinator.pending)
+        self._deliver(answer)
+        if after is AfterLastTask.REDEPLOY:
+            assert stopping is not None and stopping.rescale_to is not None
+            self._finish_rescale(stopping.rescale_to)
         else:
-            self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
+            self._end(JobStatus.SUSPENDED if after is AfterLastTask.SUSPEND else JobStatus.FINISHED)
 
     def _kill(self, tasks: frozenset[TaskKey] | None = None) -> None:
         """Kill these tasks (None: all); exits of them already polled are dropped."""
@@ -1037,9 +1008,7 @@ class JobMaster:
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
         self._close_coordinators()
-        if self._stopping is not None:
-            self._stopping.request.reply(error=WeirError(f"{self._stopping.what} of job '{self.graph.name}' failed: {error}"))
-            self._stopping = None
+        self._deliver(self._stop.job_failed(error))
         self._kill()
         self._restarting.clear()
         if self._cancel_requested is not None:
@@ -1124,17 +1093,8 @@ class JobMaster:
         for request in self._requests.values():
             request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before the savepoint completed"))
         self._requests.clear()
-        if self._rescaling is not None:
-            self._rescaling.letter.request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before it was rescaled"))
-            self._rescaling = None
-        stopping, self._stopping = self._stopping, None
-        if stopping is not None and status is JobStatus.CANCELED:
-            stopping.request.reply(error=WeirError(
-                f"{stopping.what} of job '{self.graph.name}' was overtaken by a cancel: the job ended CANCELED, "
-                f"after its savepoint had completed at {stopping.location} (it can be restored)"
-            ))
-        elif stopping is not None:
-            stopping.request.reply(stopping.location)
+        for answer in self._stop.job_ended(status):
+            self._deliver(answer)
 
     # ------------------------------------------------------------ deploying
     def _deploy(self, region: frozenset[TaskKey] | None = None) -> None:
