@@ -52,6 +52,15 @@ from weir.runtime.errors import (
 )
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.executor import JobExecutionResult, JobStatus
+from weir.runtime.failover import (
+    Failover,
+    FailoverAction,
+    coordinator_resets,
+    decide_failover,
+    due_regions,
+    fall_back,
+    region_of,
+)
 from weir.runtime.graph import JobGraph
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.restarts import RestartBackoff
@@ -519,21 +528,16 @@ class JobMaster:
         return self._restore_points[-1][1] if self._restore_points else None
 
     def _fall_back(self, error: CorruptCheckpointError) -> None:
-        """The checkpoint being restored is damaged: restart from the one before
-        it, or, with none left, fail (never start from scratch: that would drop
-        the job's state without a word)."""
+        """The checkpoint being restored is damaged: restart from the one before it
+        (see :func:`fall_back`)."""
         if self.status is JobStatus.RESTARTING or self.status.is_terminal:
             return
-        damaged, _ = self._restore_points.pop()
-        if self._restore_points:
+        decision = fall_back(self._restore_points, error, self.graph.name)
+        self._restore_points = decision.restore_points
+        if decision.restartable:
             log.warning("job %s: %s; falling back to %s (records after it are processed again: "
                         "sinks that committed the damaged checkpoint may see them twice)", self.graph.name, error, self._restore_points[-1][0])
-            self._fail(error)
-            return
-        self._fail(WeirError(
-            f"job '{self.graph.name}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
-            "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
-        ), restartable=False)
+        self._fail(decision.error, restartable=decision.restartable)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
@@ -602,8 +606,8 @@ class JobMaster:
                 self._on_exit(key, result)
         if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
             self._deploy()
-        for region, at in list(self._restarting.items()):
-            if now >= at and self.status is JobStatus.RUNNING:
+        for region in due_regions(self._restarting, now):
+            if self.status is JobStatus.RUNNING:
                 self._deploy(region)
         if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
             log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
@@ -999,9 +1003,14 @@ class JobMaster:
         self.failure = error
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         backoff = self._backoff.failed(self.clock(), self._jitter.random(), count)
-        region = None if backoff is None or not restartable else self._region_of(task)
-        if region is not None and backoff is not None and self._restart_region(region, headline, count, backoff):
-            return
+        region = region_of(task, self._regions, self.graph.execution.failover_strategy,
+                           self.status is JobStatus.RUNNING, len(self.graph.task_names()))
+        cancelling = self._cancel_requested is not None
+        decision = decide_failover(backoff, restartable, region, cancelling)
+        if decision.action is FailoverAction.RESTART_REGION:
+            if self._restart_region(decision, headline, count):
+                return
+            decision = decide_failover(backoff, restartable, None, cancelling)
         log.warning("job %s: %s", self.graph.name, headline)
         if self.status is not JobStatus.CANCELLING:
             self._become(JobStatus.RESTARTING)  # no stop reacts to the aborts below
@@ -1011,32 +1020,32 @@ class JobMaster:
         self._deliver(self._stop.job_failed(error))
         self._kill()
         self._restarting.clear()
-        if self._cancel_requested is not None:
+        if decision.action is FailoverAction.CANCEL:
             self._end(JobStatus.CANCELED)
-        elif not restartable or backoff is None:
+        elif decision.action is FailoverAction.FAIL:
             self._end(JobStatus.FAILED)
         else:
-            self.restarts += count
-            self._backoff = backoff
-            self._restart_at = backoff.restart_at
+            self._restart_after(decision, count)
 
-    def _region_of(self, task: TaskKey | None) -> frozenset[TaskKey] | None:
-        """The pipelined region to restart for ``task``'s failure, or None for all
-        tasks: with full failover, while stopping or cancelling, or when its region
-        is the whole job."""
-        if task is None or self.graph.execution.failover_strategy != "region" or self.status is not JobStatus.RUNNING:
-            return None
-        region = next((r for r in self._regions if task in r), None)
-        return region if region is not None and len(region) < len(self.graph.task_names()) else None
+    def _restart_after(self, decision: Failover, count: bool) -> None:
+        """Keep the restart strategy's state of a restart that goes ahead."""
+        assert decision.backoff is not None
+        self.restarts += count
+        self._backoff = decision.backoff
+        if decision.region is None:
+            self._restart_at = decision.backoff.restart_at
+        else:
+            self._restarting[decision.region] = decision.backoff.restart_at
 
-    def _restart_region(self, region: frozenset[TaskKey], headline: str, count: bool, backoff: RestartBackoff) -> bool:
+    def _restart_region(self, decision: Failover, headline: str, count: bool) -> bool:
         """Region failover: kill the region's tasks and redeploy them from the
-        latest checkpoint when ``backoff`` says, while the other regions go on.
+        latest checkpoint when the backoff says, while the other regions go on.
         Checkpoints in flight are aborted (they wait for the failed task) and none
-        starts until the region is back. An operator coordinator whose subtasks all
-        restart is started afresh with them; one that keeps others takes back what
-        it sent to the restarting ones. False: a coordinator cannot, so every task
-        must restart."""
+        starts until the region is back. Coordinators are closed or reset as
+        :func:`coordinator_resets` says. False: a coordinator cannot reset, so
+        every task must restart."""
+        region = decision.region
+        assert region is not None
         log.warning("job %s: %s; restarting its region of %d task(s)", self.graph.name, headline, len(region))
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
@@ -1044,17 +1053,15 @@ class JobMaster:
         self._exited -= region
         self._ended_input -= region
         self._final_checkpoint = None
-        for uid, (vid, holder) in list(self._coordinators.items()):
-            subtasks = [i for v, i in region if v == vid]
-            if len(subtasks) == holder.parallelism:
-                del self._coordinators[uid]
-                self._close_coordinator(holder)
-            for i in subtasks if len(subtasks) < holder.parallelism else []:
+        plan = coordinator_resets(region, {uid: (vid, h.parallelism) for uid, (vid, h) in self._coordinators.items()})
+        for uid in plan.close:
+            self._close_coordinator(self._coordinators.pop(uid)[1])
+        for uid, subtasks in plan.reset.items():
+            holder = self._coordinators[uid][1]
+            for i in subtasks:
                 if not self._coordinator_call(holder, "subtask_reset", holder.reset_subtask, i):
                     return self.status is not JobStatus.RUNNING  # it failed the job, or it cannot: restart all
-        self.restarts += count
-        self._backoff = backoff
-        self._restarting[region] = backoff.restart_at
+        self._restart_after(decision, count)
         return True
 
     def _cancel(self) -> None:
