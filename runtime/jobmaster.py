@@ -18,13 +18,11 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-import queue
 import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from weir.runtime import faults
 from weir.runtime.checkpointing import (
@@ -32,6 +30,7 @@ from weir.runtime.checkpointing import (
     STORAGE_FAILURES,
     AckResult,
     CheckpointCoordinator,
+    PendingCheckpoint,
     TaskKey,
     plan_checkpoint,
     restore_plan,
@@ -39,6 +38,7 @@ from weir.runtime.checkpointing import (
 )
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordination import AsyncCall, CoordinatorHolder
+from weir.runtime.deployment import TaskGateway, plan_deployments
 from weir.runtime.errors import (
     CheckpointStorageError,
     CheckpointDeclinedError,
@@ -62,13 +62,26 @@ from weir.runtime.failover import (
     region_of,
 )
 from weir.runtime.graph import JobGraph
+from weir.runtime.letters import (
+    Ack,
+    AskLetter,
+    CancelJob,
+    CoordinatorCallDone,
+    Decline,
+    EndOfInput,
+    EventAcknowledged,
+    EventFromOperator,
+    MetadataWritten,
+    RescaleJob,
+    Request,
+    StopJob,
+    TriggerSavepoint,
+)
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.restarts import RestartBackoff
-from weir.runtime.state import SnapshotSummary
 from weir.runtime.stopping import AfterLastTask, Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
-    StateHandle,
     discard,
     find_restore_point,
     handle_from_json,
@@ -82,245 +95,18 @@ from weir.runtime.storage import (
     write_metadata,
     write_state,
 )
+from weir.runtime.storage_thread import StorageThread
 from weir.runtime.task import (
     Cancel,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorEvent,
-    TaskDeployment,
-    TaskLetter,
     TaskResult,
     TaskState,
     TriggerCheckpoint,
 )
 
 log = logging.getLogger("weir.jobmaster")
-
-Route = tuple[TaskKey, int]  # (target task, channel index at the target)
-
-
-@dataclass
-class Deployment:
-    """Everything a gateway needs to start one task."""
-
-    key: TaskKey
-    attempt: int
-    task: TaskDeployment
-    routes: list[list[Route]]  # output edge -> channel -> where it goes
-
-
-class TaskGateway(Protocol):
-    def deploy(self, deployments: list[Deployment]) -> None:
-        """Start these tasks: every task of the job, or a failed-over region's
-        (their previous attempt is gone; the other tasks keep running)."""
-
-    def send(self, task: TaskKey, letter: TaskLetter) -> None:
-        """Hand a letter to a task of the current attempt (late ones for a task that
-        is gone are dropped). An :class:`OperatorEvent` that cannot be delivered is
-        reported as that task's failure by ``poll_exits``; the task acknowledges
-        one it handled."""
-
-    def kill(self, tasks: frozenset[TaskKey]) -> None:
-        """Stop these tasks at once, whatever state they are in; they report nothing more."""
-
-    def kill_all(self) -> None:
-        """Stop every task at once, whatever state it is in; none reports anything more."""
-
-    def stop_deploying(self) -> None:
-        """The job is cancelled (any thread): a ``deploy`` waiting for room on the
-        cluster gives up at once, and so does every later one."""
-
-    def reserve(self, graph: JobGraph) -> bool:
-        """Have slots ready for every task of ``graph`` (a rescale will deploy it):
-        start what the job's own slots do not cover and return at once; True
-        once all are up. The job runs on meanwhile."""
-
-    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
-        """Tasks of the current attempt that ended since the last poll, and how."""
-
-    def metrics(self) -> list[dict[str, Any]]:
-        """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
-
-
-# Letters to the job master.
-@dataclass(frozen=True)
-class Ack:
-    attempt: int
-    task: TaskKey
-    checkpoint_id: int
-    handle: StateHandle
-    operators: dict[str, SnapshotSummary]
-
-
-@dataclass(frozen=True)
-class Decline:
-    attempt: int
-    task: TaskKey
-    checkpoint_id: int
-    reason: CheckpointFailureReason
-    detail: str
-
-
-@dataclass(frozen=True)
-class EndOfInput:
-    attempt: int
-    task: TaskKey
-
-
-@dataclass(frozen=True)
-class EventFromOperator:
-    attempt: int
-    task: TaskKey
-    operator_uid: str
-    event: Any
-
-
-@dataclass(frozen=True)
-class EventAcknowledged:
-    attempt: int
-    task: TaskKey
-    operator_uid: str
-    event_id: int
-
-
-@dataclass(frozen=True)
-class CancelJob:
-    pass
-
-
-@dataclass(frozen=True)
-class MetadataWritten:
-    """The storage thread wrote a checkpoint's metadata (``error``: or failed to)."""
-
-    checkpoint_id: int
-    metadata: dict[str, Any]
-    error: str | None
-
-
-@dataclass(frozen=True)
-class CoordinatorCallDone:
-    """An operator coordinator's async call returned (``error``: or raised)."""
-
-    holder: CoordinatorHolder
-    call: AsyncCall
-    result: Any
-    error: BaseException | None
-
-
-class StorageThread:
-    """Runs the job master's checkpoint storage writes and deletes in order, off
-    its loop: slow or hanging storage must not keep the loop from timing out
-    checkpoints, failing over or taking a cancel. Being one thread, a delete of
-    a location always comes after a write to it that was handed over first."""
-
-    CLOSE_TIMEOUT_S = 5.0
-
-    def __init__(self, name: str) -> None:
-        self._work: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name=f"storage-{name}", daemon=True)
-        self._thread.start()
-
-    def __call__(self, work: Callable[[], None]) -> None:
-        self._work.put(work)
-
-    def _run(self) -> None:
-        while (work := self._work.get()) is not None:
-            try:
-                work()
-            except Exception:  # a delete that failed leaves a folder behind, nothing worse
-                log.exception("checkpoint storage work failed")
-
-    def close(self) -> None:
-        """Finish what was handed over before the job's end is reported, waiting at
-        most ``CLOSE_TIMEOUT_S``: a hanging storage must not hold up a cancel."""
-        self._work.put(None)
-        self._thread.join(self.CLOSE_TIMEOUT_S)
-        if self._thread.is_alive():
-            log.warning("checkpoint storage is slow: %d write(s) or delete(s) go on after the job's end", self._work.qsize())
-
-
-def inline(work: Callable[[], None]) -> None:
-    """Storage work done at once, on the caller's thread: for tests that drive a
-    job master by hand and replay it by seed."""
-    work()
-
-
-class MasterPorts:
-    """The half of a task's ports that reports to the job master: each report is
-    a letter, and an executor only says how a letter gets there (``post``)."""
-
-    def __init__(self, deployment: Deployment) -> None:
-        self._attempt, self._key = deployment.attempt, deployment.key
-
-    def post(self, letter: Any) -> None:
-        raise NotImplementedError
-
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
-        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
-        self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))
-
-    def report_end_of_input(self) -> None:
-        self.post(EndOfInput(self._attempt, self._key))
-
-    def send_operator_event(self, operator_uid: str, event: Any) -> None:
-        self.post(EventFromOperator(self._attempt, self._key, operator_uid, event))
-
-    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
-        self.post(EventAcknowledged(self._attempt, self._key, operator_uid, event_id))
-
-
-class Request:
-    """A client's call that waits for its answer (from any thread)."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._result: Any = None
-        self._error: BaseException | None = None
-
-    def reply(self, result: Any = None, error: BaseException | None = None) -> None:
-        if not self._done.is_set():
-            self._result, self._error = result, error
-            self._done.set()
-
-    def wait(self, timeout_s: float) -> Any:
-        if not self._done.wait(timeout_s):
-            raise TimeoutError(f"no answer within {timeout_s}s")
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-@dataclass(frozen=True)
-class TriggerSavepoint:
-    """Take a savepoint into ``location`` (None: a retained checkpoint); replies its location."""
-
-    location: str | None
-    request: Request
-
-
-@dataclass(frozen=True)
-class StopJob:
-    """Stop with a savepoint into ``location`` (None: a final retained checkpoint);
-    replies the location once the job has ended."""
-
-    location: str | None
-    drain: bool
-    request: Request
-
-
-@dataclass(frozen=True)
-class RescaleJob:
-    """Change operators' parallelism on the running job: a stop without drain into
-    a retained checkpoint, then the job restarts from it with the new parallelism.
-    Replies the seconds the job was not processing."""
-
-    parallelism: dict[str, int]
-    request: Request
-
-
-AskLetter = TriggerSavepoint | StopJob | RescaleJob
 
 
 class JobMaster:
@@ -880,15 +666,9 @@ class JobMaster:
         self._discard_old_checkpoints()
 
     def _discard_old_checkpoints(self) -> None:
-        """Keep the newest ``retained`` checkpoints; savepoints belong to the user."""
-        completed = sorted(
-            cid for cid, s in self.coordinator.history.items()
-            if s.status == "COMPLETED" and s.kind == CheckpointKind.CHECKPOINT.value and not s.discarded
-        )
-        for cid in completed[: -self.graph.checkpointing.retained]:
-            location = self.coordinator.history[cid].location
+        """Keep the newest ``retained`` checkpoints (their deletes run on the storage thread)."""
+        for location in self.coordinator.discard_beyond(self.graph.checkpointing.retained):
             self._storage_io(functools.partial(discard, location))
-            self.coordinator.history[cid].discarded = True
             self._restore_points = [p for p in self._restore_points if p[0] != location]
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
@@ -914,23 +694,8 @@ class JobMaster:
             if key not in self._exited:
                 self.gateway.send(key, NotifyCheckpointAborted(checkpoint_id))
         request = self._requests.pop(checkpoint_id, None)
-        stopping = self._stop.stopping if self._stop.stops_at(checkpoint_id) else None
-        if (request or stopping) and reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK:
-            # A task exited between the plan and its trigger; the next plan knows it.
-            # A savepoint is retried in a fresh folder beside the aborted one: that
-            # one's discard runs on the I/O thread, maybe after the retry wrote.
-            retry = self._trigger(
-                self.clock(),
-                savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
-                pending.kind,
-                stopping.drain if stopping is not None else None,
-            )
-            if retry is not None:
-                if request is not None:
-                    self._requests[retry] = request
-                if stopping is not None:
-                    self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
-                return
+        if reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK and self._retried(pending, request):
+            return
         error = CheckpointDeclinedError(checkpoint_id, reason, detail)
         if request is not None:
             request.reply(error=error)
@@ -945,6 +710,29 @@ class JobMaster:
             storage = reason in STORAGE_FAILURES
             self._fail(CheckpointStorageError(self.storage.root, f"cannot be written: {last}") if storage else WeirError(last),
                        restartable=False)
+
+    def _retried(self, pending: PendingCheckpoint, request: Request | None) -> bool:
+        """A savepoint or stop whose ``pending`` snapshot was aborted because a task
+        exited between the plan and its trigger is triggered again (the next plan
+        knows it); False: there was none, or no task is left to snapshot. A
+        savepoint is retried in a fresh folder beside the aborted one: that one's
+        discard runs on the I/O thread, maybe after the retry wrote."""
+        stopping = self._stop.stopping if self._stop.stops_at(pending.checkpoint_id) else None
+        if request is None and stopping is None:
+            return False
+        retry = self._trigger(
+            self.clock(),
+            savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
+            pending.kind,
+            stopping.drain if stopping is not None else None,
+        )
+        if retry is None:
+            return False
+        if request is not None:
+            self._requests[retry] = request
+        if stopping is not None:
+            self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
+        return True
 
     # ------------------------------------------------------------ tasks ending
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
@@ -1108,7 +896,6 @@ class JobMaster:
         """Deploy every task from the latest checkpoint (a new attempt of the job),
         or only a failed-over ``region``'s while the others keep running."""
         self.attempt += 1
-        attempt_id = uuid.uuid4().hex[:12]
         g = self.graph
         if region is None:
             self._exited = set()
@@ -1120,34 +907,8 @@ class JobMaster:
         else:
             del self._restarting[region]
         self._final_checkpoint = None
-        restore = {} if self._latest is None else restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)
-        deployments = []
-        for v in g.vertices.values():
-            for i in range(v.parallelism):
-                if region is not None and (v.id, i) not in region:
-                    continue
-                td = TaskDeployment(
-                    job_name=g.name,
-                    attempt_id=attempt_id,
-                    vertex=v,
-                    subtask=i,
-                    input_channels=[(e.edge_id, j) for e, j in g.input_channels((v.id, i))],
-                    checkpointing=g.checkpointing,
-                    transport=g.execution.transport,
-                    restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
-                    runtime_mode=g.runtime_mode,
-                    run_id=g.run_id,
-                )
-                deployments.append(Deployment((v.id, i), self.attempt, td, []))
-        by_key = {d.key: d for d in deployments}
-        for d in deployments:
-            v = d.task.vertex
-            for e in v.outputs:
-                target = g.vertices[e.target]
-                subtasks = [d.key[1]] if e.pointwise else list(range(target.parallelism))
-                d.routes.append(
-                    [((target.id, j), by_key[(target.id, j)].task.input_channels.index((e.edge_id, d.key[1]))) for j in subtasks]
-                )
+        restore = {} if self._latest is None else restore_plan(self._latest, g, g.execution.allow_non_restored_state)
+        deployments = plan_deployments(g, self.attempt, uuid.uuid4().hex[:12], restore, region)
         for d in deployments:
             self._task_attempts[d.key] = self.attempt
         if self.coordinator.last_trigger is None:
