@@ -24,7 +24,9 @@ from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
 from weir.runtime.config import ExecutionConfig
 from weir.runtime.graph import JobGraph, JobVertex
-from weir.runtime.jobmaster import AskLetter, Deployment, JobMaster, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.deployment import Deployment
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.letters import AskLetter, RescaleJob, Request, StopJob, TriggerSavepoint
 from weir.runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
 log = logging.getLogger("weir.coordinator")

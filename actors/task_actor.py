@@ -26,7 +26,8 @@ from weir.actors.metrics import TaskMetrics, report_every_second
 from weir.actors.slots import JobScope
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.errors import TaskFailedError, WeirError
-from weir.runtime.jobmaster import Deployment, MasterPorts
+from weir.runtime.deployment import Deployment
+from weir.runtime.letters import MasterPorts
 from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
 
 log = logging.getLogger("weir.task_actor")

@@ -305,6 +305,20 @@ class CheckpointCoordinator:
         self.failures = self.failures.aborted(reason, now, interval_s)
         return p
 
+    def discard_beyond(self, retained: int) -> list[str]:
+        """Mark all but the newest ``retained`` completed checkpoints discarded and
+        return their locations, for the caller to delete; savepoints belong to the
+        user and are never discarded."""
+        completed = sorted(
+            cid for cid, s in self.history.items()
+            if s.status == "COMPLETED" and s.kind == CheckpointKind.CHECKPOINT.value and not s.discarded
+        )
+        locations = []
+        for cid in completed[:-retained]:
+            self.history[cid].discarded = True
+            locations.append(self.history[cid].location)
+        return locations
+
     def expired(self, now: float) -> list[int]:
         limit = self.config.timeout_ms / 1000
         return [cid for cid, p in self.pending.items() if now - p.started > limit]

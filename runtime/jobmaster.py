@@ -18,13 +18,11 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-import queue
 import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from weir.runtime import faults
 from weir.runtime.checkpointing import (
@@ -32,6 +30,7 @@ from weir.runtime.checkpointing import (
     STORAGE_FAILURES,
     AckResult,
     CheckpointCoordinator,
+    PendingCheckpoint,
     TaskKey,
     plan_checkpoint,
     restore_plan,
@@ -39,6 +38,7 @@ from weir.runtime.checkpointing import (
 )
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordination import AsyncCall, CoordinatorHolder
+from weir.runtime.deployment import TaskGateway, plan_deployments
 from weir.runtime.errors import (
     CheckpointStorageError,
     CheckpointDeclinedError,
@@ -52,13 +52,36 @@ from weir.runtime.errors import (
 )
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.executor import JobExecutionResult, JobStatus
+from weir.runtime.failover import (
+    Failover,
+    FailoverAction,
+    coordinator_resets,
+    decide_failover,
+    due_regions,
+    fall_back,
+    region_of,
+)
 from weir.runtime.graph import JobGraph
+from weir.runtime.letters import (
+    Ack,
+    AskLetter,
+    CancelJob,
+    CoordinatorCallDone,
+    Decline,
+    EndOfInput,
+    EventAcknowledged,
+    EventFromOperator,
+    MetadataWritten,
+    RescaleJob,
+    Request,
+    StopJob,
+    TriggerSavepoint,
+)
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.restarts import RestartBackoff
-from weir.runtime.state import SnapshotSummary
+from weir.runtime.stopping import AfterLastTask, Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
-    StateHandle,
     discard,
     find_restore_point,
     handle_from_json,
@@ -72,270 +95,18 @@ from weir.runtime.storage import (
     write_metadata,
     write_state,
 )
+from weir.runtime.storage_thread import StorageThread
 from weir.runtime.task import (
     Cancel,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorEvent,
-    TaskDeployment,
-    TaskLetter,
     TaskResult,
     TaskState,
     TriggerCheckpoint,
 )
 
 log = logging.getLogger("weir.jobmaster")
-
-Route = tuple[TaskKey, int]  # (target task, channel index at the target)
-
-
-@dataclass
-class Deployment:
-    """Everything a gateway needs to start one task."""
-
-    key: TaskKey
-    attempt: int
-    task: TaskDeployment
-    routes: list[list[Route]]  # output edge -> channel -> where it goes
-
-
-class TaskGateway(Protocol):
-    def deploy(self, deployments: list[Deployment]) -> None:
-        """Start these tasks: every task of the job, or a failed-over region's
-        (their previous attempt is gone; the other tasks keep running)."""
-
-    def send(self, task: TaskKey, letter: TaskLetter) -> None:
-        """Hand a letter to a task of the current attempt (late ones for a task that
-        is gone are dropped). An :class:`OperatorEvent` that cannot be delivered is
-        reported as that task's failure by ``poll_exits``; the task acknowledges
-        one it handled."""
-
-    def kill(self, tasks: frozenset[TaskKey]) -> None:
-        """Stop these tasks at once, whatever state they are in; they report nothing more."""
-
-    def kill_all(self) -> None:
-        """Stop every task at once, whatever state it is in; none reports anything more."""
-
-    def stop_deploying(self) -> None:
-        """The job is cancelled (any thread): a ``deploy`` waiting for room on the
-        cluster gives up at once, and so does every later one."""
-
-    def reserve(self, graph: JobGraph) -> bool:
-        """Have slots ready for every task of ``graph`` (a rescale will deploy it):
-        start what the job's own slots do not cover and return at once; True
-        once all are up. The job runs on meanwhile."""
-
-    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
-        """Tasks of the current attempt that ended since the last poll, and how."""
-
-    def metrics(self) -> list[dict[str, Any]]:
-        """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
-
-
-# Letters to the job master.
-@dataclass(frozen=True)
-class Ack:
-    attempt: int
-    task: TaskKey
-    checkpoint_id: int
-    handle: StateHandle
-    operators: dict[str, SnapshotSummary]
-
-
-@dataclass(frozen=True)
-class Decline:
-    attempt: int
-    task: TaskKey
-    checkpoint_id: int
-    reason: CheckpointFailureReason
-    detail: str
-
-
-@dataclass(frozen=True)
-class EndOfInput:
-    attempt: int
-    task: TaskKey
-
-
-@dataclass(frozen=True)
-class EventFromOperator:
-    attempt: int
-    task: TaskKey
-    operator_uid: str
-    event: Any
-
-
-@dataclass(frozen=True)
-class EventAcknowledged:
-    attempt: int
-    task: TaskKey
-    operator_uid: str
-    event_id: int
-
-
-@dataclass(frozen=True)
-class CancelJob:
-    pass
-
-
-@dataclass(frozen=True)
-class MetadataWritten:
-    """The storage thread wrote a checkpoint's metadata (``error``: or failed to)."""
-
-    checkpoint_id: int
-    metadata: dict[str, Any]
-    error: str | None
-
-
-@dataclass(frozen=True)
-class CoordinatorCallDone:
-    """An operator coordinator's async call returned (``error``: or raised)."""
-
-    holder: CoordinatorHolder
-    call: AsyncCall
-    result: Any
-    error: BaseException | None
-
-
-class StorageThread:
-    """Runs the job master's checkpoint storage writes and deletes in order, off
-    its loop: slow or hanging storage must not keep the loop from timing out
-    checkpoints, failing over or taking a cancel. Being one thread, a delete of
-    a location always comes after a write to it that was handed over first."""
-
-    CLOSE_TIMEOUT_S = 5.0
-
-    def __init__(self, name: str) -> None:
-        self._work: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name=f"storage-{name}", daemon=True)
-        self._thread.start()
-
-    def __call__(self, work: Callable[[], None]) -> None:
-        self._work.put(work)
-
-    def _run(self) -> None:
-        while (work := self._work.get()) is not None:
-            try:
-                work()
-            except Exception:  # a delete that failed leaves a folder behind, nothing worse
-                log.exception("checkpoint storage work failed")
-
-    def close(self) -> None:
-        """Finish what was handed over before the job's end is reported, waiting at
-        most ``CLOSE_TIMEOUT_S``: a hanging storage must not hold up a cancel."""
-        self._work.put(None)
-        self._thread.join(self.CLOSE_TIMEOUT_S)
-        if self._thread.is_alive():
-            log.warning("checkpoint storage is slow: %d write(s) or delete(s) go on after the job's end", self._work.qsize())
-
-
-def inline(work: Callable[[], None]) -> None:
-    """Storage work done at once, on the caller's thread: for tests that drive a
-    job master by hand and replay it by seed."""
-    work()
-
-
-class MasterPorts:
-    """The half of a task's ports that reports to the job master: each report is
-    a letter, and an executor only says how a letter gets there (``post``)."""
-
-    def __init__(self, deployment: Deployment) -> None:
-        self._attempt, self._key = deployment.attempt, deployment.key
-
-    def post(self, letter: Any) -> None:
-        raise NotImplementedError
-
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
-        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
-        self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))
-
-    def report_end_of_input(self) -> None:
-        self.post(EndOfInput(self._attempt, self._key))
-
-    def send_operator_event(self, operator_uid: str, event: Any) -> None:
-        self.post(EventFromOperator(self._attempt, self._key, operator_uid, event))
-
-    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
-        self.post(EventAcknowledged(self._attempt, self._key, operator_uid, event_id))
-
-
-class Request:
-    """A client's call that waits for its answer (from any thread)."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._result: Any = None
-        self._error: BaseException | None = None
-
-    def reply(self, result: Any = None, error: BaseException | None = None) -> None:
-        if not self._done.is_set():
-            self._result, self._error = result, error
-            self._done.set()
-
-    def wait(self, timeout_s: float) -> Any:
-        if not self._done.wait(timeout_s):
-            raise TimeoutError(f"no answer within {timeout_s}s")
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-@dataclass(frozen=True)
-class TriggerSavepoint:
-    """Take a savepoint into ``location`` (None: a retained checkpoint); replies its location."""
-
-    location: str | None
-    request: Request
-
-
-@dataclass(frozen=True)
-class StopJob:
-    """Stop with a savepoint into ``location`` (None: a final retained checkpoint);
-    replies the location once the job has ended."""
-
-    location: str | None
-    drain: bool
-    request: Request
-
-
-@dataclass(frozen=True)
-class RescaleJob:
-    """Change operators' parallelism on the running job: a stop without drain into
-    a retained checkpoint, then the job restarts from it with the new parallelism.
-    Replies the seconds the job was not processing."""
-
-    parallelism: dict[str, int]
-    request: Request
-
-
-AskLetter = TriggerSavepoint | StopJob | RescaleJob
-
-
-@dataclass
-class _Rescaling:
-    """A rescale waiting for its new tasks' slots: the job processes on until they
-    are up (or ``deadline`` passes), so its pause is the stop and the redeploy,
-    not a process start."""
-
-    letter: RescaleJob
-    graph: JobGraph
-    deadline: float
-
-
-@dataclass
-class _Stopping:
-    checkpoint_id: int
-    drain: bool
-    location: str
-    request: Request
-    rescale_to: JobGraph | None = None
-    started: float = 0.0
-
-    @property
-    def what(self) -> str:
-        return "rescale" if self.rescale_to is not None else "stop"
 
 
 class JobMaster:
@@ -390,8 +161,7 @@ class JobMaster:
         # (location, metadata): the latest is used; a damaged one falls back.
         self._restore_points: list[tuple[str, dict[str, Any]]] = []
         self._requests: dict[int, Request] = {}  # savepoint id -> who waits for it
-        self._stopping: _Stopping | None = None
-        self._rescaling: _Rescaling | None = None
+        self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
         self._coordinators: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder), this deployment's
         self._held_triggers: dict[int, tuple[CheckpointBarrier, bool | None, list[TaskKey]]] = {}  # until events settle
         self._task_attempts: dict[TaskKey, int] = {}  # the attempt each task's letters must carry
@@ -544,21 +314,16 @@ class JobMaster:
         return self._restore_points[-1][1] if self._restore_points else None
 
     def _fall_back(self, error: CorruptCheckpointError) -> None:
-        """The checkpoint being restored is damaged: restart from the one before
-        it, or, with none left, fail (never start from scratch: that would drop
-        the job's state without a word)."""
+        """The checkpoint being restored is damaged: restart from the one before it
+        (see :func:`fall_back`)."""
         if self.status is JobStatus.RESTARTING or self.status.is_terminal:
             return
-        damaged, _ = self._restore_points.pop()
-        if self._restore_points:
+        decision = fall_back(self._restore_points, error, self.graph.name)
+        self._restore_points = decision.restore_points
+        if decision.restartable:
             log.warning("job %s: %s; falling back to %s (records after it are processed again: "
                         "sinks that committed the damaged checkpoint may see them twice)", self.graph.name, error, self._restore_points[-1][0])
-            self._fail(error)
-            return
-        self._fail(WeirError(
-            f"job '{self.graph.name}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
-            "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
-        ), restartable=False)
+        self._fail(decision.error, restartable=decision.restartable)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
@@ -627,8 +392,8 @@ class JobMaster:
                 self._on_exit(key, result)
         if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
             self._deploy()
-        for region, at in list(self._restarting.items()):
-            if now >= at and self.status is JobStatus.RUNNING:
+        for region in due_regions(self._restarting, now):
+            if self.status is JobStatus.RUNNING:
                 self._deploy(region)
         if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
             log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
@@ -788,9 +553,9 @@ class JobMaster:
         drain = letter.drain if isinstance(letter, StopJob) else None
         cid = self._trigger(self.clock(), location, kind, drain)
         if cid is None:
-            request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
+            self._deliver(Answer(request, StopOutcome.NOT_STARTED, detail=self.status.value))
         elif isinstance(letter, StopJob):
-            self._stopping = _Stopping(cid, letter.drain, self.coordinator.pending[cid].location, request)
+            self._stop.stop_started(cid, letter.drain, self.coordinator.pending[cid].location, request)
             self._become(JobStatus.STOPPING)
         else:
             self._requests[cid] = request
@@ -801,44 +566,43 @@ class JobMaster:
             return
         if self._refuse_while_restarting_a_region(letter.request):
             return
-        if self._rescaling is not None:
-            letter.request.reply(error=WeirError(f"job '{self.graph.name}' is being rescaled already: try again when that is done"))
-            return
         try:
             new_graph = self.graph.rescaled(letter.parallelism)
         except WeirError as exc:
             letter.request.reply(error=exc)
             return
         now = self.clock()
-        self._rescaling = _Rescaling(letter, new_graph, now + self.RESCALE_WAIT_S)
+        self._deliver(self._stop.rescale_requested(letter.request, new_graph, now + self.RESCALE_WAIT_S))
         self._rescale_when_ready(now)
 
     def _rescale_when_ready(self, now: float) -> None:
         """Stop the job for the waiting rescale once its slots are up."""
-        rescaling = self._rescaling
-        if rescaling is None or self.status is not JobStatus.RUNNING or self._restarting:
+        waiting = self._stop.waiting
+        if waiting is None or self.status is not JobStatus.RUNNING or self._restarting:
             return
-        if not self.gateway.reserve(rescaling.graph) and now < rescaling.deadline:
+        if not self.gateway.reserve(waiting.graph) and now < waiting.deadline:
             return
-        self._rescaling = None
+        rescale = self._stop.slots_ready()
         cid = self._trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
         if cid is None:
-            rescaling.letter.request.reply(error=WeirError(f"job '{self.graph.name}' could not start a snapshot (it is {self.status.value})"))
+            self._deliver(rescale.not_started(self.status))
             return
-        self._stopping = _Stopping(cid, False, self.coordinator.pending[cid].location, rescaling.letter.request, rescaling.graph, now)
+        self._stop.rescale_stop_started(rescale, cid, self.coordinator.pending[cid].location, now)
         self._become(JobStatus.STOPPING)
 
-    def _finish_rescale(self, stopping: _Stopping) -> None:
+    def _finish_rescale(self, graph: JobGraph) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
-        assert stopping.rescale_to is not None
-        self._stopping = None
         self._kill()
-        self.graph = self.coordinator.graph = stopping.rescale_to
+        self.graph = self.coordinator.graph = graph
         self._deploy()
-        pause = self.clock() - stopping.started
+        answer = self._stop.redeployed(self.clock())
         log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name,
-                 {v.id: v.parallelism for v in self.graph.vertices.values()}, pause)
-        stopping.request.reply(pause)
+                 {v.id: v.parallelism for v in self.graph.vertices.values()}, answer.result)
+        self._deliver(answer)
+
+    def _deliver(self, answer: Answer | None) -> None:
+        if answer is not None:
+            answer.deliver(self.graph.name)
 
     def _on_ack(self, ack: Ack) -> None:
         self._on_subtask_checkpointed(ack.task, ack.checkpoint_id)
@@ -887,7 +651,7 @@ class JobMaster:
         # sinks pre-committed is committed by the next checkpoint, and recovery,
         # which knows only checkpoints, never restores to before something committed.
         # A stop's savepoint commits: nothing runs after it.
-        commits = pending.kind is CheckpointKind.CHECKPOINT or (self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id)
+        commits = pending.kind is CheckpointKind.CHECKPOINT or self._stop.stops_at(checkpoint_id)
         if commits:
             self._restore_points.append((location, metadata))
             self._backoff = self._backoff.checkpoint_completed(pending.started, self.clock())
@@ -902,15 +666,9 @@ class JobMaster:
         self._discard_old_checkpoints()
 
     def _discard_old_checkpoints(self) -> None:
-        """Keep the newest ``retained`` checkpoints; savepoints belong to the user."""
-        completed = sorted(
-            cid for cid, s in self.coordinator.history.items()
-            if s.status == "COMPLETED" and s.kind == CheckpointKind.CHECKPOINT.value and not s.discarded
-        )
-        for cid in completed[: -self.graph.checkpointing.retained]:
-            location = self.coordinator.history[cid].location
+        """Keep the newest ``retained`` checkpoints (their deletes run on the storage thread)."""
+        for location in self.coordinator.discard_beyond(self.graph.checkpointing.retained):
             self._storage_io(functools.partial(discard, location))
-            self.coordinator.history[cid].discarded = True
             self._restore_points = [p for p in self._restore_points if p[0] != location]
 
     def _abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
@@ -936,32 +694,15 @@ class JobMaster:
             if key not in self._exited:
                 self.gateway.send(key, NotifyCheckpointAborted(checkpoint_id))
         request = self._requests.pop(checkpoint_id, None)
-        stopping = self._stopping if self._stopping is not None and self._stopping.checkpoint_id == checkpoint_id else None
-        if (request or stopping) and reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK:
-            # A task exited between the plan and its trigger; the next plan knows it.
-            # A savepoint is retried in a fresh folder beside the aborted one: that
-            # one's discard runs on the I/O thread, maybe after the retry wrote.
-            retry = self._trigger(
-                self.clock(),
-                savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
-                pending.kind,
-                stopping.drain if stopping is not None else None,
-            )
-            if retry is not None:
-                if request is not None:
-                    self._requests[retry] = request
-                if stopping is not None:
-                    stopping.checkpoint_id = retry
-                    stopping.location = self.coordinator.pending[retry].location
-                return
+        if reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK and self._retried(pending, request):
+            return
         error = CheckpointDeclinedError(checkpoint_id, reason, detail)
         if request is not None:
             request.reply(error=error)
-        if stopping is not None:
+        if self._stop.stops_at(checkpoint_id):  # not if a failed retry failed the job over already
             # The sources have stopped already: go back to the latest checkpoint and
             # keep running; the stop request fails with the reason.
-            self._stopping = None
-            stopping.request.reply(error=WeirError(f"{stopping.what} of job '{self.graph.name}' failed, the job keeps running: {error}"))
+            self._deliver(self._stop.savepoint_failed(error))
             self._fail(error, count=False)
         too_many = self.coordinator.failures.beyond(self.graph.checkpointing.tolerable_failures)
         if too_many is not None:
@@ -969,6 +710,29 @@ class JobMaster:
             storage = reason in STORAGE_FAILURES
             self._fail(CheckpointStorageError(self.storage.root, f"cannot be written: {last}") if storage else WeirError(last),
                        restartable=False)
+
+    def _retried(self, pending: PendingCheckpoint, request: Request | None) -> bool:
+        """A savepoint or stop whose ``pending`` snapshot was aborted because a task
+        exited between the plan and its trigger is triggered again (the next plan
+        knows it); False: there was none, or no task is left to snapshot. A
+        savepoint is retried in a fresh folder beside the aborted one: that one's
+        discard runs on the I/O thread, maybe after the retry wrote."""
+        stopping = self._stop.stopping if self._stop.stops_at(pending.checkpoint_id) else None
+        if request is None and stopping is None:
+            return False
+        retry = self._trigger(
+            self.clock(),
+            savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
+            pending.kind,
+            stopping.drain if stopping is not None else None,
+        )
+        if retry is None:
+            return False
+        if request is not None:
+            self._requests[retry] = request
+        if stopping is not None:
+            self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
+        return True
 
     # ------------------------------------------------------------ tasks ending
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
@@ -997,18 +761,17 @@ class JobMaster:
         """Every task finished. A stop or rescale whose savepoint had not completed
         did not happen (the job's input ended first): the job is FINISHED and the
         request fails, rather than the aborted savepoint restarting a finished job."""
-        stopping = self._stopping
         if self.status is JobStatus.CANCELLING:  # the last tasks finished as the cancel came
             self._end(JobStatus.CANCELED)
-        elif stopping is not None and stopping.checkpoint_id in self.coordinator.pending:
-            self._stopping = None
-            stopping.request.reply(error=WeirError(
-                f"{stopping.what} of job '{self.graph.name}' did not happen: the job finished before its savepoint completed"))
-            self._end(JobStatus.FINISHED)
-        elif stopping is not None and stopping.rescale_to is not None:
-            self._finish_rescale(stopping)
+            return
+        stopping = self._stop.stopping
+        after, answer = self._stop.all_finished(stopping is not None and stopping.checkpoint_id in self.coordinator.pending)
+        self._deliver(answer)
+        if after is AfterLastTask.REDEPLOY:
+            assert stopping is not None and stopping.rescale_to is not None
+            self._finish_rescale(stopping.rescale_to)
         else:
-            self._end(JobStatus.SUSPENDED if stopping is not None and not stopping.drain else JobStatus.FINISHED)
+            self._end(JobStatus.SUSPENDED if after is AfterLastTask.SUSPEND else JobStatus.FINISHED)
 
     def _kill(self, tasks: frozenset[TaskKey] | None = None) -> None:
         """Kill these tasks (None: all); exits of them already polled are dropped."""
@@ -1028,46 +791,49 @@ class JobMaster:
         self.failure = error
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         backoff = self._backoff.failed(self.clock(), self._jitter.random(), count)
-        region = None if backoff is None or not restartable else self._region_of(task)
-        if region is not None and backoff is not None and self._restart_region(region, headline, count, backoff):
-            return
+        region = region_of(task, self._regions, self.graph.execution.failover_strategy,
+                           self.status is JobStatus.RUNNING, len(self.graph.task_names()))
+        cancelling = self._cancel_requested is not None
+        decision = decide_failover(backoff, restartable, region, cancelling)
+        if decision.action is FailoverAction.RESTART_REGION:
+            if self._restart_region(decision, headline, count):
+                return
+            decision = decide_failover(backoff, restartable, None, cancelling)
         log.warning("job %s: %s", self.graph.name, headline)
         if self.status is not JobStatus.CANCELLING:
             self._become(JobStatus.RESTARTING)  # no stop reacts to the aborts below
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
         self._close_coordinators()
-        if self._stopping is not None:
-            self._stopping.request.reply(error=WeirError(f"{self._stopping.what} of job '{self.graph.name}' failed: {error}"))
-            self._stopping = None
+        self._deliver(self._stop.job_failed(error))
         self._kill()
         self._restarting.clear()
-        if self._cancel_requested is not None:
+        if decision.action is FailoverAction.CANCEL:
             self._end(JobStatus.CANCELED)
-        elif not restartable or backoff is None:
+        elif decision.action is FailoverAction.FAIL:
             self._end(JobStatus.FAILED)
         else:
-            self.restarts += count
-            self._backoff = backoff
-            self._restart_at = backoff.restart_at
+            self._restart_after(decision, count)
 
-    def _region_of(self, task: TaskKey | None) -> frozenset[TaskKey] | None:
-        """The pipelined region to restart for ``task``'s failure, or None for all
-        tasks: with full failover, while stopping or cancelling, or when its region
-        is the whole job."""
-        if task is None or self.graph.execution.failover_strategy != "region" or self.status is not JobStatus.RUNNING:
-            return None
-        region = next((r for r in self._regions if task in r), None)
-        return region if region is not None and len(region) < len(self.graph.task_names()) else None
+    def _restart_after(self, decision: Failover, count: bool) -> None:
+        """Keep the restart strategy's state of a restart that goes ahead."""
+        assert decision.backoff is not None
+        self.restarts += count
+        self._backoff = decision.backoff
+        if decision.region is None:
+            self._restart_at = decision.backoff.restart_at
+        else:
+            self._restarting[decision.region] = decision.backoff.restart_at
 
-    def _restart_region(self, region: frozenset[TaskKey], headline: str, count: bool, backoff: RestartBackoff) -> bool:
+    def _restart_region(self, decision: Failover, headline: str, count: bool) -> bool:
         """Region failover: kill the region's tasks and redeploy them from the
-        latest checkpoint when ``backoff`` says, while the other regions go on.
+        latest checkpoint when the backoff says, while the other regions go on.
         Checkpoints in flight are aborted (they wait for the failed task) and none
-        starts until the region is back. An operator coordinator whose subtasks all
-        restart is started afresh with them; one that keeps others takes back what
-        it sent to the restarting ones. False: a coordinator cannot, so every task
-        must restart."""
+        starts until the region is back. Coordinators are closed or reset as
+        :func:`coordinator_resets` says. False: a coordinator cannot reset, so
+        every task must restart."""
+        region = decision.region
+        assert region is not None
         log.warning("job %s: %s; restarting its region of %d task(s)", self.graph.name, headline, len(region))
         for cid in list(self.coordinator.pending):
             self._abort(cid, CheckpointFailureReason.TASK_FAILURE, headline)
@@ -1075,17 +841,15 @@ class JobMaster:
         self._exited -= region
         self._ended_input -= region
         self._final_checkpoint = None
-        for uid, (vid, holder) in list(self._coordinators.items()):
-            subtasks = [i for v, i in region if v == vid]
-            if len(subtasks) == holder.parallelism:
-                del self._coordinators[uid]
-                self._close_coordinator(holder)
-            for i in subtasks if len(subtasks) < holder.parallelism else []:
+        plan = coordinator_resets(region, {uid: (vid, h.parallelism) for uid, (vid, h) in self._coordinators.items()})
+        for uid in plan.close:
+            self._close_coordinator(self._coordinators.pop(uid)[1])
+        for uid, subtasks in plan.reset.items():
+            holder = self._coordinators[uid][1]
+            for i in subtasks:
                 if not self._coordinator_call(holder, "subtask_reset", holder.reset_subtask, i):
                     return self.status is not JobStatus.RUNNING  # it failed the job, or it cannot: restart all
-        self.restarts += count
-        self._backoff = backoff
-        self._restarting[region] = backoff.restart_at
+        self._restart_after(decision, count)
         return True
 
     def _cancel(self) -> None:
@@ -1124,24 +888,14 @@ class JobMaster:
         for request in self._requests.values():
             request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before the savepoint completed"))
         self._requests.clear()
-        if self._rescaling is not None:
-            self._rescaling.letter.request.reply(error=WeirError(f"job '{self.graph.name}' ended {status.value} before it was rescaled"))
-            self._rescaling = None
-        stopping, self._stopping = self._stopping, None
-        if stopping is not None and status is JobStatus.CANCELED:
-            stopping.request.reply(error=WeirError(
-                f"{stopping.what} of job '{self.graph.name}' was overtaken by a cancel: the job ended CANCELED, "
-                f"after its savepoint had completed at {stopping.location} (it can be restored)"
-            ))
-        elif stopping is not None:
-            stopping.request.reply(stopping.location)
+        for answer in self._stop.job_ended(status):
+            self._deliver(answer)
 
     # ------------------------------------------------------------ deploying
     def _deploy(self, region: frozenset[TaskKey] | None = None) -> None:
         """Deploy every task from the latest checkpoint (a new attempt of the job),
         or only a failed-over ``region``'s while the others keep running."""
         self.attempt += 1
-        attempt_id = uuid.uuid4().hex[:12]
         g = self.graph
         if region is None:
             self._exited = set()
@@ -1153,34 +907,8 @@ class JobMaster:
         else:
             del self._restarting[region]
         self._final_checkpoint = None
-        restore = {} if self._latest is None else restore_plan(self._latest, self.graph, self.graph.execution.allow_non_restored_state)
-        deployments = []
-        for v in g.vertices.values():
-            for i in range(v.parallelism):
-                if region is not None and (v.id, i) not in region:
-                    continue
-                td = TaskDeployment(
-                    job_name=g.name,
-                    attempt_id=attempt_id,
-                    vertex=v,
-                    subtask=i,
-                    input_channels=[(e.edge_id, j) for e, j in g.input_channels((v.id, i))],
-                    checkpointing=g.checkpointing,
-                    transport=g.execution.transport,
-                    restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
-                    runtime_mode=g.runtime_mode,
-                    run_id=g.run_id,
-                )
-                deployments.append(Deployment((v.id, i), self.attempt, td, []))
-        by_key = {d.key: d for d in deployments}
-        for d in deployments:
-            v = d.task.vertex
-            for e in v.outputs:
-                target = g.vertices[e.target]
-                subtasks = [d.key[1]] if e.pointwise else list(range(target.parallelism))
-                d.routes.append(
-                    [((target.id, j), by_key[(target.id, j)].task.input_channels.index((e.edge_id, d.key[1]))) for j in subtasks]
-                )
+        restore = {} if self._latest is None else restore_plan(self._latest, g, g.execution.allow_non_restored_state)
+        deployments = plan_deployments(g, self.attempt, uuid.uuid4().hex[:12], restore, region)
         for d in deployments:
             self._task_attempts[d.key] = self.attempt
         if self.coordinator.last_trigger is None:

@@ -17,7 +17,9 @@ from weir.runtime.collect import LocalCollectChannel
 from weir.runtime.errors import JobCancelledError, WeirError
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
-from weir.runtime.jobmaster import Deployment, JobMaster, MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.deployment import Deployment
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.letters import MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
 

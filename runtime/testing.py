@@ -27,7 +27,10 @@ from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
 from weir.runtime.executor import JobStatus
 from weir.runtime.functions import as_callable
 from weir.runtime.graph import JobGraph
-from weir.runtime.jobmaster import Deployment, JobMaster, MasterPorts, inline
+from weir.runtime.deployment import Deployment
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.letters import MasterPorts
+from weir.runtime.storage_thread import inline
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.network import decode, encode
 from weir.runtime.operators import (

@@ -13,7 +13,9 @@ from weir import DiscardingSink, StreamExecutionEnvironment
 from weir.runtime.checkpointing import DEFAULT_TOLERABLE_STORAGE_FAILURES, FailedCheckpoints
 from weir.runtime.errors import CheckpointFailureReason, CheckpointStorageError
 from weir.runtime.executor import JobStatus
-from weir.runtime.jobmaster import Decline, EndOfInput, JobMaster, inline
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.letters import Decline, EndOfInput
+from weir.runtime.storage_thread import inline
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED
 ENOSPC = "writing its state failed: [Errno 28] No space left on device: '/full/chk-1/map-0.state'"

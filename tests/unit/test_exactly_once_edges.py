@@ -17,7 +17,9 @@ import weir.runtime.storage
 from weir.connectors.files import FileSink, read_committed
 from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirError
 from weir.runtime.errors import CheckpointStorageError
-from weir.runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.letters import Request, TriggerSavepoint
+from weir.runtime.storage_thread import inline
 from weir.runtime.task import Cancel
 from weir.runtime.local import LocalExecutor, LocalGateway
 from tests.checker import check_running_sums
@@ -309,7 +311,7 @@ def test_a_bounded_job_that_finishes_before_a_stops_savepoint_completes_is_finis
     aborted savepoint restarted the job, whose status then went from RESTARTING to
     FINISHED (an illegal change that failed it; seen in the control races). The
     job is FINISHED and the stop fails, saying why."""
-    from weir.runtime.jobmaster import StopJob
+    from weir.runtime.letters import StopJob
     from weir.runtime.task import TaskResult, TaskState
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
@@ -337,7 +339,7 @@ def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_abort
     after the retry's tasks wrote their state: the stop returned a savepoint whose
     ``_metadata`` named task files that were gone, and resuming from it failed
     (seen in CI). The retry writes to a folder of its own."""
-    from weir.runtime.jobmaster import StopJob
+    from weir.runtime.letters import StopJob
     from weir.runtime.task import TaskResult, TaskState
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)

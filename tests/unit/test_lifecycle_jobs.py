@@ -23,7 +23,9 @@ from weir import (
 )
 from weir.runtime.checkpointing import restore_plan
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
-from weir.runtime.jobmaster import JobMaster, Request, TriggerSavepoint, inline
+from weir.runtime.jobmaster import JobMaster
+from weir.runtime.letters import Request, TriggerSavepoint
+from weir.runtime.storage_thread import inline
 from weir.runtime.sources import GeneratorSource, IndexSplit
 from weir.runtime.task import TaskResult, TaskState
 from tests.unit.test_exactly_once_edges import _StubGateway

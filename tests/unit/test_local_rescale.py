@@ -8,7 +8,7 @@ import pytest
 
 from weir.connectors.files import FileSink, read_committed
 from weir import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, WeirError
-from weir.runtime.jobmaster import EventFromOperator
+from weir.runtime.letters import EventFromOperator
 from weir.runtime.sources import RequestSplit
 from tests.checker import check_running_sums
 from tests.unit.test_exactly_once_edges import _StubGateway
@@ -95,7 +95,9 @@ class _SlowSlots(_StubGateway):
 def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint_dir):
     """The job processes on while the slots start (a process start is seconds on a
     small machine); then it stops at a checkpoint and redeploys."""
-    from weir.runtime.jobmaster import JobMaster, RescaleJob, Request, inline
+    from weir.runtime.jobmaster import JobMaster
+    from weir.runtime.letters import RescaleJob, Request
+    from weir.runtime.storage_thread import inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(60_000)
@@ -122,7 +124,9 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
 
 
 def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoint_dir):
-    from weir.runtime.jobmaster import JobMaster, RescaleJob, Request, inline
+    from weir.runtime.jobmaster import JobMaster
+    from weir.runtime.letters import RescaleJob, Request
+    from weir.runtime.storage_thread import inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(60_000)

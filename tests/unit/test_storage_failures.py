@@ -142,7 +142,8 @@ def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, 
 
 
 def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_path, caplog):
-    from weir.runtime.jobmaster import JobMaster, inline
+    from weir.runtime.jobmaster import JobMaster
+    from weir.runtime.storage_thread import inline
     from weir.runtime.local import LocalExecutor, LocalGateway
 
     env, _ = _summing_job(tmp_path)
@@ -185,7 +186,7 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
 
     import weir.runtime.jobmaster
     from weir.runtime.executor import JobStatus
-    from weir.runtime.jobmaster import StorageThread
+    from weir.runtime.storage_thread import StorageThread
 
     entered, release = threading.Event(), threading.Event()
     write = weir.runtime.jobmaster.write_metadata

@@ -1,0 +1,92 @@
+"""Deployment planning: what the job master deploys where, as plain data built by
+plain functions, and the gateway that carries it out (Ray actors in
+``weir.actors``, threads in :mod:`weir.runtime.local`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from weir.runtime.checkpointing import TaskKey
+from weir.runtime.graph import JobGraph
+from weir.runtime.task import OperatorRestore, TaskDeployment, TaskLetter, TaskResult
+
+Route = tuple[TaskKey, int]  # (target task, channel index at the target)
+
+
+@dataclass
+class Deployment:
+    """Everything a gateway needs to start one task."""
+
+    key: TaskKey
+    attempt: int
+    task: TaskDeployment
+    routes: list[list[Route]]  # output edge -> channel -> where it goes
+
+
+class TaskGateway(Protocol):
+    def deploy(self, deployments: list[Deployment]) -> None:
+        """Start these tasks: every task of the job, or a failed-over region's
+        (their previous attempt is gone; the other tasks keep running)."""
+
+    def send(self, task: TaskKey, letter: TaskLetter) -> None:
+        """Hand a letter to a task of the current attempt (late ones for a task that
+        is gone are dropped). An :class:`OperatorEvent` that cannot be delivered is
+        reported as that task's failure by ``poll_exits``; the task acknowledges
+        one it handled."""
+
+    def kill(self, tasks: frozenset[TaskKey]) -> None:
+        """Stop these tasks at once, whatever state they are in; they report nothing more."""
+
+    def kill_all(self) -> None:
+        """Stop every task at once, whatever state it is in; none reports anything more."""
+
+    def stop_deploying(self) -> None:
+        """The job is cancelled (any thread): a ``deploy`` waiting for room on the
+        cluster gives up at once, and so does every later one."""
+
+    def reserve(self, graph: JobGraph) -> bool:
+        """Have slots ready for every task of ``graph`` (a rescale will deploy it):
+        start what the job's own slots do not cover and return at once; True
+        once all are up. The job runs on meanwhile."""
+
+    def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
+        """Tasks of the current attempt that ended since the last poll, and how."""
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
+
+
+def plan_deployments(
+    graph: JobGraph, attempt: int, attempt_id: str, restore: dict[str, OperatorRestore],
+    region: frozenset[TaskKey] | None = None,
+) -> list[Deployment]:
+    """The deployments of ``attempt`` (its id ``attempt_id`` names the job's
+    channels): every task of ``graph``, or only a failed-over ``region``'s, each
+    restoring its operators' share of ``restore`` (operator uid -> state, see
+    :func:`weir.runtime.checkpointing.restore_plan`)."""
+    deployments = [
+        Deployment((v.id, i), attempt, TaskDeployment(
+            job_name=graph.name,
+            attempt_id=attempt_id,
+            vertex=v,
+            subtask=i,
+            input_channels=[(e.edge_id, j) for e, j in graph.input_channels((v.id, i))],
+            checkpointing=graph.checkpointing,
+            transport=graph.execution.transport,
+            restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
+            runtime_mode=graph.runtime_mode,
+            run_id=graph.run_id,
+        ), [])
+        for v in graph.vertices.values() for i in range(v.parallelism)
+        if region is None or (v.id, i) in region
+    ]
+    # A region is closed under channels: every target of its tasks is deployed with them.
+    channels = {d.key: d.task.input_channels for d in deployments}
+    for d in deployments:
+        for e in d.task.vertex.outputs:
+            target = graph.vertices[e.target]
+            subtasks = [d.key[1]] if e.pointwise else list(range(target.parallelism))
+            d.routes.append([((target.id, j), channels[(target.id, j)].index((e.edge_id, d.key[1]))) for j in subtasks])
+    return deployments

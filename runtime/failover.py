@@ -1,0 +1,120 @@
+"""Failover decisions, as plain functions over plain data: after a failure, what
+restarts (a pipelined region, every task, or nothing: the job ends), under which
+restart backoff, and from which checkpoint. The job master carries them out; it
+calls these on its loop thread, and they touch nothing but their arguments.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from weir.runtime.checkpointing import TaskKey
+from weir.runtime.errors import CorruptCheckpointError, WeirError
+from weir.runtime.restarts import RestartBackoff
+
+RestorePoint = tuple[str, dict[str, Any]]  # (location, metadata) of a complete checkpoint or savepoint
+
+
+class FailoverAction(enum.Enum):
+    """What a failure does to the job. Each member carries its meaning."""
+
+    RESTART_REGION = "kill the failed task's pipelined region and redeploy it from the latest checkpoint; the others run on"
+    RESTART_JOB = "kill every task and redeploy the job from the latest checkpoint"
+    CANCEL = "kill every task: a cancel was asked for, so the job ends CANCELED"
+    FAIL = "kill every task: the failure is not restartable, or the restart strategy's attempts are used up"
+
+
+@dataclass(frozen=True)
+class Failover:
+    """A failover decision: ``backoff`` is the restart strategy's next state, kept
+    only if the job restarts (None: no attempt is left); ``region``: the tasks a
+    region restart redeploys."""
+
+    action: FailoverAction
+    backoff: RestartBackoff | None
+    region: frozenset[TaskKey] | None = None
+
+
+def region_of(
+    task: TaskKey | None, regions: list[frozenset[TaskKey]], failover_strategy: str, running: bool, task_count: int
+) -> frozenset[TaskKey] | None:
+    """The pipelined region to restart for ``task``'s failure, or None for all
+    tasks: with full failover, when the job is not ``running`` (it is stopping or
+    cancelling), when no task failed (a coordinator or a checkpoint did), or when
+    its region is the whole job."""
+    if task is None or failover_strategy != "region" or not running:
+        return None
+    region = next((r for r in regions if task in r), None)
+    return region if region is not None and len(region) < task_count else None
+
+
+def decide_failover(
+    backoff: RestartBackoff | None, restartable: bool, region: frozenset[TaskKey] | None, cancel_requested: bool
+) -> Failover:
+    """What a failure does, given the restart strategy's answer to it (``backoff``,
+    None once the attempts are used up), whether the failure may restart at all,
+    the failed task's region (see :func:`region_of`) and whether a cancel is on its
+    way. A region restart that cannot happen (see :func:`coordinator_resets`)
+    becomes a restart of the job: decide again with ``region=None``."""
+    if region is not None and restartable and backoff is not None:
+        return Failover(FailoverAction.RESTART_REGION, backoff, region)
+    if cancel_requested:
+        return Failover(FailoverAction.CANCEL, backoff)
+    if not restartable or backoff is None:
+        return Failover(FailoverAction.FAIL, backoff)
+    return Failover(FailoverAction.RESTART_JOB, backoff)
+
+
+@dataclass(frozen=True)
+class CoordinatorResets:
+    """What a region restart does to the operator coordinators (FLIP-27): those
+    whose every subtask restarts are closed and started afresh with the region;
+    one that keeps other subtasks running takes back what it sent to the
+    restarting ones (``reset``: operator uid -> its restarting subtasks)."""
+
+    close: list[str]
+    reset: dict[str, list[int]]
+
+
+def coordinator_resets(region: frozenset[TaskKey], coordinators: dict[str, tuple[str, int]]) -> CoordinatorResets:
+    """For a restart of ``region``, given each coordinator's (vertex id, parallelism)
+    by operator uid."""
+    close, reset = [], {}
+    for uid, (vid, parallelism) in coordinators.items():
+        subtasks = sorted(i for v, i in region if v == vid)
+        if len(subtasks) == parallelism:
+            close.append(uid)
+        elif subtasks:
+            reset[uid] = subtasks
+    return CoordinatorResets(close, reset)
+
+
+def due_regions(restarting: dict[frozenset[TaskKey], float], now: float) -> list[frozenset[TaskKey]]:
+    """Failed-over regions whose restart delay has passed at ``now``."""
+    return [region for region, at in restarting.items() if now >= at]
+
+
+@dataclass(frozen=True)
+class FallBack:
+    """Where a job whose restore point turned out damaged goes: the restore points
+    left (the damaged one dropped), and the error it fails over with; it may
+    restart only if an earlier one is left (``restartable``)."""
+
+    restore_points: list[RestorePoint]
+    error: BaseException
+    restartable: bool
+
+
+def fall_back(restore_points: list[RestorePoint], error: CorruptCheckpointError, job: str) -> FallBack:
+    """The latest of ``restore_points`` is damaged: restart from the one before it,
+    or, with none left, fail (never start from scratch: that would drop the job's
+    state without a word)."""
+    left = restore_points[:-1]
+    if left:
+        return FallBack(left, error, True)
+    return FallBack(left, WeirError(
+        f"job '{job}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
+        "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
+    ), False)

@@ -1,0 +1,160 @@
+"""Letters to the job master: what its tasks report (through :class:`MasterPorts`),
+what its own off-loop work answers, and what clients ask (each carries the
+:class:`Request` its answer goes to). They are plain values; only the loop
+thread acts on them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from weir.runtime.checkpointing import TaskKey
+from weir.runtime.coordination import AsyncCall, CoordinatorHolder
+from weir.runtime.deployment import Deployment
+from weir.runtime.errors import CheckpointFailureReason
+from weir.runtime.state import SnapshotSummary
+from weir.runtime.storage import StateHandle
+
+
+@dataclass(frozen=True)
+class Ack:
+    attempt: int
+    task: TaskKey
+    checkpoint_id: int
+    handle: StateHandle
+    operators: dict[str, SnapshotSummary]
+
+
+@dataclass(frozen=True)
+class Decline:
+    attempt: int
+    task: TaskKey
+    checkpoint_id: int
+    reason: CheckpointFailureReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class EndOfInput:
+    attempt: int
+    task: TaskKey
+
+
+@dataclass(frozen=True)
+class EventFromOperator:
+    attempt: int
+    task: TaskKey
+    operator_uid: str
+    event: Any
+
+
+@dataclass(frozen=True)
+class EventAcknowledged:
+    attempt: int
+    task: TaskKey
+    operator_uid: str
+    event_id: int
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    pass
+
+
+@dataclass(frozen=True)
+class MetadataWritten:
+    """The storage thread wrote a checkpoint's metadata (``error``: or failed to)."""
+
+    checkpoint_id: int
+    metadata: dict[str, Any]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CoordinatorCallDone:
+    """An operator coordinator's async call returned (``error``: or raised)."""
+
+    holder: CoordinatorHolder
+    call: AsyncCall
+    result: Any
+    error: BaseException | None
+
+
+class MasterPorts:
+    """The half of a task's ports that reports to the job master: each report is
+    a letter, and an executor only says how a letter gets there (``post``)."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self._attempt, self._key = deployment.attempt, deployment.key
+
+    def post(self, letter: Any) -> None:
+        raise NotImplementedError
+
+    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))
+
+    def report_end_of_input(self) -> None:
+        self.post(EndOfInput(self._attempt, self._key))
+
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        self.post(EventFromOperator(self._attempt, self._key, operator_uid, event))
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        self.post(EventAcknowledged(self._attempt, self._key, operator_uid, event_id))
+
+
+class Request:
+    """A client's call that waits for its answer (from any thread)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def reply(self, result: Any = None, error: BaseException | None = None) -> None:
+        if not self._done.is_set():
+            self._result, self._error = result, error
+            self._done.set()
+
+    def wait(self, timeout_s: float) -> Any:
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"no answer within {timeout_s}s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+@dataclass(frozen=True)
+class TriggerSavepoint:
+    """Take a savepoint into ``location`` (None: a retained checkpoint); replies its location."""
+
+    location: str | None
+    request: Request
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Stop with a savepoint into ``location`` (None: a final retained checkpoint);
+    replies the location once the job has ended."""
+
+    location: str | None
+    drain: bool
+    request: Request
+
+
+@dataclass(frozen=True)
+class RescaleJob:
+    """Change operators' parallelism on the running job: a stop without drain into
+    a retained checkpoint, then the job restarts from it with the new parallelism.
+    Replies the seconds the job was not processing."""
+
+    parallelism: dict[str, int]
+    request: Request
+
+
+AskLetter = TriggerSavepoint | StopJob | RescaleJob
