@@ -16,6 +16,7 @@ from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Decline, EndOfInput
 from weir.runtime.storage_thread import inline
+from tests.unit.test_exactly_once_edges import _StubGateway
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED
 ENOSPC = "writing its state failed: [Errno 28] No space left on device: '/full/chk-1/map-0.state'"
@@ -48,38 +49,17 @@ def test_only_failures_count_and_a_job_may_go_on_up_to_the_tolerable_number():
         "11 checkpoints failed in a row writing to it (tolerable: 10 unless set_tolerable_checkpoint_failure_number says otherwise)")
 
 
-class _Gateway:
-    """Deploys nothing: the test plays the tasks' letters."""
+class _Gateway(_StubGateway):
+    """Deploys nothing: the test plays the tasks' letters, and sees the barriers sent."""
 
     def __init__(self) -> None:
-        self.keys: list = []
+        super().__init__()
         self.triggered: list[int] = []
-
-    def deploy(self, deployments) -> None:
-        self.keys = [d.key for d in deployments]
 
     def send(self, task, letter) -> None:
         barrier = getattr(letter, "barrier", None)
         if barrier is not None:
             self.triggered.append(barrier.checkpoint_id)
-
-    def poll_exits(self) -> list:
-        return []
-
-    def kill(self, tasks) -> None:
-        pass
-
-    def kill_all(self) -> None:
-        pass
-
-    def stop_deploying(self) -> None:
-        pass
-
-    def reserve(self, graph) -> bool:
-        return True
-
-    def metrics(self) -> list:
-        return []
 
 
 def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_backoff_then_fails(checkpoint_dir, caplog):
