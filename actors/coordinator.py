@@ -20,7 +20,7 @@ from weir.actors.exchange import Endpoint, Route
 from weir.actors.ledger import Application, JobAssignment, Shape
 from weir.actors.metrics import JobMetrics, report_every_second
 from weir.actors.slots import CANCEL_GRACE_S, JobScope, actor_id, find_pool
-from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.checkpointing import CheckpointStatus, TaskKey, task_name
 from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
 from weir.runtime.config import ExecutionConfig
 from weir.runtime.graph import JobGraph, JobVertex
@@ -432,7 +432,7 @@ class JobCoordinator:
         if hosted is None:
             return
         m = hosted.master
-        done = [st for st in list(m.coordinator.history.values()) if st.status == "COMPLETED"]
+        done = [st for st in list(m.coordinator.history.values()) if st.status is CheckpointStatus.COMPLETED]
         last = max(done, key=lambda st: st.checkpoint_id, default=None)
         self._metrics.report(hosted.graph.name, m.restarts, m.coordinator.completed, None if last is None else vars(last))
 

@@ -55,6 +55,7 @@ from weir.actors.coordinator import RemoteJobCoordinator
 from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
 from weir.actors.slots import CANCEL_GRACE_S, POOL_NAME, actor_id, find_pool
 from weir.actors.task_actor import RemoteTaskActor
+from weir.runtime.executor import JobStatus
 
 log = logging.getLogger("weir.pool")
 
@@ -204,7 +205,7 @@ class SlotPool:
             if entry is None or actor is None or not entry.assignment.started:
                 return False
         try:
-            if ray.get(actor.status.remote(conflict.job), timeout=5) not in ("FINISHED", "FAILED", "CANCELED", "SUSPENDED"):
+            if not JobStatus(ray.get(actor.status.remote(conflict.job), timeout=5)).is_terminal:
                 return False
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
             return False

@@ -71,10 +71,19 @@ class PendingCheckpoint:
         return self.plan.to_ack - self.acks.keys()
 
 
+class CheckpointStatus(enum.Enum):
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
 @dataclass
 class CheckpointStats:
+    """One checkpoint or savepoint in ``weir checkpoints`` (``JobClient.checkpoints()``
+    shows it as a dict, ``status`` by its value)."""
+
     checkpoint_id: int
-    status: str  # PENDING | COMPLETED | ABORTED
+    status: CheckpointStatus
     started_ms: int
     kind: str = "checkpoint"  # or savepoint
     duration_ms: int | None = None
@@ -82,6 +91,11 @@ class CheckpointStats:
     reason: str = ""
     location: str = ""
     discarded: bool = False  # a completed checkpoint dropped beyond the retained count
+
+    @property
+    def is_retained(self) -> bool:
+        """A completed checkpoint (not a savepoint) still on storage."""
+        return self.status is CheckpointStatus.COMPLETED and self.kind == CheckpointKind.CHECKPOINT.value and not self.discarded
 
 
 # Aborts that are no failure: a newer checkpoint took over, the job is stopping,
@@ -184,7 +198,7 @@ class CheckpointCoordinator:
         self.next_id += 1
         p = PendingCheckpoint(cid, int(time.time() * 1000), now, plan, kind, location(cid))
         self.pending[cid] = p
-        self.history[cid] = CheckpointStats(cid, "PENDING", p.timestamp_ms, kind.value, location=p.location)
+        self.history[cid] = CheckpointStats(cid, CheckpointStatus.PENDING, p.timestamp_ms, kind.value, location=p.location)
         if kind is CheckpointKind.CHECKPOINT:
             self.last_trigger = now
         return p
@@ -267,7 +281,7 @@ class CheckpointCoordinator:
     def complete(self, checkpoint_id: int, now: float) -> PendingCheckpoint:
         p = self.pending.pop(checkpoint_id)
         st = self.history[checkpoint_id]
-        st.status, st.duration_ms = "COMPLETED", int((now - p.started) * 1000)
+        st.status, st.duration_ms = CheckpointStatus.COMPLETED, int((now - p.started) * 1000)
         st.size_bytes = sum(h.size for h, _ in p.acks.values())
         self.last_completion = now
         self.failures = FailedCheckpoints()
@@ -284,7 +298,7 @@ class CheckpointCoordinator:
         stays."""
         ended = [
             cid for cid, st in self.history.items()
-            if st.status != "PENDING" and not (st.status == "COMPLETED" and st.kind == CheckpointKind.CHECKPOINT.value and not st.discarded)
+            if st.status is not CheckpointStatus.PENDING and not st.is_retained
         ]
         for cid in sorted(ended)[: max(0, len(ended) - self.HISTORY_LIMIT)]:
             del self.history[cid]
@@ -298,7 +312,7 @@ class CheckpointCoordinator:
         if p is None:
             return None
         st = self.history[checkpoint_id]
-        st.status = "ABORTED"
+        st.status = CheckpointStatus.ABORTED
         st.reason = reason.message + (f" ({detail})" if detail else "")
         self._trim_history()
         interval_s = None if self.config.interval_ms is None else self.config.interval_ms / 1000
@@ -309,10 +323,7 @@ class CheckpointCoordinator:
         """Mark all but the newest ``retained`` completed checkpoints discarded and
         return their locations, for the caller to delete; savepoints belong to the
         user and are never discarded."""
-        completed = sorted(
-            cid for cid, s in self.history.items()
-            if s.status == "COMPLETED" and s.kind == CheckpointKind.CHECKPOINT.value and not s.discarded
-        )
+        completed = sorted(cid for cid, s in self.history.items() if s.is_retained)
         locations = []
         for cid in completed[:-retained]:
             self.history[cid].discarded = True

@@ -939,4 +939,4 @@ class JobMaster:
         return sorted(task_name(k) for region in list(self._restarting) for k in region)
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
-        return [vars(s).copy() for s in sorted(self.coordinator.history.values(), key=lambda s: s.checkpoint_id)]
+        return [{**vars(s), "status": s.status.value} for s in sorted(self.coordinator.history.values(), key=lambda s: s.checkpoint_id)]

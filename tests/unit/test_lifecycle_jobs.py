@@ -235,7 +235,7 @@ def test_a_task_that_finishes_while_a_trigger_is_in_flight_aborts_that_checkpoin
     master.run_until_idle()
     assert first not in master.coordinator.pending
     entry = master.coordinator.history[first]
-    assert entry.status == "ABORTED" and entry.reason.startswith(CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK.message), entry
+    assert entry.status.value == "ABORTED" and entry.reason.startswith(CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK.message), entry
     (retry,) = master.coordinator.pending  # the savepoint asked for is tried again without the finished task
     assert finished not in master.coordinator.pending[retry].plan.to_ack
 
