@@ -12,7 +12,8 @@ from weir.runtime.datastream import (
     StreamExecutionEnvironment,
     WindowedStream,
 )
-from weir.runtime.functions import (
+from weir.datastream.functions import (  # PyFlink's datastream hands these on from its functions module too
+    AggregateFunction,
     BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
@@ -24,20 +25,16 @@ from weir.runtime.functions import (
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
-    OutputTag,
     ProcessFunction,
+    ProcessWindowFunction,
     ReduceFunction,
     RuntimeContext,
-)
-from weir.runtime.timers import TimeDomain, TimerService
-from weir.runtime.windows import (
-    AggregateFunction,
-    ProcessWindowFunction,
-    TimeWindow,
-    Trigger,
-    TriggerResult,
+    TimerService,
     WindowFunction,
 )
+from weir.runtime.functions import OutputTag
+from weir.runtime.timers import TimeDomain
+from weir.runtime.windows import TimeWindow, Trigger, TriggerResult
 
 __all__ = [
     "StreamExecutionEnvironment", "DataStream", "KeyedStream", "WindowedStream", "ConnectedStreams",
