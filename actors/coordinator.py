@@ -546,14 +546,14 @@ class JobCoordinator:
             "restarts": m.restarts,
             "attempt": m.attempt,
             "coordinator_recovered": m.recovering,  # this coordinator took the job over and recovered it from storage
-            "restarting_tasks": m.restarting_tasks(),  # failed-over regions on their way back
+            "restarting_tasks": m.view.restarting_tasks,  # failed-over regions on their way back
             "duration_s": round((m.ended or m.clock()) - m.started, 3),
             "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},
             "completed_checkpoints": m.coordinator.completed,
         }
 
     def checkpoints(self, job: str) -> list[dict[str, Any]]:
-        return self._job(job).master.checkpoint_stats()
+        return self._job(job).master.view.checkpoints
 
     def tasks(self, job: str) -> list[str]:
         return [task_actor_name(job, *k) for k in list(self._job(job).gateway.actors)]

@@ -9,16 +9,13 @@ import enum
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
-if TYPE_CHECKING:
-    from weir.runtime.task import OperatorRestore
-
-from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
+from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointKind
 from weir.runtime.graph import JobGraph
 from weir.runtime.state import SnapshotSummary
-from weir.runtime.storage import StateHandle, handle_from_json, handle_to_json
+from weir.runtime.storage import StateHandle, handle_to_json
 
 TaskKey = tuple[str, int]  # (vertex id, subtask)
 
@@ -337,53 +334,3 @@ class CheckpointCoordinator:
     def waiting_on(self, task: TaskKey) -> list[int]:
         """Pending checkpoints that still need ``task``'s acknowledgement."""
         return [cid for cid, p in self.pending.items() if task in p.not_yet_acknowledged]
-
-
-def restore_plan(metadata: dict[str, Any], graph: JobGraph, allow_non_restored_state: bool) -> dict[str, "OperatorRestore"]:
-    """Match a checkpoint's or savepoint's operator state to this job's operators by
-    uid. Parallelism may differ (key groups move, list state splits evenly); max
-    parallelism may not. State of a uid the job does not have is an error unless
-    ``allow_non_restored_state``."""
-    from weir.runtime.task import OperatorRestore
-
-    in_job = {op.uid: v for v in graph.vertices.values() for op in v.operators}
-    plan: dict[str, OperatorRestore] = {}
-    for uid, op in metadata["operators"].items():
-        vertex = in_job.get(uid)
-        if vertex is None:
-            if op.get("has_state", True) and not allow_non_restored_state:
-                raise InvalidJobGraphError(
-                    f"the snapshot holds state of operator '{op['name']}' (uid '{uid}'), which this job does not have; "
-                    "give that operator the same uid(), or drop its state with allow_non_restored_state=True"
-                )
-            continue
-        if op["max_parallelism"] != vertex.max_parallelism:
-            raise InvalidJobGraphError(
-                f"operator '{op['name']}' (uid '{uid}') was snapshotted with max parallelism {op['max_parallelism']} "
-                f"but has {vertex.max_parallelism} now; max parallelism fixes the key groups and cannot change"
-            )
-        handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
-        plan[uid] = OperatorRestore(handles, op["fully_finished"])
-    _refuse_input_to_finished(plan, graph)
-    return plan
-
-
-def _refuse_input_to_finished(plan: dict[str, "OperatorRestore"], graph: JobGraph) -> None:
-    """FLIP-147: a fully finished operator never runs again, so every operator
-    feeding it must have fully finished too (a new or unfinished one in front of
-    it would send it records)."""
-    names = {op.uid: op.name for v in graph.vertices.values() for op in v.operators}
-    for v in graph.vertices.values():
-        for k, op in enumerate(v.operators):
-            if not (op.uid in plan and plan[op.uid].fully_finished):
-                continue
-            feeding = [v.operators[k - 1].uid] if k else [
-                e.source_operator or graph.vertices[e.source].operators[-1].uid for e in v.inputs
-            ]
-            for uid in feeding:
-                if not (uid in plan and plan[uid].fully_finished):
-                    raise InvalidJobGraphError(
-                        f"operator '{op.name}' (uid '{op.uid}') had fully finished in the snapshot, but operator "
-                        f"'{names[uid]}' (uid '{uid}') in front of it {'had not' if uid in plan else 'is new and has not'}; "
-                        "a fully finished operator gets no input again, so what feeds it must have finished too"
-                    )

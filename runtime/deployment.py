@@ -65,7 +65,7 @@ def plan_deployments(
     """The deployments of ``attempt`` (its id ``attempt_id`` names the job's
     channels): every task of ``graph``, or only a failed-over ``region``'s, each
     restoring its operators' share of ``restore`` (operator uid -> state, see
-    :func:`weir.runtime.checkpointing.restore_plan`)."""
+    :func:`weir.runtime.restore.restore_plan`)."""
     deployments = [
         Deployment((v.id, i), attempt, TaskDeployment(
             job_name=graph.name,

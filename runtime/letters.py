@@ -73,6 +73,20 @@ class MetadataWritten:
 
 
 @dataclass(frozen=True)
+class Failed:
+    """Something failed the job (a task, an operator coordinator, its checkpoints):
+    the job master restarts it or ends it once the letter it is handling is done,
+    never from within it. ``restartable``: the restart strategy may restart it;
+    ``count``: a restart uses up an attempt; ``task``: the task that failed (only
+    its pipelined region may restart)."""
+
+    error: BaseException
+    restartable: bool = True
+    count: bool = True
+    task: TaskKey | None = None
+
+
+@dataclass(frozen=True)
 class CoordinatorCallDone:
     """An operator coordinator's async call returned (``error``: or raised)."""
 

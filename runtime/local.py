@@ -159,7 +159,7 @@ class LocalJobClient(JobClient):
         return self._master.restarts
 
     def checkpoints(self) -> list[dict[str, Any]]:
-        return self._master.checkpoint_stats()
+        return self._master.view.checkpoints
 
     def tasks(self) -> list[str]:
         return [task_name(k) for k in self._gateway.tasks]

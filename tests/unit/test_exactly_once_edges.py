@@ -19,6 +19,7 @@ from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirErro
 from weir.runtime.errors import CheckpointStorageError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
+from weir.runtime.restore import starting_point
 from weir.runtime.storage_thread import inline
 from weir.runtime.task import Cancel
 from weir.runtime.local import LocalExecutor, LocalGateway
@@ -224,10 +225,9 @@ def test_a_transient_read_error_retries_the_same_checkpoint(checkpoint_dir, out_
         return real(uri)
 
     monkeypatch.setattr(weir.runtime.storage, "_resolve", flaky)
-    master, _ = _master(graph, recovering=True)
-    master._recover_or_restore()
-    newest = max(weir.runtime.storage.CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id).checkpoint_ids())
-    assert failures["left"] == 0 and master._latest["checkpoint_id"] == newest
+    storage = weir.runtime.storage.CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
+    start = starting_point(storage, graph, recovering=True)
+    assert failures["left"] == 0 and start.points[-1][1]["checkpoint_id"] == max(storage.checkpoint_ids())
     assert not any("skipping damaged checkpoint" in r.message for r in caplog.records)
 
 

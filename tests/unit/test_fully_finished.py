@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from weir import DiscardingSink, StreamExecutionEnvironment
-from weir.runtime.checkpointing import CheckpointCoordinator, plan_checkpoint, restore_plan
+from weir.runtime.checkpointing import CheckpointCoordinator, plan_checkpoint
+from weir.runtime.restore import restore_plan
 from weir.runtime.state import SnapshotSummary
 from weir.runtime.storage import StateHandle
 

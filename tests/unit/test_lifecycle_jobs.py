@@ -21,7 +21,7 @@ from weir import (
     Types,
     WatermarkStrategy,
 )
-from weir.runtime.checkpointing import restore_plan
+from weir.runtime.restore import restore_plan
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint

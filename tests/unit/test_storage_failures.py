@@ -142,9 +142,9 @@ def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, 
 
 
 def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_path, caplog):
-    from weir.runtime.jobmaster import JobMaster
-    from weir.runtime.storage_thread import inline
-    from weir.runtime.local import LocalExecutor, LocalGateway
+    from weir.runtime.local import LocalExecutor
+    from weir.runtime.restore import starting_point
+    from weir.runtime.storage import CheckpointStorage
 
     env, _ = _summing_job(tmp_path)
     env.get_checkpoint_config().set_num_retained_checkpoints(3)
@@ -156,9 +156,8 @@ def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_
     metadata = done[-1] / "_metadata"
     metadata.write_bytes(metadata.read_bytes()[:40])
     (done[-1].parent / "_result").unlink()  # as if its job master had died before the end
-    master = JobMaster(graph, LocalGateway(), recovering=True, storage_io=inline)
-    master._recover_or_restore()
-    assert master._latest is not None and master._latest["checkpoint_id"] == int(done[-2].name.split("-")[1])
+    start = starting_point(CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id), graph, recovering=True)
+    assert start.points[-1][1]["checkpoint_id"] == int(done[-2].name.split("-")[1])
     assert any("skipping damaged checkpoint" in r.message and "_metadata is unusable" in r.message for r in caplog.records)
 
 
@@ -184,19 +183,19 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
     cancel until the write returned."""
     import threading
 
-    import weir.runtime.jobmaster
+    import weir.runtime.checkpoint_flow
     from weir.runtime.executor import JobStatus
     from weir.runtime.storage_thread import StorageThread
 
     entered, release = threading.Event(), threading.Event()
-    write = weir.runtime.jobmaster.write_metadata
+    write = weir.runtime.checkpoint_flow.write_metadata
 
     def hanging_write(location, metadata):
         entered.set()
         release.wait(60)
         write(location, metadata)
 
-    monkeypatch.setattr(weir.runtime.jobmaster, "write_metadata", hanging_write)
+    monkeypatch.setattr(weir.runtime.checkpoint_flow, "write_metadata", hanging_write)
     monkeypatch.setattr(StorageThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)

@@ -1,0 +1,253 @@
+"""The checkpoints and savepoints of a running job, from trigger to completion or
+abort: the job master's room for them. :class:`CheckpointCoordinator` keeps the
+books (plans, acks, ids, history); this room carries them out: it snapshots the
+operator coordinators, sends the triggers, has the storage thread write the
+metadata, notifies the tasks, and answers who waits for a savepoint.
+
+What it cannot settle itself it hands back: a failure goes to ``fail`` (the job
+master handles it after the current letter), and a completed checkpoint is
+returned as :class:`Completed` for the job master to restore from.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from weir.runtime import faults
+from weir.runtime.checkpointing import NOT_FAILURES, STORAGE_FAILURES, AckResult, CheckpointCoordinator, PendingCheckpoint, TaskKey, plan_checkpoint, task_name
+from weir.runtime.coordinators import OperatorCoordinators
+from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, WeirError
+from weir.runtime.events import CheckpointBarrier, CheckpointKind
+from weir.runtime.graph import JobGraph
+from weir.runtime.letters import Ack, MetadataWritten, Request
+from weir.runtime.stopping import StopProtocol
+from weir.runtime.storage import CheckpointStorage, discard, handle_to_json, parent, savepoint_location, write_metadata, write_state
+from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TaskLetter, TriggerCheckpoint
+
+log = logging.getLogger("weir.jobmaster")
+
+Work = Callable[[], None]
+
+
+class Fail(Protocol):
+    def __call__(self, error: BaseException, restartable: bool = True, count: bool = True) -> None: ...
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A checkpoint or savepoint completed; ``committed``: its side effects were
+    committed (every checkpoint, and a stop's savepoint), so the job may restore
+    from it; ``discarded``: older ones deleted to keep the number retained."""
+
+    location: str
+    metadata: dict[str, Any]
+    committed: bool
+    started: float
+    discarded: list[str] = field(default_factory=list)
+
+
+class CheckpointFlow:
+    """``send`` hands a letter to a task; ``stop`` is the job's stop in progress
+    (a stop waits for its savepoint here); ``storage_io`` runs writes and deletes
+    off the loop, and ``post`` brings their answers back as letters."""
+
+    def __init__(
+        self, graph: JobGraph, send: Callable[[TaskKey, TaskLetter], None], coordinators: OperatorCoordinators,
+        stop: StopProtocol, storage: CheckpointStorage, storage_io: Callable[[Work], None],
+        clock: Callable[[], float], fail: Fail, post: Callable[[Any], None],
+    ) -> None:
+        self.coordinator = CheckpointCoordinator(graph)
+        self._send, self._coordinators, self._stop, self._storage = send, coordinators, stop, storage
+        self.storage_io, self._clock, self._fail, self._post = storage_io, clock, fail, post
+        self.requests: dict[int, Request] = {}  # savepoint id -> who waits for it
+        self.final: int | None = None  # the final checkpoint, once every source has ended
+
+    @property
+    def graph(self) -> JobGraph:
+        return self.coordinator.graph
+
+    # ------------------------------------------------------------ triggering
+    def tick(self, now: float, exited: set[TaskKey], sources_ended: bool, may_trigger: bool) -> None:
+        """Abort what timed out; trigger what is due (``may_trigger``: the job runs
+        with every task deployed). Once every source has ended, the final
+        checkpoint goes at once, not at the next interval (after a failed one, once
+        its backoff passed); after it completed the tasks exit and need no other."""
+        self._abort_expired(now, exited)
+        if not may_trigger:
+            return
+        if sources_ended:
+            if self.final is None and not self.coordinator.pending and self.coordinator.may_retry(now):
+                self.final = self.trigger(now, exited)
+        elif self.coordinator.due(now):
+            self.trigger(now, exited)
+
+    def trigger(
+        self, now: float, exited: set[TaskKey], location: str | None = None,
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT, stop_drain: bool | None = None,
+    ) -> int | None:
+        """Start a checkpoint (or a savepoint into ``location``; ``stop_drain``: one
+        that stops the sources); None: no task is left to snapshot, or a coordinator failed."""
+        plan = plan_checkpoint(self.graph, exited)
+        if not plan.to_ack:
+            return None
+        pending = self.coordinator.start(plan, now, lambda cid: location or self._storage.location(cid), kind)
+        cid = pending.checkpoint_id
+        states = self._coordinators.snapshot(cid, plan.to_ack)  # before any task's
+        if states is None:
+            return None  # a coordinator failed, and so does the job
+        pending.coordinator_states.update(states)
+        barrier = CheckpointBarrier(cid, pending.timestamp_ms, kind, pending.location)
+        self._coordinators.trigger(barrier, [
+            (key, TriggerCheckpoint(barrier, stop_drain if self.graph.vertices[key[0]].is_source else None)) for key in plan.to_trigger
+        ])
+        return cid
+
+    def _abort_expired(self, now: float, exited: set[TaskKey]) -> None:
+        for cid in self.coordinator.expired(now):
+            # Name who held it up: a task stuck in a user function never acknowledges.
+            pending = self.coordinator.pending[cid]
+            late = sorted(pending.not_yet_acknowledged)
+            names = ", ".join(f"{task_name(k)} ({self.graph.vertices[k[0]].name})" for k in late[:5])
+            self.abort(cid, CheckpointFailureReason.TIMEOUT, exited, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}"
+                       if late else f"every task acknowledged it, but its metadata was still being written to {pending.location}")
+
+    # ------------------------------------------------------------ completing
+    def on_ack(self, ack: Ack, exited: set[TaskKey]) -> None:
+        self._coordinators.subtask_checkpointed(ack.task, ack.checkpoint_id)
+        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
+        if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
+            self._complete(ack.checkpoint_id, exited)
+        elif result is AckResult.SUCCESS:
+            faults.point("checkpoint-half-acknowledged")
+
+    def _complete(self, checkpoint_id: int, exited: set[TaskKey]) -> None:
+        """Every task acknowledged: the storage thread writes the coordinators'
+        state and the metadata, and the checkpoint completes when it reports back."""
+        union = self.coordinator.union_state_partially_finished(checkpoint_id, exited)
+        if union is not None:
+            self.abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, exited, f"operator '{union}'")
+            return
+        metadata = self.coordinator.metadata(checkpoint_id, exited)
+        pending = self.coordinator.pending[checkpoint_id]
+        self.storage_io(functools.partial(_write, pending.location, metadata, dict(pending.coordinator_states), checkpoint_id, self._post))
+
+    def on_metadata_written(self, letter: MetadataWritten, exited: set[TaskKey]) -> Completed | None:
+        checkpoint_id = letter.checkpoint_id
+        if checkpoint_id not in self.coordinator.pending:
+            return None  # aborted while it was written (timed out, a failover): its location is discarded after the write
+        if letter.error is not None:
+            self.abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, exited, letter.error)
+            return None
+        location = self.coordinator.pending[checkpoint_id].location
+        pending = self.coordinator.complete(checkpoint_id, self._clock())
+        # A savepoint commits no side effects (Flink >= 1.15, FLINK-25191): what its
+        # sinks pre-committed is committed by the next checkpoint, and recovery,
+        # which knows only checkpoints, never restores to before something committed.
+        # A stop's savepoint commits: nothing runs after it.
+        commits = pending.kind is CheckpointKind.CHECKPOINT or self._stop.stops_at(checkpoint_id)
+        self._coordinators.checkpoint_ended(checkpoint_id, committed=commits)
+        for key in pending.plan.to_ack if commits else ():
+            if key not in exited:
+                self._send(key, NotifyCheckpointComplete(checkpoint_id))
+        request = self.requests.pop(checkpoint_id, None)
+        if request is not None:
+            request.reply(location)
+        discarded = self.coordinator.discard_beyond(self.graph.checkpointing.retained)  # keep the newest ``retained``
+        for old in discarded:
+            self.storage_io(functools.partial(discard, old))
+        return Completed(location, letter.metadata, commits, pending.started, discarded)
+
+    # ------------------------------------------------------------ aborting
+    def abort_all(self, reason: CheckpointFailureReason, exited: set[TaskKey], detail: str) -> None:
+        for cid in list(self.coordinator.pending):
+            self.abort(cid, reason, exited, detail)
+
+    def task_finished(self, task: TaskKey, exited: set[TaskKey]) -> None:
+        """``task`` finished: checkpoints still waiting for its acknowledgement never get it."""
+        for cid in self.coordinator.waiting_on(task):
+            self.abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, exited, task_name(task))
+
+    def abort(self, checkpoint_id: int, reason: CheckpointFailureReason, exited: set[TaskKey], detail: str = "") -> None:
+        pending = self.coordinator.abort(checkpoint_id, reason, self._clock(), detail)
+        if pending is None:
+            return
+        self._log_abort(checkpoint_id, reason, detail)
+        self.storage_io(functools.partial(discard, pending.location))
+        self._coordinators.checkpoint_ended(checkpoint_id, committed=False)
+        if checkpoint_id == self.final:
+            self.final = None  # try again
+        for key in pending.plan.to_ack:
+            if key not in exited:
+                self._send(key, NotifyCheckpointAborted(checkpoint_id))
+        request = self.requests.pop(checkpoint_id, None)
+        if reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK and self._retried(pending, request, exited):
+            return
+        error = CheckpointDeclinedError(checkpoint_id, reason, detail)
+        if request is not None:
+            request.reply(error=error)
+        if self._stop.stops_at(checkpoint_id):
+            # The sources have stopped already: go back to the latest checkpoint and
+            # keep running; the stop request fails with the reason.
+            self._stop.savepoint_failed(error).deliver(self.graph.name)
+            self._fail(error, count=False)
+        too_many = self.coordinator.failures.beyond(self.graph.checkpointing.tolerable_failures)
+        if too_many is not None:
+            last = f"{too_many}; last: {reason.message} ({detail})"
+            storage = reason in STORAGE_FAILURES
+            self._fail(CheckpointStorageError(self._storage.root, f"cannot be written: {last}") if storage else WeirError(last),
+                       restartable=False)
+
+    def _log_abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        if reason in NOT_FAILURES:
+            log.info("checkpoint %d of %s aborted: %s %s", checkpoint_id, self.graph.name, reason.message, detail)
+            return
+        failures = self.coordinator.failures
+        log.warning(
+            "checkpoint %d of %s failed (%d in a row; the next begins in %.1fs at the earliest): %s %s",
+            checkpoint_id, self.graph.name, failures.failed, max(0.0, failures.retry_at - self._clock()), reason.message, detail,
+        )
+
+    def _retried(self, pending: PendingCheckpoint, request: Request | None, exited: set[TaskKey]) -> bool:
+        """A savepoint or stop whose ``pending`` snapshot was aborted because a task
+        exited between the plan and its trigger is triggered again (the next plan
+        knows it); False: there was none, or no task is left to snapshot. A
+        savepoint is retried in a fresh folder beside the aborted one: that one's
+        discard runs on the I/O thread, maybe after the retry wrote."""
+        stopping = self._stop.stopping if self._stop.stops_at(pending.checkpoint_id) else None
+        if request is None and stopping is None:
+            return False
+        retry = self.trigger(
+            self._clock(), exited,
+            savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
+            pending.kind,
+            stopping.drain if stopping is not None else None,
+        )
+        if retry is None:
+            return False
+        if request is not None:
+            self.requests[retry] = request
+        if stopping is not None:
+            self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
+        return True
+
+    def job_ended(self, status: str) -> None:
+        """Savepoints still waiting fail: the job ended ``status`` first."""
+        for request in self.requests.values():
+            request.reply(error=WeirError(f"job '{self.graph.name}' ended {status} before the savepoint completed"))
+        self.requests.clear()
+
+
+def _write(location: str, metadata: dict[str, Any], states: dict[str, bytes], checkpoint_id: int, post: Callable[[Any], None]) -> None:
+    """On the storage thread: write a checkpoint's coordinator states and its
+    metadata (which completes it on storage), and tell the loop how it went."""
+    error = None
+    try:
+        metadata["coordinators"] = {uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload)) for uid, payload in states.items()}
+        faults.point("checkpoint-before-metadata")
+        write_metadata(location, metadata)
+    except Exception as exc:
+        error = str(exc) or type(exc).__name__
+    post(MetadataWritten(checkpoint_id, metadata, error))

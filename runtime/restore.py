@@ -1,0 +1,126 @@
+"""Where a job starts and restarts: the complete checkpoints and savepoints it may
+restore from (the latest is used; a damaged one falls back to the one before),
+and what each of the job's operators restores from one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidJobGraphError, WeirError
+from weir.runtime.executor import JobStatus
+from weir.runtime.failover import RestorePoint
+from weir.runtime.graph import JobGraph
+from weir.runtime.storage import CheckpointStorage, find_restore_point, handle_from_json, read_metadata
+from weir.runtime.task import OperatorRestore
+
+log = logging.getLogger("weir.jobmaster")
+
+
+@dataclass
+class StartingPoint:
+    """Where a job master starts its job: the ``points`` it may restore from,
+    oldest first; the id its next checkpoint takes (None: 1); or, for a run that
+    had ended before its job master restarted, that end (``ended``: status and
+    detail), and the job is not run again."""
+
+    points: list[RestorePoint]
+    next_checkpoint_id: int | None = None
+    ended: tuple[JobStatus, str] | None = None
+
+
+def starting_point(storage: CheckpointStorage, graph: JobGraph, recovering: bool) -> StartingPoint:
+    """After a job master's death (``recovering``), the run's latest completed
+    checkpoint (never a half-written one: those have no metadata), with new
+    checkpoint ids after every folder there; else the savepoint the job was given."""
+    if recovering:
+        recovered = _recovered(storage, graph)
+        if recovered.points or recovered.ended is not None:
+            return recovered
+    else:
+        recovered = StartingPoint([])
+    given = graph.execution.restore_from
+    if given is not None:
+        location = find_restore_point(given)
+        recovered.points.append((location, read_metadata(location)))
+        restore_plan(recovered.points[-1][1], graph, graph.execution.allow_non_restored_state)  # fail fast
+    return recovered
+
+
+def _recovered(storage: CheckpointStorage, graph: JobGraph) -> StartingPoint:
+    result = storage.recorded_result()
+    if result is not None:
+        log.warning("job %s had ended %s before its job master restarted; it is not run again", graph.name, result["status"])
+        return StartingPoint([], ended=(JobStatus(result["status"]), result["detail"]))
+    if not storage.started():
+        raise CheckpointStorageError(
+            storage.root,
+            "holds no trace of this run, which had started: is it the storage the job wrote to, reachable from "
+            "this node? (the default local storage is not shared between nodes; use s3://, hdfs:// or a shared mount)",
+        )
+    start = StartingPoint([], max(storage.checkpoint_ids(completed_only=False), default=0) + 1)
+    done = storage.checkpoint_ids()
+    for cid in done:
+        location = storage.location(cid)
+        try:
+            start.points.append((location, read_metadata(location)))
+        except CorruptCheckpointError as exc:
+            log.warning("job %s: skipping damaged checkpoint %d: %s", graph.name, cid, exc)
+    if start.points:
+        log.warning("job %s: job master restarted; recovering from %s", graph.name, start.points[-1][0])
+    elif done:
+        raise WeirError(
+            f"job '{graph.name}' cannot recover: every checkpoint in {storage.root} is damaged "
+            "(see the warnings); not starting from scratch, which would silently drop its state"
+        )
+    return start
+
+
+def restore_plan(metadata: dict[str, Any], graph: JobGraph, allow_non_restored_state: bool) -> dict[str, OperatorRestore]:
+    """Match a checkpoint's or savepoint's operator state to this job's operators by
+    uid. Parallelism may differ (key groups move, list state splits evenly); max
+    parallelism may not. State of a uid the job does not have is an error unless
+    ``allow_non_restored_state``."""
+    in_job = {op.uid: v for v in graph.vertices.values() for op in v.operators}
+    plan: dict[str, OperatorRestore] = {}
+    for uid, op in metadata["operators"].items():
+        vertex = in_job.get(uid)
+        if vertex is None:
+            if op.get("has_state", True) and not allow_non_restored_state:
+                raise InvalidJobGraphError(
+                    f"the snapshot holds state of operator '{op['name']}' (uid '{uid}'), which this job does not have; "
+                    "give that operator the same uid(), or drop its state with allow_non_restored_state=True"
+                )
+            continue
+        if op["max_parallelism"] != vertex.max_parallelism:
+            raise InvalidJobGraphError(
+                f"operator '{op['name']}' (uid '{uid}') was snapshotted with max parallelism {op['max_parallelism']} "
+                f"but has {vertex.max_parallelism} now; max parallelism fixes the key groups and cannot change"
+            )
+        handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
+        plan[uid] = OperatorRestore(handles, op["fully_finished"])
+    _refuse_input_to_finished(plan, graph)
+    return plan
+
+
+def _refuse_input_to_finished(plan: dict[str, OperatorRestore], graph: JobGraph) -> None:
+    """FLIP-147: a fully finished operator never runs again, so every operator
+    feeding it must have fully finished too (a new or unfinished one in front of
+    it would send it records)."""
+    names = {op.uid: op.name for v in graph.vertices.values() for op in v.operators}
+    for v in graph.vertices.values():
+        for k, op in enumerate(v.operators):
+            if not (op.uid in plan and plan[op.uid].fully_finished):
+                continue
+            feeding = [v.operators[k - 1].uid] if k else [
+                e.source_operator or graph.vertices[e.source].operators[-1].uid for e in v.inputs
+            ]
+            for uid in feeding:
+                if not (uid in plan and plan[uid].fully_finished):
+                    raise InvalidJobGraphError(
+                        f"operator '{op.name}' (uid '{op.uid}') had fully finished in the snapshot, but operator "
+                        f"'{names[uid]}' (uid '{uid}') in front of it {'had not' if uid in plan else 'is new and has not'}; "
+                        "a fully finished operator gets no input again, so what feeds it must have finished too"
+                    )
