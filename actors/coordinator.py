@@ -434,7 +434,7 @@ class JobCoordinator:
         m = hosted.master
         done = [st for st in list(m.coordinator.history.values()) if st.status is CheckpointStatus.COMPLETED]
         last = max(done, key=lambda st: st.checkpoint_id, default=None)
-        self._metrics.report(hosted.graph.name, m.restarts, m.coordinator.completed, None if last is None else vars(last))
+        self._metrics.report(hosted.graph.name, m.restarts.count, m.coordinator.completed, None if last is None else vars(last))
 
     def start(self, assignment: JobAssignment, recovering: bool = False) -> None:
         """Run a job; ``recovering``: take over one whose coordinator died (its
@@ -543,7 +543,7 @@ class JobCoordinator:
         return {
             "job": job,
             "status": m.status.value,
-            "restarts": m.restarts,
+            "restarts": m.restarts.count,
             "attempt": m.attempt,
             "coordinator_recovered": m.recovering,  # this coordinator took the job over and recovered it from storage
             "restarting_tasks": m.view.restarting_tasks,  # failed-over regions on their way back

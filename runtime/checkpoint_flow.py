@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol
 from weir.runtime import faults
 from weir.runtime.checkpointing import NOT_FAILURES, STORAGE_FAILURES, AckResult, CheckpointCoordinator, PendingCheckpoint, TaskKey, plan_checkpoint, task_name
 from weir.runtime.coordinators import OperatorCoordinators
+from weir.runtime.deployment import DeployedTasks
 from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, WeirError
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
@@ -55,12 +56,12 @@ class CheckpointFlow:
     off the loop, and ``post`` brings their answers back as letters."""
 
     def __init__(
-        self, graph: JobGraph, send: Callable[[TaskKey, TaskLetter], None], coordinators: OperatorCoordinators,
+        self, graph: JobGraph, tasks: DeployedTasks, send: Callable[[TaskKey, TaskLetter], None], coordinators: OperatorCoordinators,
         stop: StopProtocol, storage: CheckpointStorage, storage_io: Callable[[Work], None],
         clock: Callable[[], float], fail: Fail, post: Callable[[Any], None],
     ) -> None:
         self.coordinator = CheckpointCoordinator(graph)
-        self._send, self._coordinators, self._stop, self._storage = send, coordinators, stop, storage
+        self._tasks, self._send, self._coordinators, self._stop, self._storage = tasks, send, coordinators, stop, storage
         self.storage_io, self._clock, self._fail, self._post = storage_io, clock, fail, post
         self.requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self.final: int | None = None  # the final checkpoint, once every source has ended
@@ -70,27 +71,27 @@ class CheckpointFlow:
         return self.coordinator.graph
 
     # ------------------------------------------------------------ triggering
-    def tick(self, now: float, exited: set[TaskKey], sources_ended: bool, may_trigger: bool) -> None:
+    def tick(self, now: float, may_trigger: bool) -> None:
         """Abort what timed out; trigger what is due (``may_trigger``: the job runs
         with every task deployed). Once every source has ended, the final
         checkpoint goes at once, not at the next interval (after a failed one, once
         its backoff passed); after it completed the tasks exit and need no other."""
-        self._abort_expired(now, exited)
+        self._abort_expired(now)
         if not may_trigger:
             return
-        if sources_ended:
+        if self._tasks.sources_ended(self.graph):
             if self.final is None and not self.coordinator.pending and self.coordinator.may_retry(now):
-                self.final = self.trigger(now, exited)
+                self.final = self.trigger(now)
         elif self.coordinator.due(now):
-            self.trigger(now, exited)
+            self.trigger(now)
 
     def trigger(
-        self, now: float, exited: set[TaskKey], location: str | None = None,
+        self, now: float, location: str | None = None,
         kind: CheckpointKind = CheckpointKind.CHECKPOINT, stop_drain: bool | None = None,
     ) -> int | None:
         """Start a checkpoint (or a savepoint into ``location``; ``stop_drain``: one
         that stops the sources); None: no task is left to snapshot, or a coordinator failed."""
-        plan = plan_checkpoint(self.graph, exited)
+        plan = plan_checkpoint(self.graph, self._tasks.exited)
         if not plan.to_ack:
             return None
         pending = self.coordinator.start(plan, now, lambda cid: location or self._storage.location(cid), kind)
@@ -105,41 +106,41 @@ class CheckpointFlow:
         ])
         return cid
 
-    def _abort_expired(self, now: float, exited: set[TaskKey]) -> None:
+    def _abort_expired(self, now: float) -> None:
         for cid in self.coordinator.expired(now):
             # Name who held it up: a task stuck in a user function never acknowledges.
             pending = self.coordinator.pending[cid]
             late = sorted(pending.not_yet_acknowledged)
             names = ", ".join(f"{task_name(k)} ({self.graph.vertices[k[0]].name})" for k in late[:5])
-            self.abort(cid, CheckpointFailureReason.TIMEOUT, exited, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}"
+            self.abort(cid, CheckpointFailureReason.TIMEOUT, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}"
                        if late else f"every task acknowledged it, but its metadata was still being written to {pending.location}")
 
     # ------------------------------------------------------------ completing
-    def on_ack(self, ack: Ack, exited: set[TaskKey]) -> None:
+    def on_ack(self, ack: Ack) -> None:
         self._coordinators.subtask_checkpointed(ack.task, ack.checkpoint_id)
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
-            self._complete(ack.checkpoint_id, exited)
+            self._complete(ack.checkpoint_id)
         elif result is AckResult.SUCCESS:
             faults.point("checkpoint-half-acknowledged")
 
-    def _complete(self, checkpoint_id: int, exited: set[TaskKey]) -> None:
+    def _complete(self, checkpoint_id: int) -> None:
         """Every task acknowledged: the storage thread writes the coordinators'
         state and the metadata, and the checkpoint completes when it reports back."""
-        union = self.coordinator.union_state_partially_finished(checkpoint_id, exited)
+        union = self.coordinator.union_state_partially_finished(checkpoint_id, self._tasks.exited)
         if union is not None:
-            self.abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, exited, f"operator '{union}'")
+            self.abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, f"operator '{union}'")
             return
-        metadata = self.coordinator.metadata(checkpoint_id, exited)
+        metadata = self.coordinator.metadata(checkpoint_id, self._tasks.exited)
         pending = self.coordinator.pending[checkpoint_id]
         self.storage_io(functools.partial(_write, pending.location, metadata, dict(pending.coordinator_states), checkpoint_id, self._post))
 
-    def on_metadata_written(self, letter: MetadataWritten, exited: set[TaskKey]) -> Completed | None:
+    def on_metadata_written(self, letter: MetadataWritten) -> Completed | None:
         checkpoint_id = letter.checkpoint_id
         if checkpoint_id not in self.coordinator.pending:
             return None  # aborted while it was written (timed out, a failover): its location is discarded after the write
         if letter.error is not None:
-            self.abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, exited, letter.error)
+            self.abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, letter.error)
             return None
         location = self.coordinator.pending[checkpoint_id].location
         pending = self.coordinator.complete(checkpoint_id, self._clock())
@@ -150,7 +151,7 @@ class CheckpointFlow:
         commits = pending.kind is CheckpointKind.CHECKPOINT or self._stop.stops_at(checkpoint_id)
         self._coordinators.checkpoint_ended(checkpoint_id, committed=commits)
         for key in pending.plan.to_ack if commits else ():
-            if key not in exited:
+            if key not in self._tasks.exited:
                 self._send(key, NotifyCheckpointComplete(checkpoint_id))
         request = self.requests.pop(checkpoint_id, None)
         if request is not None:
@@ -161,16 +162,16 @@ class CheckpointFlow:
         return Completed(location, letter.metadata, commits, pending.started, discarded)
 
     # ------------------------------------------------------------ aborting
-    def abort_all(self, reason: CheckpointFailureReason, exited: set[TaskKey], detail: str) -> None:
+    def abort_all(self, reason: CheckpointFailureReason, detail: str) -> None:
         for cid in list(self.coordinator.pending):
-            self.abort(cid, reason, exited, detail)
+            self.abort(cid, reason, detail)
 
-    def task_finished(self, task: TaskKey, exited: set[TaskKey]) -> None:
+    def task_finished(self, task: TaskKey) -> None:
         """``task`` finished: checkpoints still waiting for its acknowledgement never get it."""
         for cid in self.coordinator.waiting_on(task):
-            self.abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, exited, task_name(task))
+            self.abort(cid, CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, task_name(task))
 
-    def abort(self, checkpoint_id: int, reason: CheckpointFailureReason, exited: set[TaskKey], detail: str = "") -> None:
+    def abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str = "") -> None:
         pending = self.coordinator.abort(checkpoint_id, reason, self._clock(), detail)
         if pending is None:
             return
@@ -180,10 +181,10 @@ class CheckpointFlow:
         if checkpoint_id == self.final:
             self.final = None  # try again
         for key in pending.plan.to_ack:
-            if key not in exited:
+            if key not in self._tasks.exited:
                 self._send(key, NotifyCheckpointAborted(checkpoint_id))
         request = self.requests.pop(checkpoint_id, None)
-        if reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK and self._retried(pending, request, exited):
+        if reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK and self._retried(pending, request):
             return
         error = CheckpointDeclinedError(checkpoint_id, reason, detail)
         if request is not None:
@@ -210,7 +211,7 @@ class CheckpointFlow:
             checkpoint_id, self.graph.name, failures.failed, max(0.0, failures.retry_at - self._clock()), reason.message, detail,
         )
 
-    def _retried(self, pending: PendingCheckpoint, request: Request | None, exited: set[TaskKey]) -> bool:
+    def _retried(self, pending: PendingCheckpoint, request: Request | None) -> bool:
         """A savepoint or stop whose ``pending`` snapshot was aborted because a task
         exited between the plan and its trigger is triggered again (the next plan
         knows it); False: there was none, or no task is left to snapshot. A
@@ -220,7 +221,7 @@ class CheckpointFlow:
         if request is None and stopping is None:
             return False
         retry = self.trigger(
-            self._clock(), exited,
+            self._clock(),
             savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
             pending.kind,
             stopping.drain if stopping is not None else None,

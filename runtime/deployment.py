@@ -90,3 +90,49 @@ def plan_deployments(
             subtasks = [d.key[1]] if e.pointwise else list(range(target.parallelism))
             d.routes.append([((target.id, j), channels[(target.id, j)].index((e.edge_id, d.key[1]))) for j in subtasks])
     return deployments
+
+
+class DeployedTasks:
+    """The tasks of the job's current deployment as the job master knows them: the
+    attempt each one's letters must carry (a letter of an earlier attempt is
+    stale), which have exited, which ended their input, and which were killed
+    while this tick's exits are handled (their exits, polled already, are dropped)."""
+
+    def __init__(self, gateway: TaskGateway) -> None:
+        self._gateway = gateway
+        self.attempts: dict[TaskKey, int] = {}
+        self.exited: set[TaskKey] = set()
+        self.ended_input: set[TaskKey] = set()
+        self.killed: set[TaskKey] = set()
+
+    def deploying(self, deployments: list[Deployment], whole_job: bool) -> None:
+        if whole_job:  # after a rescale, removed subtasks' late letters must not count
+            self.attempts.clear()
+            self.exited.clear()
+            self.ended_input.clear()
+        self.attempts.update({d.key: d.attempt for d in deployments})
+
+    def is_current(self, task: TaskKey, attempt: int) -> bool:
+        return self.attempts.get(task) == attempt
+
+    def all_exited(self, graph: JobGraph) -> bool:
+        return len(self.exited) == len(graph.task_names())
+
+    def sources_ended(self, graph: JobGraph) -> bool:
+        sources = [(v.id, i) for v in graph.sources for i in range(v.parallelism)]
+        return all(k in self.ended_input or k in self.exited for k in sources)
+
+    def kill(self, tasks: frozenset[TaskKey] | None = None) -> None:
+        """Kill these tasks (None: all) at once."""
+        if tasks is None:
+            self._gateway.kill_all()
+            self.killed |= set(self.attempts)
+        else:
+            self._gateway.kill(tasks)
+            self.killed |= tasks
+
+    def restart(self, region: frozenset[TaskKey]) -> None:
+        """Kill a failed-over region, to be redeployed later; the others run on."""
+        self.kill(region)
+        self.exited -= region
+        self.ended_input -= region

@@ -7,11 +7,14 @@ calls these on its loop thread, and they touch nothing but their arguments.
 from __future__ import annotations
 
 import enum
+import random
 from dataclasses import dataclass
 from typing import Any
 
-from weir.runtime.checkpointing import TaskKey
+from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.errors import CorruptCheckpointError, WeirError
+from weir.runtime.graph import JobGraph
+from weir.runtime.config import RestartStrategy
 from weir.runtime.restarts import RestartBackoff
 
 RestorePoint = tuple[str, dict[str, Any]]  # (location, metadata) of a complete checkpoint or savepoint
@@ -91,11 +94,6 @@ def coordinator_resets(region: frozenset[TaskKey], coordinators: dict[str, tuple
     return CoordinatorResets(close, reset)
 
 
-def due_regions(restarting: dict[frozenset[TaskKey], float], now: float) -> list[frozenset[TaskKey]]:
-    """Failed-over regions whose restart delay has passed at ``now``."""
-    return [region for region, at in restarting.items() if now >= at]
-
-
 @dataclass(frozen=True)
 class FallBack:
     """Where a job whose restore point turned out damaged goes: the restore points
@@ -118,3 +116,59 @@ def fall_back(restore_points: list[RestorePoint], error: CorruptCheckpointError,
         f"job '{job}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
         "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
     ), False)
+
+
+class Restarts:
+    """A job's restarts as the job master keeps them: the restart strategy's
+    backoff, how many restarts there were (a region's included), and what waits
+    to be redeployed: the whole job at ``restart_at``, or failed-over regions
+    (``waiting``: region -> when). ``jitter`` draws where each delay falls in its
+    jitter band (a seeded one replays)."""
+
+    def __init__(self, strategy: RestartStrategy, jitter: random.Random | None = None) -> None:
+        self.backoff: RestartBackoff = RestartBackoff(strategy)
+        self._jitter = jitter or random.Random()
+        self.count = 0
+        self.restart_at: float | None = None
+        self.waiting: dict[frozenset[TaskKey], float] = {}
+        self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
+
+    def decide(self, graph: JobGraph, task: TaskKey | None, restartable: bool, count: bool, running: bool,
+               cancelling: bool, now: float) -> Failover:
+        """What a failure does (see :func:`decide_failover`); ``task``: the task that
+        failed, whose region alone may restart while the job is ``running``."""
+        backoff = self.backoff.failed(now, self._jitter.random(), count)
+        region = region_of(task, self._regions, graph.execution.failover_strategy, running, len(graph.task_names()))
+        return decide_failover(backoff, restartable, region, cancelling)
+
+    def go_ahead(self, decision: Failover, count: bool) -> None:
+        """Keep the restart strategy's state of a restart that goes ahead."""
+        assert decision.backoff is not None
+        self.count += count
+        self.backoff = decision.backoff
+        if decision.region is None:
+            self.restart_at = decision.backoff.restart_at
+        else:
+            self.waiting[decision.region] = decision.backoff.restart_at
+
+    def job_due(self, now: float) -> bool:
+        return self.restart_at is not None and now >= self.restart_at
+
+    def regions_due(self, now: float) -> list[frozenset[TaskKey]]:
+        """Failed-over regions whose restart delay has passed."""
+        return [region for region, at in self.waiting.items() if now >= at]
+
+    def deploying(self, graph: JobGraph, region: frozenset[TaskKey] | None) -> None:
+        """The job (``region`` None), or a failed-over region, is being redeployed."""
+        if region is None:
+            self.waiting.clear()
+            self._regions = graph.regions()
+            self.restart_at = None
+        else:
+            del self.waiting[region]
+
+    def checkpoint_completed(self, started: float, now: float) -> None:
+        self.backoff = self.backoff.checkpoint_completed(started, now)
+
+    def waiting_tasks(self) -> list[str]:
+        return sorted(task_name(k) for region in self.waiting for k in region)

@@ -39,19 +39,18 @@ from weir.runtime.checkpoint_flow import CheckpointFlow
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
-from weir.runtime.deployment import TaskGateway, plan_deployments
+from weir.runtime.deployment import DeployedTasks, TaskGateway, plan_deployments
 from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, JobExecutionError, JobStatusError, WeirError
 from weir.runtime.events import CheckpointKind
 from weir.runtime.executor import JobExecutionResult, JobStatus
-from weir.runtime.failover import Failover, FailoverAction, decide_failover, due_regions, fall_back, region_of
+from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
 from weir.runtime.letters import (
     Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
     MetadataWritten, RescaleJob, Request, StopJob, TriggerSavepoint,
 )
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
-from weir.runtime.restarts import RestartBackoff
-from weir.runtime.restore import restore_plan, starting_point
+from weir.runtime.restore import RestorePoints, starting_point
 from weir.runtime.stopping import AfterLastTask, Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
@@ -109,28 +108,18 @@ class JobMaster:
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
         self.coordinators = OperatorCoordinators(graph.name, gateway.send, self._post, self._fail, event_valve, coordinator_io)
         self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
-        self.checkpoints = CheckpointFlow(graph, gateway.send, self.coordinators, self._stop, self.storage,
+        self.tasks = DeployedTasks(gateway)
+        self.checkpoints = CheckpointFlow(graph, self.tasks, gateway.send, self.coordinators, self._stop, self.storage,
                                           storage_io or StorageThread(graph.name), clock, self._fail, self._post)
         self.coordinator = self.checkpoints.coordinator
         self.attempt = first_attempt
-        self.restarts = 0  # every restart, a region's included
-        self._backoff = RestartBackoff(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled))
-        self._jitter = restart_jitter or random.Random()
+        self.restarts = Restarts(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter)
         self.failure: BaseException | None = None
         self.started: float = clock()
         self.ended: float | None = None
-        self._restart_at: float | None = None
         self._cancel_requested: float | None = None
-        self._exited: set[TaskKey] = set()
-        self._ended_input: set[TaskKey] = set()
-        # Complete checkpoints and savepoints to restore from, oldest first, as
-        # (location, metadata): the latest is used; a damaged one falls back.
-        self._restore_points: list[tuple[str, dict[str, Any]]] = []
+        self._restore = RestorePoints()
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
-        self._task_attempts: dict[TaskKey, int] = {}  # the attempt each task's letters must carry
-        self._killed: set[TaskKey] = set()  # killed while this tick's exits are handled
-        self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
-        self._restarting: dict[frozenset[TaskKey], float] = {}  # regions failed over -> when to redeploy
         self._done = threading.Event()
         self._on_end, self._tick_s = on_end, tick_s
         self.final_metrics: list[dict[str, Any]] = []
@@ -198,7 +187,7 @@ class JobMaster:
             return
         if start.next_checkpoint_id is not None:
             self.coordinator.next_id = start.next_checkpoint_id
-        self._restore_points = start.points
+        self._restore = RestorePoints(start.points)
         self._deploy()
         self._settle()
 
@@ -244,20 +233,12 @@ class JobMaster:
             if isinstance(letter, (TriggerSavepoint, StopJob, RescaleJob)):
                 self._refuse(letter.request)
 
-    @property
-    def _latest(self) -> dict[str, Any] | None:
-        return self._restore_points[-1][1] if self._restore_points else None
-
     def _fall_back(self, error: CorruptCheckpointError) -> None:
         """The checkpoint being restored is damaged: restart from the one before it
         (see :func:`fall_back`)."""
         if self.status is JobStatus.RESTARTING or self.status.is_terminal:
             return
-        decision = fall_back(self._restore_points, error, self.graph.name)
-        self._restore_points = decision.restore_points
-        if decision.restartable:
-            log.warning("job %s: %s; falling back to %s (records after it are processed again: "
-                        "sinks that committed the damaged checkpoint may see them twice)", self.graph.name, error, self._restore_points[-1][0])
+        decision = self._restore.fall_back(error, self.graph.name)
         self._fail(decision.error, restartable=decision.restartable)
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -269,13 +250,13 @@ class JobMaster:
             raise self.failure_error()
         end = self.ended if self.ended is not None else self.clock()
         completed = self.coordinator.completed
-        return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts, completed, self.final_metrics)
+        return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts.count, completed, self.final_metrics)
 
     def failure_error(self) -> JobExecutionError:
         cause = self.failure
-        allowed = self._backoff.strategy.allowance()
+        allowed = self.restarts.backoff.strategy.allowance()
         err = JobExecutionError(
-            f"job '{self.graph.name}' failed after {self.restarts} restart(s) ({allowed}): {cause}",
+            f"job '{self.graph.name}' failed after {self.restarts.count} restart(s) ({allowed}): {cause}",
             cause=cause,
         )
         err.__cause__ = cause
@@ -297,16 +278,16 @@ class JobMaster:
             self._on_metadata_written(letter)
         elif isinstance(letter, CoordinatorCallDone):
             self.coordinators.on_call_done(letter, self.clock())
-        elif letter.attempt != self._task_attempts.get(letter.task):
+        elif not self.tasks.is_current(letter.task, letter.attempt):
             return  # from a previous attempt of its task
         elif isinstance(letter, Ack):
-            self.checkpoints.on_ack(letter, self._exited)
+            self.checkpoints.on_ack(letter)
         elif isinstance(letter, Decline):
             self.coordinators.subtask_checkpointed(letter.task, letter.checkpoint_id)
             detail = f"{task_name(letter.task)}: {letter.detail}" if letter.detail else task_name(letter.task)
-            self.checkpoints.abort(letter.checkpoint_id, letter.reason, self._exited, detail)
+            self.checkpoints.abort(letter.checkpoint_id, letter.reason, detail)
         elif isinstance(letter, EndOfInput):
-            self._ended_input.add(letter.task)
+            self.tasks.ended_input.add(letter.task)
         elif isinstance(letter, EventFromOperator):
             self.coordinators.on_event(letter)
         elif isinstance(letter, EventAcknowledged):
@@ -323,16 +304,16 @@ class JobMaster:
 
     def _tick(self) -> None:
         now = self.clock()
-        self._killed = set()
+        self.tasks.killed = set()
         for key, result in self.gateway.poll_exits():
             # An earlier exit of this batch may have failed the job (or a region)
             # over: the tasks it killed report nothing more, as the gateway promises.
-            if key not in self._killed:
+            if key not in self.tasks.killed:
                 self._on_exit(key, result)
                 self._settle()
-        if self.status is JobStatus.RESTARTING and self._restart_at is not None and now >= self._restart_at:
+        if self.status is JobStatus.RESTARTING and self.restarts.job_due(now):
             self._deploy()
-        for region in due_regions(self._restarting, now):
+        for region in self.restarts.regions_due(now):
             if self.status is JobStatus.RUNNING:
                 self._deploy(region)
         if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
@@ -342,38 +323,34 @@ class JobMaster:
             self._rescale_when_ready(now)
             self.coordinators.run_due_calls(now)
             # The stop's savepoint is the last one; a region on its way back would decline.
-            may_trigger = self.status is JobStatus.RUNNING and not self._restarting
-            self.checkpoints.tick(now, self._exited, self._all_sources_ended(), may_trigger)
+            may_trigger = self.status is JobStatus.RUNNING and not self.restarts.waiting
+            self.checkpoints.tick(now, may_trigger)
         self._settle()
         self._publish()
-
-    def _all_sources_ended(self) -> bool:
-        sources = [(v.id, i) for v in self.graph.sources for i in range(v.parallelism)]
-        return all(k in self._ended_input or k in self._exited for k in sources)
 
     def _publish(self) -> None:
         stats = sorted(self.coordinator.history.values(), key=lambda s: s.checkpoint_id)
         self.view = JobView(
-            sorted(task_name(k) for region in self._restarting for k in region),
+            self.restarts.waiting_tasks(),
             [{**vars(s), "status": s.status.value} for s in stats],
         )
 
     def _on_metadata_written(self, letter: MetadataWritten) -> None:
-        done = self.checkpoints.on_metadata_written(letter, self._exited)
+        done = self.checkpoints.on_metadata_written(letter)
         if done is None:
             return
         if done.committed:
-            self._restore_points.append((done.location, done.metadata))
-            self._backoff = self._backoff.checkpoint_completed(done.started, self.clock())
-        self._restore_points = [p for p in self._restore_points if p[0] not in done.discarded]
+            self._restore.completed(done.location, done.metadata)
+            self.restarts.checkpoint_completed(done.started, self.clock())
+        self._restore.discarded(done.discarded)
 
     def _refuse_while_restarting_a_region(self, request: Request) -> bool:
-        if self._restarting:
-            tasks = ", ".join(sorted(task_name(k) for r in self._restarting for k in r))
+        if self.restarts.waiting:
+            tasks = ", ".join(self.restarts.waiting_tasks())
             request.reply(error=WeirError(
                 f"job '{self.graph.name}' is restarting failed task(s) {tasks}; a snapshot needs every task running: try again in a moment"
             ))
-        return bool(self._restarting)
+        return bool(self.restarts.waiting)
 
     def _on_savepoint_request(self, letter: TriggerSavepoint | StopJob) -> None:
         request = letter.request
@@ -389,7 +366,7 @@ class JobMaster:
             return
         kind = CheckpointKind.SAVEPOINT if location is not None else CheckpointKind.CHECKPOINT
         drain = letter.drain if isinstance(letter, StopJob) else None
-        cid = self.checkpoints.trigger(self.clock(), self._exited, location, kind, drain)
+        cid = self.checkpoints.trigger(self.clock(), location, kind, drain)
         if cid is None:
             self._deliver(Answer(request, StopOutcome.NOT_STARTED, detail=self.status.value))
         elif isinstance(letter, StopJob):
@@ -416,12 +393,12 @@ class JobMaster:
     def _rescale_when_ready(self, now: float) -> None:
         """Stop the job for the waiting rescale once its slots are up."""
         waiting = self._stop.waiting
-        if waiting is None or self.status is not JobStatus.RUNNING or self._restarting:
+        if waiting is None or self.status is not JobStatus.RUNNING or self.restarts.waiting:
             return
         if not self.gateway.reserve(waiting.graph) and now < waiting.deadline:
             return
         rescale = self._stop.slots_ready()
-        cid = self.checkpoints.trigger(now, self._exited, None, CheckpointKind.CHECKPOINT, stop_drain=False)
+        cid = self.checkpoints.trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
         if cid is None:
             self._deliver(rescale.not_started(self.status))
             return
@@ -430,7 +407,7 @@ class JobMaster:
 
     def _finish_rescale(self, graph: JobGraph) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
-        self._kill()
+        self.tasks.kill()
         self.graph = self.coordinator.graph = graph
         self._deploy()
         answer = self._stop.redeployed(self.clock())
@@ -445,17 +422,17 @@ class JobMaster:
     # ------------------------------------------------------------ tasks ending
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
         if result.state is TaskState.FINISHED:
-            self._exited.add(key)
+            self.tasks.exited.add(key)
             self.coordinators.subtask_gone(key)
-            if len(self._exited) == len(self.graph.task_names()):
+            if self.tasks.all_exited(self.graph):
                 self._all_finished()
                 return
-            self.checkpoints.task_finished(key, self._exited)
+            self.checkpoints.task_finished(key)
         elif self.status is JobStatus.CANCELLING:
-            self._exited.add(key)
-            if len(self._exited) == len(self.graph.task_names()):
+            self.tasks.exited.add(key)
+            if self.tasks.all_exited(self.graph):
                 self._end(JobStatus.CANCELED)
-        elif isinstance(result.error, CorruptCheckpointError) and self._restore_points:
+        elif isinstance(result.error, CorruptCheckpointError) and self._restore.points:
             self._fall_back(result.error)
         else:
             error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
@@ -477,15 +454,6 @@ class JobMaster:
         else:
             self._end(JobStatus.SUSPENDED if after is AfterLastTask.SUSPEND else JobStatus.FINISHED)
 
-    def _kill(self, tasks: frozenset[TaskKey] | None = None) -> None:
-        """Kill these tasks (None: all); exits of them already polled are dropped."""
-        if tasks is None:
-            self.gateway.kill_all()
-            self._killed |= set(self._task_attempts)
-        else:
-            self.gateway.kill(tasks)
-            self._killed |= tasks
-
     def _on_failure(self, failed: Failed) -> None:
         """Restart from the latest checkpoint under the restart strategy (``count``:
         the restart uses up an attempt), or fail the job for good. A ``task``'s
@@ -494,39 +462,27 @@ class JobMaster:
             return
         error = self.failure = failed.error
         headline = str(error).splitlines()[0] if str(error) else repr(error)
-        backoff = self._backoff.failed(self.clock(), self._jitter.random(), failed.count)
-        region = region_of(failed.task, self._regions, self.graph.execution.failover_strategy,
-                           self.status is JobStatus.RUNNING, len(self.graph.task_names()))
         cancelling = self._cancel_requested is not None
-        decision = decide_failover(backoff, failed.restartable, region, cancelling)
+        running = self.status is JobStatus.RUNNING
+        decision = self.restarts.decide(self.graph, failed.task, failed.restartable, failed.count, running, cancelling, self.clock())
         if decision.action is FailoverAction.RESTART_REGION:
             if self._restart_region(decision, headline, failed.count):
                 return
-            decision = decide_failover(backoff, failed.restartable, None, cancelling)
+            decision = decide_failover(decision.backoff, failed.restartable, None, cancelling)
         log.warning("job %s: %s", self.graph.name, headline)
         if self.status is not JobStatus.CANCELLING:
             self._become(JobStatus.RESTARTING)  # no stop reacts to the aborts below
-        self.checkpoints.abort_all(CheckpointFailureReason.TASK_FAILURE, self._exited, headline)
+        self.checkpoints.abort_all(CheckpointFailureReason.TASK_FAILURE, headline)
         self.coordinators.close()
         self._deliver(self._stop.job_failed(error))
-        self._kill()
-        self._restarting.clear()
+        self.tasks.kill()
+        self.restarts.waiting.clear()
         if decision.action is FailoverAction.CANCEL:
             self._end(JobStatus.CANCELED)
         elif decision.action is FailoverAction.FAIL:
             self._end(JobStatus.FAILED)
         else:
-            self._restart_after(decision, failed.count)
-
-    def _restart_after(self, decision: Failover, count: bool) -> None:
-        """Keep the restart strategy's state of a restart that goes ahead."""
-        assert decision.backoff is not None
-        self.restarts += count
-        self._backoff = decision.backoff
-        if decision.region is None:
-            self._restart_at = decision.backoff.restart_at
-        else:
-            self._restarting[decision.region] = decision.backoff.restart_at
+            self.restarts.go_ahead(decision, failed.count)
 
     def _restart_region(self, decision: Failover, headline: str, count: bool) -> bool:
         """Region failover: kill the region's tasks and redeploy them from the
@@ -537,14 +493,12 @@ class JobMaster:
         region = decision.region
         assert region is not None
         log.warning("job %s: %s; restarting its region of %d task(s)", self.graph.name, headline, len(region))
-        self.checkpoints.abort_all(CheckpointFailureReason.TASK_FAILURE, self._exited, headline)
-        self._kill(region)
-        self._exited -= region
-        self._ended_input -= region
+        self.checkpoints.abort_all(CheckpointFailureReason.TASK_FAILURE, headline)
+        self.tasks.restart(region)
         self.checkpoints.final = None
         if not self.coordinators.reset(region):
             return False
-        self._restart_after(decision, count)
+        self.restarts.go_ahead(decision, count)
         return True
 
     def _cancel(self) -> None:
@@ -552,25 +506,25 @@ class JobMaster:
             return  # a second cancel must not put off the kill of tasks that do not close
         self._cancel_requested = self.clock()
         # A cancel wins over savepoints in flight.
-        self.checkpoints.abort_all(CheckpointFailureReason.JOB_STOPPING, self._exited, "the job was cancelled")
+        self.checkpoints.abort_all(CheckpointFailureReason.JOB_STOPPING, "the job was cancelled")
         if self.status is JobStatus.RESTARTING:
             self._end(JobStatus.CANCELED)
             return
         self._become(JobStatus.CANCELLING)
-        for region in self._restarting:  # not deployed: nothing to cancel
-            self._exited |= region
-        self._restarting.clear()
-        if len(self._exited) == len(self.graph.task_names()):
+        for region in self.restarts.waiting:  # not deployed: nothing to cancel
+            self.tasks.exited |= region
+        self.restarts.waiting.clear()
+        if self.tasks.all_exited(self.graph):
             self._end(JobStatus.CANCELED)
             return
         for key in self.graph.task_names():
-            if key not in self._exited:
+            if key not in self.tasks.exited:
                 self.gateway.send(key, Cancel())
 
     def _end(self, status: JobStatus) -> None:
         try:  # before anyone hears of the end: a job master recovering this run reads it first
             self.storage.record_result(
-                status.value, str(self.failure or ""), restarts=self.restarts,
+                status.value, str(self.failure or ""), restarts=self.restarts.count,
                 duration_s=round(self.clock() - self.started, 3), completed_checkpoints=self.coordinator.completed,
             )
         except OSError as exc:
@@ -588,18 +542,11 @@ class JobMaster:
         or only a failed-over ``region``'s while the others keep running."""
         self.attempt += 1
         g = self.graph
-        if region is None:
-            self._exited, self._ended_input = set(), set()
-            self._task_attempts = {}  # after a rescale, removed subtasks' late letters must not count
-            self._restarting.clear()
-            self._regions = g.regions()
-            self._restart_at = None
-        else:
-            del self._restarting[region]
+        self.restarts.deploying(g, region)
         self.checkpoints.final = None
-        restore = {} if self._latest is None else restore_plan(self._latest, g, g.execution.allow_non_restored_state)
+        restore = self._restore.plan(g)
         deployments = plan_deployments(g, self.attempt, uuid.uuid4().hex[:12], restore, region)
-        self._task_attempts.update({d.key: self.attempt for d in deployments})
+        self.tasks.deploying(deployments, whole_job=region is None)
         if self.coordinator.last_trigger is None:
             # The first checkpoint comes one interval after the job starts (as in
             # Flink), not at once: there is nothing to snapshot yet.
@@ -615,7 +562,7 @@ class JobMaster:
         except Exception as exc:  # e.g. a task killed while it was being set up, no room on the cluster
             self._fail(exc)
             return
-        damaged = self.coordinators.start(g, {} if self._latest is None else self._latest.get("coordinators", {}), region)
+        damaged = self.coordinators.start(g, self._restore.coordinator_states(), region)
         if damaged is not None:
             self._fall_back(damaged)
 

@@ -156,7 +156,7 @@ class LocalJobClient(JobClient):
         return self._master.ask(RescaleJob(dict(parallelism), Request()), timeout_s)
 
     def restarts(self) -> int:
-        return self._master.restarts
+        return self._master.restarts.count
 
     def checkpoints(self) -> list[dict[str, Any]]:
         return self._master.view.checkpoints

@@ -11,7 +11,7 @@ from typing import Any
 
 from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidJobGraphError, WeirError
 from weir.runtime.executor import JobStatus
-from weir.runtime.failover import RestorePoint
+from weir.runtime.failover import FallBack, RestorePoint, fall_back
 from weir.runtime.graph import JobGraph
 from weir.runtime.storage import CheckpointStorage, find_restore_point, handle_from_json, read_metadata
 from weir.runtime.task import OperatorRestore
@@ -29,6 +29,43 @@ class StartingPoint:
     points: list[RestorePoint]
     next_checkpoint_id: int | None = None
     ended: tuple[JobStatus, str] | None = None
+
+
+class RestorePoints:
+    """The complete checkpoints and savepoints a job may restore from, oldest
+    first, as (location, metadata): the latest is used; a damaged one falls back
+    to the one before it."""
+
+    def __init__(self, points: list[RestorePoint] | None = None) -> None:
+        self.points = points or []
+
+    @property
+    def latest(self) -> dict[str, Any] | None:
+        return self.points[-1][1] if self.points else None
+
+    def completed(self, location: str, metadata: dict[str, Any]) -> None:
+        self.points.append((location, metadata))
+
+    def discarded(self, locations: list[str]) -> None:
+        self.points = [p for p in self.points if p[0] not in locations]
+
+    def fall_back(self, error: CorruptCheckpointError, job: str) -> FallBack:
+        """The latest is damaged: drop it (see :func:`weir.runtime.failover.fall_back`)."""
+        decision = fall_back(self.points, error, job)
+        self.points = decision.restore_points
+        if decision.restartable:
+            log.warning("job %s: %s; falling back to %s (records after it are processed again: "
+                        "sinks that committed the damaged checkpoint may see them twice)", job, error, self.points[-1][0])
+        return decision
+
+    def plan(self, graph: JobGraph) -> dict[str, OperatorRestore]:
+        """What each operator of ``graph`` restores from the latest (nothing: none)."""
+        latest = self.latest
+        return {} if latest is None else restore_plan(latest, graph, graph.execution.allow_non_restored_state)
+
+    def coordinator_states(self) -> dict[str, Any]:
+        latest = self.latest
+        return {} if latest is None else latest.get("coordinators", {})
 
 
 def starting_point(storage: CheckpointStorage, graph: JobGraph, recovering: bool) -> StartingPoint:

@@ -49,7 +49,7 @@ from weir.runtime.network import RecordWriter, Timestamped, decode
 from weir.runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
 from weir.runtime.sources import SourceOperator
 from weir.runtime.snapshot_writer import CheckpointReplies, SnapshotWriter
-from weir.runtime.state import OperatorSnapshot, SnapshotSummary
+from weir.runtime.state import OperatorSnapshot
 from weir.runtime.storage import StateHandle, pickle_state, read_state
 from weir.runtime.watermark_valve import WatermarkValve
 

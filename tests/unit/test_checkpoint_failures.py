@@ -73,7 +73,7 @@ def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_b
     master = JobMaster(env.get_job_graph("full-disk"), gateway, clock=lambda: clock[0], storage_io=inline)
     master.start()
     source = next(k for k in gateway.keys if master.graph.vertices[k[0]].is_source)
-    attempt = master._task_attempts[source]
+    attempt = master.tasks.attempts[source]
     master.mailbox.put_control(EndOfInput(attempt, source))
     master.run_until_idle()
     assert gateway.triggered == [1]  # the final checkpoint, at once
@@ -114,7 +114,7 @@ def test_a_failing_store_with_tolerable_failures_set_fails_the_job_after_that_ma
     master = JobMaster(env.get_job_graph("no-tolerance"), gateway, clock=lambda: 0.0, storage_io=inline)
     master.start()
     (source,) = gateway.keys
-    attempt = master._task_attempts[source]
+    attempt = master.tasks.attempts[source]
     master.mailbox.put_control(EndOfInput(attempt, source))
     master.run_until_idle()
     master.mailbox.put_control(Decline(attempt, source, 1, STORAGE, ENOSPC))

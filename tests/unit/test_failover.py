@@ -10,7 +10,7 @@ from weir.runtime.failover import (
     FailoverAction,
     coordinator_resets,
     decide_failover,
-    due_regions,
+    Restarts,
     fall_back,
     region_of,
 )
@@ -61,8 +61,10 @@ def test_a_coordinator_whose_every_subtask_restarts_is_closed_one_with_others_ru
 
 
 def test_regions_are_redeployed_once_their_delay_passed():
-    assert due_regions({A: 1.0, B: 2.0}, now=1.5) == [A]
-    assert due_regions({A: 1.0, B: 2.0}, now=2.0) == [A, B]
+    restarts = Restarts(RestartStrategy.fixed_delay(3, 0))
+    restarts.waiting = {A: 1.0, B: 2.0}
+    assert restarts.regions_due(now=1.5) == [A]
+    assert restarts.regions_due(now=2.0) == [A, B]
 
 
 def test_a_damaged_checkpoint_falls_back_to_the_one_before_it():
