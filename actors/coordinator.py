@@ -547,7 +547,7 @@ class JobCoordinator:
             "attempt": m.attempt,
             "coordinator_recovered": m.recovering,  # this coordinator took the job over and recovered it from storage
             "restarting_tasks": m.view.restarting_tasks,  # failed-over regions on their way back
-            "duration_s": round((m.ended or m.clock()) - m.started, 3),
+            "duration_s": round((m.life.ended or m.clock()) - m.life.started, 3),
             "parallelism": {v.id: v.parallelism for v in m.graph.vertices.values()},
             "completed_checkpoints": m.coordinator.completed,
         }

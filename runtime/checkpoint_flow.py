@@ -25,7 +25,10 @@ from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
 from weir.runtime.letters import Ack, MetadataWritten, Request
 from weir.runtime.stopping import StopProtocol
-from weir.runtime.storage import CheckpointStorage, discard, handle_to_json, parent, savepoint_location, write_metadata, write_state
+from weir.runtime.storage import (
+    CheckpointStorage, discard, handle_to_json, parent, prepare_location, savepoint_location, write_metadata, write_state,
+)
+from weir.runtime.storage_thread import StorageThread
 from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TaskLetter, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
@@ -105,6 +108,12 @@ class CheckpointFlow:
             (key, TriggerCheckpoint(barrier, stop_drain if self.graph.vertices[key[0]].is_source else None)) for key in plan.to_trigger
         ])
         return cid
+
+    def savepoint(self, now: float, location: str | None, stop_drain: bool | None) -> int | None:
+        """A savepoint into a fresh folder under ``location`` (None: a retained
+        checkpoint); ``stop_drain``: it stops the job (see :meth:`trigger`)."""
+        folder = savepoint_location(prepare_location(location), self.graph.run_id) if location is not None else None
+        return self.trigger(now, folder, CheckpointKind.SAVEPOINT if folder is not None else CheckpointKind.CHECKPOINT, stop_drain)
 
     def _abort_expired(self, now: float) -> None:
         for cid in self.coordinator.expired(now):
@@ -233,6 +242,10 @@ class CheckpointFlow:
         if stopping is not None:
             self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
         return True
+
+    def close(self) -> None:
+        if isinstance(self.storage_io, StorageThread):
+            self.storage_io.close()
 
     def job_ended(self, status: str) -> None:
         """Savepoints still waiting fail: the job ended ``status`` first."""

@@ -331,6 +331,10 @@ class CheckpointCoordinator:
         limit = self.config.timeout_ms / 1000
         return [cid for cid, p in self.pending.items() if now - p.started > limit]
 
+    def stats(self) -> list[dict[str, Any]]:
+        """Every checkpoint in the history, oldest first, as clients read them."""
+        return [{**vars(s), "status": s.status.value} for s in sorted(self.history.values(), key=lambda s: s.checkpoint_id)]
+
     def waiting_on(self, task: TaskKey) -> list[int]:
         """Pending checkpoints that still need ``task``'s acknowledgement."""
         return [cid for cid, p in self.pending.items() if task in p.not_yet_acknowledged]

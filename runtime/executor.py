@@ -189,3 +189,12 @@ def find_executor(name: str | None = None) -> Executor:
         raise InvalidConfigurationError("executor", name, f"known executors: {', '.join(sorted(_BUILTIN))}")
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)()
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What clients may read of a running job from other threads: a copy its job
+    master publishes after each tick, never its live state."""
+
+    restarting_tasks: list[str]
+    checkpoints: list[dict[str, Any]]

@@ -32,7 +32,6 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from weir.runtime.checkpoint_flow import CheckpointFlow
@@ -40,22 +39,21 @@ from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
 from weir.runtime.deployment import DeployedTasks, TaskGateway, plan_deployments
-from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, JobExecutionError, JobStatusError, WeirError
+from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, WeirError
 from weir.runtime.events import CheckpointKind
-from weir.runtime.executor import JobExecutionResult, JobStatus
+from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
 from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
+from weir.runtime.job_lifecycle import JobLifecycle
 from weir.runtime.letters import (
     Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
-    MetadataWritten, RescaleJob, Request, StopJob, TriggerSavepoint,
+    MetadataWritten, RescaleJob, Request, StopJob, TriggerSavepoint, ask, close_refusing, post,
 )
-from weir.runtime.mailbox import Mailbox, MailboxClosedError
+from weir.runtime.mailbox import Mailbox
 from weir.runtime.restore import RestorePoints, starting_point
 from weir.runtime.stopping import AfterLastTask, Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
-    prepare_location,
-    savepoint_location,
 )
 from weir.runtime.storage_thread import StorageThread
 from weir.runtime.task import Cancel, TaskResult, TaskState
@@ -63,15 +61,6 @@ from weir.runtime.task import Cancel, TaskResult, TaskState
 log = logging.getLogger("weir.jobmaster")
 
 Work = Callable[[], None]
-
-
-@dataclass(frozen=True)
-class JobView:
-    """What clients may read of a running job from other threads: a copy the loop
-    publishes after each tick, never its live state."""
-
-    restarting_tasks: list[str]
-    checkpoints: list[dict[str, Any]]
 
 
 class JobMaster:
@@ -104,8 +93,8 @@ class JobMaster:
     ) -> None:
         self.graph, self.gateway, self.clock, self.recovering = graph, gateway, clock, recovering
         self.mailbox = Mailbox(0)
-        self.status = JobStatus.CREATED
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
+        self.life = JobLifecycle(graph.name, self.storage, clock)
         self.coordinators = OperatorCoordinators(graph.name, gateway.send, self._post, self._fail, event_valve, coordinator_io)
         self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
         self.tasks = DeployedTasks(gateway)
@@ -114,9 +103,6 @@ class JobMaster:
         self.coordinator = self.checkpoints.coordinator
         self.attempt = first_attempt
         self.restarts = Restarts(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter)
-        self.failure: BaseException | None = None
-        self.started: float = clock()
-        self.ended: float | None = None
         self._cancel_requested: float | None = None
         self._restore = RestorePoints()
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
@@ -148,29 +134,25 @@ class JobMaster:
         except Exception:
             log.warning("could not collect the final metrics of %s", self.graph.name)
         self.gateway.kill_all()
-        if isinstance(self.checkpoints.storage_io, StorageThread):
-            self.checkpoints.storage_io.close()
+        self.checkpoints.close()
         self.coordinators.shutdown()
         if self._on_end is not None:
             try:
                 self._on_end(self.status)
             except Exception as exc:  # the pool unreachable: clients must still hear the end
                 log.error("could not record the end (%s) of job '%s': %s", self.status.value, self.graph.name, exc)
-        self._refuse_leftover_requests()
+        close_refusing(self.mailbox, self._refuse)
         self._publish()
         self._done.set()
 
+    @property
+    def status(self) -> JobStatus:
+        return self.life.status
+
     def _fail_now(self, error: BaseException) -> None:
         if not self.status.is_terminal:
-            self.failure = error
+            self.life.failure = error
             self._end(JobStatus.FAILED)
-
-    def _become(self, status: JobStatus) -> None:
-        """Change the job's status along :data:`weir.runtime.executor._NEXT`; any other
-        change is a bug in weir, refused before anything changes."""
-        if not self.status.can_become(status):
-            raise JobStatusError(f"job '{self.graph.name}': {self.status.value} cannot become {status.value}")
-        self.status = status
 
     def start(self) -> None:
         """Restore (or recover) and deploy the first attempt; ``run`` does this first.
@@ -181,9 +163,7 @@ class JobMaster:
         start = starting_point(self.storage, self.graph, self.recovering)
         if start.ended is not None:
             status, detail = start.ended
-            self._become(status)
-            self.ended = self.clock()
-            self.failure = WeirError(detail) if status is JobStatus.FAILED else None
+            self.life.had_ended(status, detail if status is JobStatus.FAILED else "")
             return
         if start.next_checkpoint_id is not None:
             self.coordinator.next_id = start.next_checkpoint_id
@@ -205,33 +185,13 @@ class JobMaster:
 
     def ask(self, letter: AskLetter, timeout_s: float) -> Any:
         """Send a savepoint, stop or rescale request and wait for its answer (any thread)."""
-        try:
-            self.mailbox.put_control(letter)
-        except MailboxClosedError:
-            self._refuse(letter.request)
-        return letter.request.wait(timeout_s)
+        return ask(self.mailbox, letter, timeout_s, self._refuse)
 
     def _post(self, letter: Any) -> None:
-        """A letter from off the loop (any thread); dropped once the job has ended."""
-        try:
-            self.mailbox.put_control(letter)
-        except MailboxClosedError:
-            pass
+        post(self.mailbox, letter)
 
     def _refuse(self, request: Request) -> None:
         request.reply(error=WeirError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now"))
-
-    def _refuse_leftover_requests(self) -> None:
-        self.mailbox.close()
-        while True:
-            try:
-                letter = self.mailbox.take(0)
-            except MailboxClosedError:
-                return
-            if letter is None:
-                return
-            if isinstance(letter, (TriggerSavepoint, StopJob, RescaleJob)):
-                self._refuse(letter.request)
 
     def _fall_back(self, error: CorruptCheckpointError) -> None:
         """The checkpoint being restored is damaged: restart from the one before it
@@ -246,21 +206,7 @@ class JobMaster:
 
     def result(self) -> JobExecutionResult:
         """The outcome; raises :class:`JobExecutionError` for a failed job."""
-        if self.status is JobStatus.FAILED:
-            raise self.failure_error()
-        end = self.ended if self.ended is not None else self.clock()
-        completed = self.coordinator.completed
-        return JobExecutionResult(self.graph.name, self.status, end - self.started, self.restarts.count, completed, self.final_metrics)
-
-    def failure_error(self) -> JobExecutionError:
-        cause = self.failure
-        allowed = self.restarts.backoff.strategy.allowance()
-        err = JobExecutionError(
-            f"job '{self.graph.name}' failed after {self.restarts.count} restart(s) ({allowed}): {cause}",
-            cause=cause,
-        )
-        err.__cause__ = cause
-        return err
+        return self.life.result(self.restarts, self.coordinator.completed, self.final_metrics)
 
     # ------------------------------------------------------------ letters
     def _handle(self, letter: Any) -> None:
@@ -329,11 +275,7 @@ class JobMaster:
         self._publish()
 
     def _publish(self) -> None:
-        stats = sorted(self.coordinator.history.values(), key=lambda s: s.checkpoint_id)
-        self.view = JobView(
-            self.restarts.waiting_tasks(),
-            [{**vars(s), "status": s.status.value} for s in stats],
-        )
+        self.view = JobView(self.restarts.waiting_tasks(), self.coordinator.stats())
 
     def _on_metadata_written(self, letter: MetadataWritten) -> None:
         done = self.checkpoints.on_metadata_written(letter)
@@ -344,42 +286,36 @@ class JobMaster:
             self.restarts.checkpoint_completed(done.started, self.clock())
         self._restore.discarded(done.discarded)
 
-    def _refuse_while_restarting_a_region(self, request: Request) -> bool:
-        if self.restarts.waiting:
+    def _may_snapshot(self, request: Request) -> bool:
+        """A savepoint, stop or rescale needs the job running with every task deployed; else it is refused."""
+        if self.status is not JobStatus.RUNNING:
+            self._refuse(request)
+        elif self.restarts.waiting:
             tasks = ", ".join(self.restarts.waiting_tasks())
             request.reply(error=WeirError(
                 f"job '{self.graph.name}' is restarting failed task(s) {tasks}; a snapshot needs every task running: try again in a moment"
             ))
-        return bool(self.restarts.waiting)
+        return self.status is JobStatus.RUNNING and not self.restarts.waiting
 
     def _on_savepoint_request(self, letter: TriggerSavepoint | StopJob) -> None:
         request = letter.request
-        if self.status is not JobStatus.RUNNING:
-            self._refuse(request)
-            return
-        if self._refuse_while_restarting_a_region(request):
+        if not self._may_snapshot(request):
             return
         try:
-            location = savepoint_location(prepare_location(letter.location), self.graph.run_id) if letter.location is not None else None
-        except WeirError as exc:
+            cid = self.checkpoints.savepoint(self.clock(), letter.location, letter.drain if isinstance(letter, StopJob) else None)
+        except WeirError as exc:  # a location that cannot be written
             request.reply(error=exc)
             return
-        kind = CheckpointKind.SAVEPOINT if location is not None else CheckpointKind.CHECKPOINT
-        drain = letter.drain if isinstance(letter, StopJob) else None
-        cid = self.checkpoints.trigger(self.clock(), location, kind, drain)
         if cid is None:
             self._deliver(Answer(request, StopOutcome.NOT_STARTED, detail=self.status.value))
         elif isinstance(letter, StopJob):
             self._stop.stop_started(cid, letter.drain, self.coordinator.pending[cid].location, request)
-            self._become(JobStatus.STOPPING)
+            self.life.become(JobStatus.STOPPING)
         else:
             self.checkpoints.requests[cid] = request
 
     def _on_rescale(self, letter: RescaleJob) -> None:
-        if self.status is not JobStatus.RUNNING:
-            self._refuse(letter.request)
-            return
-        if self._refuse_while_restarting_a_region(letter.request):
+        if not self._may_snapshot(letter.request):
             return
         try:
             new_graph = self.graph.rescaled(letter.parallelism)
@@ -403,7 +339,7 @@ class JobMaster:
             self._deliver(rescale.not_started(self.status))
             return
         self._stop.rescale_stop_started(rescale, cid, self.coordinator.pending[cid].location, now)
-        self._become(JobStatus.STOPPING)
+        self.life.become(JobStatus.STOPPING)
 
     def _finish_rescale(self, graph: JobGraph) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
@@ -460,7 +396,7 @@ class JobMaster:
         failure restarts only its pipelined region where that is possible."""
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
-        error = self.failure = failed.error
+        error = self.life.failure = failed.error
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         cancelling = self._cancel_requested is not None
         running = self.status is JobStatus.RUNNING
@@ -471,7 +407,7 @@ class JobMaster:
             decision = decide_failover(decision.backoff, failed.restartable, None, cancelling)
         log.warning("job %s: %s", self.graph.name, headline)
         if self.status is not JobStatus.CANCELLING:
-            self._become(JobStatus.RESTARTING)  # no stop reacts to the aborts below
+            self.life.become(JobStatus.RESTARTING)  # no stop reacts to the aborts below
         self.checkpoints.abort_all(CheckpointFailureReason.TASK_FAILURE, headline)
         self.coordinators.close()
         self._deliver(self._stop.job_failed(error))
@@ -510,7 +446,7 @@ class JobMaster:
         if self.status is JobStatus.RESTARTING:
             self._end(JobStatus.CANCELED)
             return
-        self._become(JobStatus.CANCELLING)
+        self.life.become(JobStatus.CANCELLING)
         for region in self.restarts.waiting:  # not deployed: nothing to cancel
             self.tasks.exited |= region
         self.restarts.waiting.clear()
@@ -522,15 +458,7 @@ class JobMaster:
                 self.gateway.send(key, Cancel())
 
     def _end(self, status: JobStatus) -> None:
-        try:  # before anyone hears of the end: a job master recovering this run reads it first
-            self.storage.record_result(
-                status.value, str(self.failure or ""), restarts=self.restarts.count,
-                duration_s=round(self.clock() - self.started, 3), completed_checkpoints=self.coordinator.completed,
-            )
-        except OSError as exc:
-            log.warning("job %s: could not record its end (%s) in %s: %s", self.graph.name, status.value, self.storage.root, exc)
-        self._become(status)
-        self.ended = self.clock()
+        self.life.end(status, self.restarts.count, self.coordinator.completed)
         self.coordinators.close()
         self.checkpoints.job_ended(status.value)
         for answer in self._stop.job_ended(status):
@@ -552,7 +480,7 @@ class JobMaster:
             # Flink), not at once: there is nothing to snapshot yet.
             self.coordinator.last_trigger = self.clock()
         if region is None:
-            self._become(JobStatus.RUNNING)
+            self.life.become(JobStatus.RUNNING)
         try:
             self.gateway.deploy(deployments)
         except JobCancelledError:  # a cancel stopped it waiting for room on the cluster

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.coordination import AsyncCall, CoordinatorHolder
 from weir.runtime.deployment import Deployment
 from weir.runtime.errors import CheckpointFailureReason
+from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.state import SnapshotSummary
 from weir.runtime.storage import StateHandle
 
@@ -172,3 +173,35 @@ class RescaleJob:
 
 
 AskLetter = TriggerSavepoint | StopJob | RescaleJob
+
+
+def post(mailbox: Mailbox, letter: Any) -> None:
+    """A letter from off the job master's loop (any thread); dropped once the job has ended."""
+    try:
+        mailbox.put_control(letter)
+    except MailboxClosedError:
+        pass
+
+
+def ask(mailbox: Mailbox, letter: AskLetter, timeout_s: float, refuse: Callable[[Request], None]) -> Any:
+    """Send a client's request and wait for its answer (any thread); ``refuse``
+    answers it at once if the job has ended."""
+    try:
+        mailbox.put_control(letter)
+    except MailboxClosedError:
+        refuse(letter.request)
+    return letter.request.wait(timeout_s)
+
+
+def close_refusing(mailbox: Mailbox, refuse: Callable[[Request], None]) -> None:
+    """The job has ended: close its mailbox, and refuse the requests still in it."""
+    mailbox.close()
+    while True:
+        try:
+            letter = mailbox.take(0)
+        except MailboxClosedError:
+            return
+        if letter is None:
+            return
+        if isinstance(letter, (TriggerSavepoint, StopJob, RescaleJob)):
+            refuse(letter.request)

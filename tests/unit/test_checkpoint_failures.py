@@ -93,7 +93,7 @@ def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_b
     assert waits == [1, 2, 4, 8, 10, 10, 10, 10, 10, 10]
     assert gateway.triggered == list(range(1, DEFAULT_TOLERABLE_STORAGE_FAILURES + 2))
     assert master.status is JobStatus.FAILED
-    error = master.failure
+    error = master.life.failure
     assert isinstance(error, CheckpointStorageError)
     assert str(error) == (
         f"checkpoint storage {master.storage.root} cannot be written: 11 checkpoints failed in a row writing to it "
@@ -121,4 +121,4 @@ def test_a_failing_store_with_tolerable_failures_set_fails_the_job_after_that_ma
     master.run_until_idle()
     assert master.status is JobStatus.FAILED
     with pytest.raises(CheckpointStorageError, match=r"cannot be written: 1 checkpoints failed in a row \(tolerable: 0\); last: .*No space"):
-        raise master.failure
+        raise master.life.failure

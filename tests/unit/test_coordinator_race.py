@@ -84,7 +84,7 @@ def run_race(seed: int, storage: str, valve: bool = True, max_failures: int = 3,
     COMMITTED.pop(run, None)
     sim = SimulatedJob(_graph(seed, storage, failover, run), seed, event_valve=valve, max_failures=max_failures)
     status = sim.run()
-    assert status is JobStatus.FINISHED, f"seed {seed}: job ended {status.value}: {sim.master.failure}"
+    assert status is JobStatus.FINISHED, f"seed {seed}: job ended {status.value}: {sim.master.life.failure}"
     counts = collections.Counter(r for records in COMMITTED.pop(run, {}).values() for r in records)
     lost = sum(1 for r in range(RECORDS) if counts[r] == 0)
     duplicated = sum(c - 1 for c in counts.values() if c > 1)
@@ -145,7 +145,7 @@ def test_a_keyed_shuffle_under_seeded_kills_commits_every_running_sum_once(tmp_p
         (env.from_collection(inputs).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).set_parallelism(3)
             .sink_to(MemorySink(run)))
         sim = SimulatedJob(env.get_job_graph(run), seed)
-        assert sim.run() is JobStatus.FINISHED, f"seed {seed}: {sim.master.failure}"
+        assert sim.run() is JobStatus.FINISHED, f"seed {seed}: {sim.master.life.failure}"
         failures += sim.failures
         v = check_running_sums((r for records in COMMITTED.pop(run).values() for r in records), inputs)
         assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, len(inputs)), f"seed {seed}: {v}"

@@ -193,8 +193,8 @@ def test_a_recovering_job_master_that_cannot_list_its_storage_fails_naming_it(ch
     recovered, _ = _master(graph, recovering=True)
     recovered.run()
     assert recovered.status is JobStatus.FAILED
-    assert isinstance(recovered.failure, CheckpointStorageError) and "cannot be listed (" in str(recovered.failure)
-    assert graph.run_id in str(recovered.failure)
+    assert isinstance(recovered.life.failure, CheckpointStorageError) and "cannot be listed (" in str(recovered.life.failure)
+    assert graph.run_id in str(recovered.life.failure)
 
 
 def test_a_recovering_job_master_that_finds_no_trace_of_its_run_fails_instead_of_starting_over(tmp_path, out_dir):
@@ -203,7 +203,7 @@ def test_a_recovering_job_master_that_finds_no_trace_of_its_run_fails_instead_of
     recovered, _ = _master(graph, recovering=True)
     recovered.run()
     assert recovered.status is JobStatus.FAILED
-    assert "holds no trace of this run" in str(recovered.failure) and str(tmp_path / "elsewhere") in str(recovered.failure)
+    assert "holds no trace of this run" in str(recovered.life.failure) and str(tmp_path / "elsewhere") in str(recovered.life.failure)
     assert not pathlib.Path(out_dir).exists() or not read_committed(out_dir)
 
 
@@ -243,7 +243,7 @@ def test_the_job_status_follows_its_transition_table_and_a_wrong_change_changes_
     master.start()
     try:
         with pytest.raises(JobStatusError, match="job 'table': RUNNING cannot become SUSPENDED"):
-            master._become(JobStatus.SUSPENDED)
+            master.life.become(JobStatus.SUSPENDED)
         assert master.status is JobStatus.RUNNING
     finally:
         gateway.kill_all()

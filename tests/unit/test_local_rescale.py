@@ -75,7 +75,7 @@ def test_a_late_letter_from_a_subtask_the_rescale_removed_is_ignored(checkpoint_
     client.rescale({"numbers": 1})
     master.mailbox.put_control(EventFromOperator(old_attempt, (source.id, 1), "numbers", RequestSplit()))
     _wait_for_checkpoint(client, max(c["checkpoint_id"] for c in client.checkpoints()))
-    assert (master.status, master.restarts.count, master.failure) == (JobStatus.RUNNING, 0, None)
+    assert (master.status, master.restarts.count, master.life.failure) == (JobStatus.RUNNING, 0, None)
     client.cancel()
 
 
