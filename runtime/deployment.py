@@ -5,6 +5,7 @@ plain functions, and the gateway that carries it out (Ray actors in
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -105,12 +106,17 @@ class DeployedTasks:
         self.ended_input: set[TaskKey] = set()
         self.killed: set[TaskKey] = set()
 
-    def deploying(self, deployments: list[Deployment], whole_job: bool) -> None:
-        if whole_job:  # after a rescale, removed subtasks' late letters must not count
+    def deploy(self, graph: JobGraph, attempt: int, restore: dict[str, OperatorRestore], region: frozenset[TaskKey] | None) -> None:
+        """Deploy ``attempt``: every task of ``graph`` (``region`` None) or a
+        failed-over region's, each restoring its share of ``restore``. Raises what
+        the gateway raises (no room on the cluster, a cancel while it waited)."""
+        deployments = plan_deployments(graph, attempt, uuid.uuid4().hex[:12], restore, region)
+        if region is None:  # after a rescale, removed subtasks' late letters must not count
             self.attempts.clear()
             self.exited.clear()
             self.ended_input.clear()
         self.attempts.update({d.key: d.attempt for d in deployments})
+        self._gateway.deploy(deployments)
 
     def is_current(self, task: TaskKey, attempt: int) -> bool:
         return self.attempts.get(task) == attempt

@@ -31,14 +31,13 @@ import logging
 import random
 import threading
 import time
-import uuid
 from typing import Any, Callable
 
 from weir.runtime.checkpoint_flow import CheckpointFlow
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
-from weir.runtime.deployment import DeployedTasks, TaskGateway, plan_deployments
+from weir.runtime.deployment import DeployedTasks, TaskGateway
 from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, WeirError
 from weir.runtime.events import CheckpointKind
 from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
@@ -469,20 +468,14 @@ class JobMaster:
         """Deploy every task from the latest checkpoint (a new attempt of the job),
         or only a failed-over ``region``'s while the others keep running."""
         self.attempt += 1
-        g = self.graph
-        self.restarts.deploying(g, region)
+        self.restarts.deploying(self.graph, region)
         self.checkpoints.final = None
-        restore = self._restore.plan(g)
-        deployments = plan_deployments(g, self.attempt, uuid.uuid4().hex[:12], restore, region)
-        self.tasks.deploying(deployments, whole_job=region is None)
-        if self.coordinator.last_trigger is None:
-            # The first checkpoint comes one interval after the job starts (as in
-            # Flink), not at once: there is nothing to snapshot yet.
+        if self.coordinator.last_trigger is None:  # the first checkpoint comes one interval after the start, as in Flink
             self.coordinator.last_trigger = self.clock()
         if region is None:
             self.life.become(JobStatus.RUNNING)
         try:
-            self.gateway.deploy(deployments)
+            self.tasks.deploy(self.graph, self.attempt, self._restore.plan(self.graph), region)
         except JobCancelledError:  # a cancel stopped it waiting for room on the cluster
             self._cancel_requested = self.clock()
             self._fail(WeirError("cancelled while deploying"), count=False)
@@ -490,7 +483,7 @@ class JobMaster:
         except Exception as exc:  # e.g. a task killed while it was being set up, no room on the cluster
             self._fail(exc)
             return
-        damaged = self.coordinators.start(g, self._restore.coordinator_states(), region)
+        damaged = self.coordinators.start(self.graph, self._restore.coordinator_states(), region)
         if damaged is not None:
             self._fall_back(damaged)
 
