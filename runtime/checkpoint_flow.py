@@ -23,8 +23,8 @@ from weir.runtime.deployment import DeployedTasks
 from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, WeirError
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
-from weir.runtime.letters import Ack, MetadataWritten, Request
-from weir.runtime.stopping import StopProtocol
+from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, StopJob, TriggerSavepoint
+from weir.runtime.stopping import Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage, discard, handle_to_json, parent, prepare_location, savepoint_location, write_metadata, write_state,
 )
@@ -109,11 +109,40 @@ class CheckpointFlow:
         ])
         return cid
 
-    def savepoint(self, now: float, location: str | None, stop_drain: bool | None) -> int | None:
-        """A savepoint into a fresh folder under ``location`` (None: a retained
-        checkpoint); ``stop_drain``: it stops the job (see :meth:`trigger`)."""
-        folder = savepoint_location(prepare_location(location), self.graph.run_id) if location is not None else None
-        return self.trigger(now, folder, CheckpointKind.SAVEPOINT if folder is not None else CheckpointKind.CHECKPOINT, stop_drain)
+    def savepoint_requested(self, now: float, letter: TriggerSavepoint | StopJob) -> bool:
+        """A client asked for a savepoint into a fresh folder under its location
+        (None: a retained checkpoint), or for a stop with one; True: a stop has
+        started. The request hears the savepoint's location once it completed."""
+        request, stop = letter.request, isinstance(letter, StopJob)
+        try:
+            folder = savepoint_location(prepare_location(letter.location), self.graph.run_id) if letter.location is not None else None
+        except WeirError as exc:  # a location that cannot be written
+            request.reply(error=exc)
+            return False
+        kind = CheckpointKind.SAVEPOINT if folder is not None else CheckpointKind.CHECKPOINT
+        cid = self.trigger(now, folder, kind, letter.drain if isinstance(letter, StopJob) else None)
+        if cid is None:
+            Answer(request, StopOutcome.NOT_STARTED, detail=self._not_started()).deliver(self.graph.name)
+        elif isinstance(letter, StopJob):
+            self._stop.stop_started(cid, letter.drain, self.coordinator.pending[cid].location, request)
+        else:
+            self.requests[cid] = request
+        return cid is not None and stop
+
+    def stop_for_rescale(self, now: float) -> bool:
+        """The waiting rescale's slots are up: stop the job without drain into a
+        retained checkpoint, from which it redeploys rescaled; True: it started."""
+        rescale = self._stop.slots_ready()
+        cid = self.trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
+        if cid is None:
+            rescale.not_started(self._not_started()).deliver(self.graph.name)
+            return False
+        self._stop.rescale_stop_started(rescale, cid, self.coordinator.pending[cid].location, now)
+        return True
+
+    def _not_started(self) -> str:
+        """Why :meth:`trigger` started nothing."""
+        return "its tasks have finished" if self._tasks.all_exited(self.graph) else "an operator coordinator failed, and the job fails over"
 
     def _abort_expired(self, now: float) -> None:
         for cid in self.coordinator.expired(now):
@@ -125,6 +154,11 @@ class CheckpointFlow:
                        if late else f"every task acknowledged it, but its metadata was still being written to {pending.location}")
 
     # ------------------------------------------------------------ completing
+    def on_decline(self, decline: Decline) -> None:
+        self._coordinators.subtask_checkpointed(decline.task, decline.checkpoint_id)
+        detail = f"{task_name(decline.task)}: {decline.detail}" if decline.detail else task_name(decline.task)
+        self.abort(decline.checkpoint_id, decline.reason, detail)
+
     def on_ack(self, ack: Ack) -> None:
         self._coordinators.subtask_checkpointed(ack.task, ack.checkpoint_id)
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)

@@ -39,7 +39,6 @@ from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
 from weir.runtime.deployment import DeployedTasks, TaskGateway
 from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, WeirError
-from weir.runtime.events import CheckpointKind
 from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
 from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
@@ -50,7 +49,7 @@ from weir.runtime.letters import (
 )
 from weir.runtime.mailbox import Mailbox
 from weir.runtime.restore import RestorePoints, starting_point
-from weir.runtime.stopping import AfterLastTask, Answer, StopOutcome, StopProtocol
+from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
 )
@@ -119,11 +118,12 @@ class JobMaster:
                 if letter is not None:
                     self._handle(letter)
                 self._tick()
-        except WeirError as exc:  # e.g. a savepoint that does not fit the job
-            self._fail_now(exc)
-        except BaseException as exc:  # a bug in weir itself: fail the job loudly
-            log.exception("job master of %s failed", self.graph.name)
-            self._fail_now(exc)
+        except BaseException as exc:  # a WeirError (e.g. a savepoint that does not fit the job), or a bug in weir: loudly
+            if not isinstance(exc, WeirError):
+                log.exception("job master of %s failed", self.graph.name)
+            if not self.status.is_terminal:
+                self.life.failure = exc
+                self._end(JobStatus.FAILED)
         finally:
             self._close()
 
@@ -147,11 +147,6 @@ class JobMaster:
     @property
     def status(self) -> JobStatus:
         return self.life.status
-
-    def _fail_now(self, error: BaseException) -> None:
-        if not self.status.is_terminal:
-            self.life.failure = error
-            self._end(JobStatus.FAILED)
 
     def start(self) -> None:
         """Restore (or recover) and deploy the first attempt; ``run`` does this first.
@@ -193,8 +188,7 @@ class JobMaster:
         request.reply(error=WeirError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now"))
 
     def _fall_back(self, error: CorruptCheckpointError) -> None:
-        """The checkpoint being restored is damaged: restart from the one before it
-        (see :func:`fall_back`)."""
+        """The checkpoint being restored is damaged: restart from the one before it (:meth:`RestorePoints.fall_back`)."""
         if self.status is JobStatus.RESTARTING or self.status.is_terminal:
             return
         decision = self._restore.fall_back(error, self.graph.name)
@@ -216,7 +210,8 @@ class JobMaster:
         if isinstance(letter, CancelJob):
             self._cancel()
         elif isinstance(letter, (TriggerSavepoint, StopJob)):
-            self._on_savepoint_request(letter)
+            if self._may_snapshot(letter.request) and self.checkpoints.savepoint_requested(self.clock(), letter):
+                self.life.become(JobStatus.STOPPING)
         elif isinstance(letter, RescaleJob):
             self._on_rescale(letter)
         elif isinstance(letter, MetadataWritten):
@@ -228,9 +223,7 @@ class JobMaster:
         elif isinstance(letter, Ack):
             self.checkpoints.on_ack(letter)
         elif isinstance(letter, Decline):
-            self.coordinators.subtask_checkpointed(letter.task, letter.checkpoint_id)
-            detail = f"{task_name(letter.task)}: {letter.detail}" if letter.detail else task_name(letter.task)
-            self.checkpoints.abort(letter.checkpoint_id, letter.reason, detail)
+            self.checkpoints.on_decline(letter)
         elif isinstance(letter, EndOfInput):
             self.tasks.ended_input.add(letter.task)
         elif isinstance(letter, EventFromOperator):
@@ -296,23 +289,6 @@ class JobMaster:
             ))
         return self.status is JobStatus.RUNNING and not self.restarts.waiting
 
-    def _on_savepoint_request(self, letter: TriggerSavepoint | StopJob) -> None:
-        request = letter.request
-        if not self._may_snapshot(request):
-            return
-        try:
-            cid = self.checkpoints.savepoint(self.clock(), letter.location, letter.drain if isinstance(letter, StopJob) else None)
-        except WeirError as exc:  # a location that cannot be written
-            request.reply(error=exc)
-            return
-        if cid is None:
-            self._deliver(Answer(request, StopOutcome.NOT_STARTED, detail=self.status.value))
-        elif isinstance(letter, StopJob):
-            self._stop.stop_started(cid, letter.drain, self.coordinator.pending[cid].location, request)
-            self.life.become(JobStatus.STOPPING)
-        else:
-            self.checkpoints.requests[cid] = request
-
     def _on_rescale(self, letter: RescaleJob) -> None:
         if not self._may_snapshot(letter.request):
             return
@@ -332,13 +308,8 @@ class JobMaster:
             return
         if not self.gateway.reserve(waiting.graph) and now < waiting.deadline:
             return
-        rescale = self._stop.slots_ready()
-        cid = self.checkpoints.trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
-        if cid is None:
-            self._deliver(rescale.not_started(self.status))
-            return
-        self._stop.rescale_stop_started(rescale, cid, self.coordinator.pending[cid].location, now)
-        self.life.become(JobStatus.STOPPING)
+        if self.checkpoints.stop_for_rescale(now):
+            self.life.become(JobStatus.STOPPING)
 
     def _finish_rescale(self, graph: JobGraph) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""

@@ -42,7 +42,7 @@ class StopOutcome(enum.Enum):
 
     STOPPED = "the savepoint's location"
     RESCALED = "the seconds the job was not processing"
-    NOT_STARTED = "job '{job}' could not start a snapshot (it is {detail})"
+    NOT_STARTED = "job '{job}' could not start a snapshot: {detail}"
     ALREADY_RESCALING = "job '{job}' is being rescaled already: try again when that is done"
     SAVEPOINT_FAILED = "{what} of job '{job}' failed, the job keeps running: {detail}"
     JOB_FAILED = "{what} of job '{job}' failed: {detail}"
@@ -93,9 +93,9 @@ class WaitingForSlots:
     graph: JobGraph
     deadline: float
 
-    def not_started(self, status: JobStatus) -> Answer:
-        """Its checkpoint could not be triggered (the job is ``status``)."""
-        return Answer(self.request, StopOutcome.NOT_STARTED, "rescale", status.value)
+    def not_started(self, why: str) -> Answer:
+        """Its checkpoint could not be triggered."""
+        return Answer(self.request, StopOutcome.NOT_STARTED, "rescale", why)
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,8 @@ def test_a_second_rescale_is_refused_while_the_first_waits():
 def test_a_rescale_whose_checkpoint_could_not_start_says_why():
     p, request = StopProtocol(), Heard()
     p.rescale_requested(request, NEW_GRAPH, deadline=5.0)
-    p.slots_ready().not_started(JobStatus.RESTARTING).deliver("j")
-    assert str(request.error) == "job 'j' could not start a snapshot (it is RESTARTING)"
+    p.slots_ready().not_started("its tasks have finished").deliver("j")
+    assert str(request.error) == "job 'j' could not start a snapshot: its tasks have finished"
     assert p.state == NoStop()
 
 
