@@ -21,12 +21,13 @@ from weir.actors.ledger import Application, JobAssignment, Shape
 from weir.actors.metrics import JobMetrics, report_every_second
 from weir.actors.slots import CANCEL_GRACE_S, JobScope, actor_id, find_pool
 from weir.runtime.checkpointing import CheckpointStatus, TaskKey, task_name
-from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, TaskFailedError, WeirError
+from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, SlotBusyError, TaskFailedError
 from weir.runtime.config import ExecutionConfig
 from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.deployment import Deployment
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import AskLetter, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
 log = logging.getLogger("weir.coordinator")
@@ -441,7 +442,7 @@ class JobCoordinator:
         old attempt's tasks are stopped first, and it resumes from its latest
         checkpoint, or ends as it had recorded)."""
         if self._running is not None:  # the pool hands a coordinator one job at a time
-            raise WeirError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.name}'")
+            raise SlotBusyError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.name}'")
         arrived = self._arriving.setdefault(assignment.name, threading.Event())
         try:
             if recovering:
@@ -459,7 +460,8 @@ class JobCoordinator:
             graph = graph.rescaled(parallelism)
         gateway = RayGateway(graph, assignment.app, context.current_actor, self._pool, context.runtime_env, assignment.faults)
         master = JobMaster(graph, gateway, recovering=recovering, first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
-                           on_end=lambda status: self._ended(hosted), tick_s=self.TICK_S)
+                           on_end=lambda status: self._ended(hosted), tick_s=self.TICK_S,
+                           deploy_io=OffLoopThread(graph.name, "task deployment"))
         hosted = _HostedJob(graph, master, gateway)
         self._jobs[graph.name] = self._running = hosted
         threading.Thread(target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True).start()

@@ -17,12 +17,7 @@ from weir.actors.coordinator import check_feasible, slots_wanted
 from weir.actors.ledger import Application, Conflict, JobAssignment
 from weir.actors.pool import get_pool
 from weir.runtime.errors import (
-    JobAlreadyRunningError,
-    JobCancelledError,
-    JobExecutionError,
-    JobForgottenError,
-    OutputInUseError,
-    WeirError,
+    JobAlreadyRunningError, JobCancelledError, JobCoordinatorLostError, JobExecutionError, JobForgottenError, OutputInUseError, UnknownTaskError, WeirError,
 )
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
@@ -77,7 +72,7 @@ class RayJobClient(JobClient):
                 self._coordinator = actor
                 return
             time.sleep(0.05)
-        raise WeirError(f"the job coordinator of '{self.job_name}' died and no other took the job over within "
+        raise JobCoordinatorLostError(f"the job coordinator of '{self.job_name}' died and no other took the job over within "
                         f"{self.FOLLOW_S:g} s (is the cluster's weir pool gone?)")
 
     @staticmethod
@@ -160,7 +155,7 @@ class RayJobClient(JobClient):
                 break  # deployed (and it has no such task), or ended
             time.sleep(0.05)
         if actor is None:
-            raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}")
+            raise UnknownTaskError(f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}")
         return actor
 
     def kill_task(self, vertex: str, subtask: int) -> str:

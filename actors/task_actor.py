@@ -25,7 +25,7 @@ from weir.actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
 from weir.actors.metrics import TaskMetrics, report_every_second
 from weir.actors.slots import JobScope
 from weir.runtime.checkpointing import TaskKey
-from weir.runtime.errors import TaskFailedError, WeirError
+from weir.runtime.errors import SlotBusyError, TaskFailedError, WeirError
 from weir.runtime.deployment import Deployment
 from weir.runtime.letters import MasterPorts
 from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
@@ -106,7 +106,7 @@ class TaskActor:
         job's run id, where its letters go; ``env``: variables the job sets in its
         tasks' processes (weir's failure injection)."""
         if self._running:
-            raise WeirError(f"slot busy: task {self._task.deployment.name if self._task else '?'} is still running")
+            raise SlotBusyError(f"slot busy: task {self._task.deployment.name if self._task else '?'} is still running")
         self._scope.enter(env)
         self._run_id = master[1]
         self._outbox = Outbox(routes, self._run_id)
@@ -143,7 +143,7 @@ class TaskActor:
         """Run the task set up for ``attempt`` (a call of a dead coordinator's
         attempt arriving late runs nothing)."""
         if self._task is None or attempt != self._attempt or self._running:
-            raise WeirError(f"slot has no task of attempt {attempt} to run")
+            raise SlotBusyError(f"slot has no task of attempt {attempt} to run")
         self._running = True
         result = None
         try:
@@ -155,7 +155,7 @@ class TaskActor:
             self._running = False
         if result.error is not None and not isinstance(result.error, WeirError):
             # Only weir's errors are sure to pickle back; keep the text of the rest.
-            result = TaskResult(result.state, WeirError(f"task {self._task.deployment.name} failed:\n{result.error_text}"), result.error_text)
+            result = TaskResult(result.state, TaskFailedError(self._task.deployment.name, f"failed:\n{result.error_text}"), result.error_text)
         return result
 
     def letter(self, attempt: int, letter: Any) -> None:

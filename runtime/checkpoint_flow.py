@@ -20,7 +20,7 @@ from weir.runtime import faults
 from weir.runtime.checkpointing import NOT_FAILURES, STORAGE_FAILURES, AckResult, CheckpointCoordinator, PendingCheckpoint, TaskKey, plan_checkpoint, task_name
 from weir.runtime.coordinators import OperatorCoordinators
 from weir.runtime.deployment import DeployedTasks
-from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, WeirError
+from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, JobRequestError, TooManyCheckpointFailuresError, WeirError
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
 from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, StopJob, TriggerSavepoint
@@ -28,7 +28,7 @@ from weir.runtime.stopping import Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage, discard, handle_to_json, parent, prepare_location, savepoint_location, write_metadata, write_state,
 )
-from weir.runtime.storage_thread import StorageThread
+from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TaskLetter, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
@@ -241,7 +241,7 @@ class CheckpointFlow:
         if too_many is not None:
             last = f"{too_many}; last: {reason.message} ({detail})"
             storage = reason in STORAGE_FAILURES
-            self._fail(CheckpointStorageError(self._storage.root, f"cannot be written: {last}") if storage else WeirError(last),
+            self._fail(CheckpointStorageError(self._storage.root, f"cannot be written: {last}") if storage else TooManyCheckpointFailuresError(last),
                        restartable=False)
 
     def _log_abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
@@ -278,13 +278,13 @@ class CheckpointFlow:
         return True
 
     def close(self) -> None:
-        if isinstance(self.storage_io, StorageThread):
+        if isinstance(self.storage_io, OffLoopThread):
             self.storage_io.close()
 
     def job_ended(self, status: str) -> None:
         """Savepoints still waiting fail: the job ended ``status`` first."""
         for request in self.requests.values():
-            request.reply(error=WeirError(f"job '{self.graph.name}' ended {status} before the savepoint completed"))
+            request.reply(error=JobRequestError(f"job '{self.graph.name}' ended {status} before the savepoint completed"))
         self.requests.clear()
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, ClassVar
 
 from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointKind
-from weir.runtime.graph import JobGraph
+from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.state import SnapshotSummary
 from weir.runtime.storage import StateHandle, handle_to_json
 
@@ -224,32 +224,7 @@ class CheckpointCoordinator:
         takes its savepoint then, and a restore from it reads on from the sources'
         positions."""
         p = self.pending[checkpoint_id]
-        operators: dict[str, Any] = {}
-        for v in self.graph.vertices.values():
-            for spec in v.operators:
-                handles: list[dict[str, Any] | None] = []
-                finished = 0
-                has_state = False
-                for i in range(v.parallelism):
-                    key = (v.id, i)
-                    if key in p.acks:
-                        handle, summaries = p.acks[key]
-                        summary = summaries.get(spec.uid)
-                        handles.append(handle_to_json(handle))
-                        finished += summary is not None and summary.finished_on_restore
-                        has_state |= summary is not None and summary.has_state
-                    else:
-                        handles.append(None)
-                        finished += key in exited or key in p.plan.finished
-                operators[spec.uid] = {
-                    "vertex": v.id,
-                    "name": spec.name,
-                    "parallelism": v.parallelism,
-                    "max_parallelism": v.max_parallelism,
-                    "fully_finished": finished == v.parallelism,
-                    "has_state": has_state,
-                    "handles": handles,
-                }
+        operators = {spec.uid: _operator_entry(v, spec.uid, spec.name, p, exited) for v in self.graph.vertices.values() for spec in v.operators}
         return {
             "format": 1,
             "job": self.graph.name,
@@ -338,3 +313,25 @@ class CheckpointCoordinator:
     def waiting_on(self, task: TaskKey) -> list[int]:
         """Pending checkpoints that still need ``task``'s acknowledgement."""
         return [cid for cid, p in self.pending.items() if task in p.not_yet_acknowledged]
+
+
+def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exited: set[TaskKey]) -> dict[str, Any]:
+    """One operator's entry in a checkpoint's metadata (see :meth:`CheckpointCoordinator.metadata`)."""
+    handles: list[dict[str, Any] | None] = []
+    finished = 0
+    has_state = False
+    for i in range(v.parallelism):
+        key = (v.id, i)
+        if key in p.acks:
+            handle, summaries = p.acks[key]
+            summary = summaries.get(uid)
+            handles.append(handle_to_json(handle))
+            finished += summary is not None and summary.finished_on_restore
+            has_state |= summary is not None and summary.has_state
+        else:
+            handles.append(None)
+            finished += key in exited or key in p.plan.finished
+    return {
+        "vertex": v.id, "name": name, "parallelism": v.parallelism, "max_parallelism": v.max_parallelism,
+        "fully_finished": finished == v.parallelism, "has_state": has_state, "handles": handles,
+    }

@@ -106,17 +106,18 @@ class DeployedTasks:
         self.ended_input: set[TaskKey] = set()
         self.killed: set[TaskKey] = set()
 
-    def deploy(self, graph: JobGraph, attempt: int, restore: dict[str, OperatorRestore], region: frozenset[TaskKey] | None) -> None:
-        """Deploy ``attempt``: every task of ``graph`` (``region`` None) or a
-        failed-over region's, each restoring its share of ``restore``. Raises what
-        the gateway raises (no room on the cluster, a cancel while it waited)."""
+    def deploying(self, graph: JobGraph, attempt: int, restore: dict[str, OperatorRestore],
+                  region: frozenset[TaskKey] | None) -> list[Deployment]:
+        """The deployments of ``attempt``: every task of ``graph`` (``region`` None)
+        or a failed-over region's, each restoring its share of ``restore``; their
+        letters count from now on."""
         deployments = plan_deployments(graph, attempt, uuid.uuid4().hex[:12], restore, region)
         if region is None:  # after a rescale, removed subtasks' late letters must not count
             self.attempts.clear()
             self.exited.clear()
             self.ended_input.clear()
         self.attempts.update({d.key: d.attempt for d in deployments})
-        self._gateway.deploy(deployments)
+        return deployments
 
     def is_current(self, task: TaskKey, attempt: int) -> bool:
         return self.attempts.get(task) == attempt

@@ -214,10 +214,55 @@ class SinkBacklogError(WeirError):
 
 
 class TaskFailedError(WeirError):
-    """A task actor died (killed, crashed, node lost); names the task."""
+    """A task failed outside its user functions: its actor died (killed, crashed,
+    node lost), a letter to it was lost, or it ended without a word; names the task."""
 
     def __init__(self, task: str, detail: str) -> None:
-        super().__init__(f"task {task} died: {detail}", task=task)
+        super().__init__(f"task {task}: {detail}", task=task)
+
+
+class UnknownTaskError(WeirError):
+    """A client named a task the job does not run; lists those it runs."""
+
+
+class OperatorContractError(WeirError):
+    """An operator broke its lifecycle's rules: it emitted after the end of its
+    input or in ``close()``, or got records after it had fully finished."""
+
+
+class JobRequestError(WeirError):
+    """A savepoint, stop or rescale that did not happen, and why: the job was not
+    running, a region was restarting, the savepoint failed, or the job ended first."""
+
+
+class TooManyCheckpointFailuresError(WeirError):
+    """More checkpoints failed in a row than the job tolerates (its storage works,
+    so the cause is in the job: see the last failure named)."""
+
+
+class NoRestorePointError(WeirError):
+    """A job that must restore (after a failure, or a job master's restart) has no
+    complete checkpoint left to restore from; it does not start from scratch,
+    which would drop its state without a word."""
+
+
+class RecordedFailureError(WeirError):
+    """A job's failure as its recorded end holds it (a restarted job master read it
+    from storage; the original exception's type is not kept)."""
+
+
+class SlotBusyError(WeirError):
+    """A task actor or job coordinator was handed work while it still ran other
+    work: a bug in weir's pool, reported instead of mixing two jobs."""
+
+
+class JobCoordinatorLostError(WeirError):
+    """The job's coordinator died and no other took the job over in time."""
+
+
+class SparkBridgeError(WeirError):
+    """The Spark bridge cannot run: pyspark or raydp is not installed, Java is
+    missing, no raydp Spark session runs, or Spark's executors are gone."""
 
 
 class JobStatusError(WeirError):

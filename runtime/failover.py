@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir.runtime.checkpointing import TaskKey, task_name
-from weir.runtime.errors import CorruptCheckpointError, WeirError
+from weir.runtime.errors import CorruptCheckpointError, NoRestorePointError
 from weir.runtime.graph import JobGraph
 from weir.runtime.config import RestartStrategy
 from weir.runtime.restarts import RestartBackoff
@@ -112,7 +112,7 @@ def fall_back(restore_points: list[RestorePoint], error: CorruptCheckpointError,
     left = restore_points[:-1]
     if left:
         return FallBack(left, error, True)
-    return FallBack(left, WeirError(
+    return FallBack(left, NoRestorePointError(
         f"job '{job}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
         "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
     ), False)

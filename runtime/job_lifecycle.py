@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from weir.runtime.errors import JobExecutionError, JobStatusError, WeirError
+from weir.runtime.errors import JobExecutionError, JobStatusError, RecordedFailureError
 from weir.runtime.executor import JobExecutionResult, JobStatus
 from weir.runtime.failover import Restarts
 from weir.runtime.storage import CheckpointStorage
@@ -48,7 +48,7 @@ class JobLifecycle:
         self.become(status)
         self.ended = self._clock()
         if detail:
-            self.failure = WeirError(detail)
+            self.failure = RecordedFailureError(detail)
 
     def result(self, restarts: Restarts, completed_checkpoints: int, metrics: list[dict[str, Any]]) -> JobExecutionResult:
         """The outcome; raises :class:`JobExecutionError` for a failed job."""

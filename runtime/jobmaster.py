@@ -27,6 +27,7 @@ running, and the stop request fails with the reason.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import random
 import threading
@@ -37,23 +38,23 @@ from weir.runtime.checkpoint_flow import CheckpointFlow
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
-from weir.runtime.deployment import DeployedTasks, TaskGateway
-from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, WeirError
+from weir.runtime.deployment import DeployedTasks, Deployment, TaskGateway
+from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, JobRequestError, TaskFailedError, WeirError
 from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
 from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
 from weir.runtime.job_lifecycle import JobLifecycle
 from weir.runtime.letters import (
-    Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
+    Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, Deployed, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
     MetadataWritten, RescaleJob, Request, StopJob, TriggerSavepoint, ask, close_refusing, post,
 )
 from weir.runtime.mailbox import Mailbox
 from weir.runtime.restore import RestorePoints, starting_point
-from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
+from weir.runtime.stopping import AfterLastTask, Answer, Redeploying, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
 )
-from weir.runtime.storage_thread import StorageThread
+from weir.runtime.off_loop import OffLoopThread, inline
 from weir.runtime.task import Cancel, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
@@ -71,10 +72,11 @@ class JobMaster:
     is reported to anyone (an ended job never runs again). ``tick_s``: the longest
     the loop waits for a letter before it polls the gateway for task exits.
     ``storage_io``: runs checkpoint storage writes and deletes (default: a
-    :class:`StorageThread`; :func:`inline` for tests). ``coordinator_io``: runs
+    :class:`OffLoopThread`; :func:`inline` for tests). ``coordinator_io``: runs
     operator coordinators' async calls (default: a small thread pool; :func:`inline`
     for tests). ``restart_jitter``: draws where each restart delay falls in its
-    jitter band (a seeded one replays)."""
+    jitter band (a seeded one replays). ``deploy_io``: runs the gateway's deploys
+    (default: at once; an :class:`OffLoopThread` where they may wait for room)."""
 
     TICK_S = 0.05  # how soon a task's exit (polled from the gateway) is seen; executors may set their own
     # A rescale lets the job run on this long while the processes of its new tasks
@@ -88,6 +90,7 @@ class JobMaster:
         event_valve: bool = True, first_attempt: int = 0, on_end: Callable[[JobStatus], None] | None = None,
         tick_s: float = TICK_S, storage_io: Callable[[Work], None] | None = None,
         coordinator_io: Callable[[Work], None] | None = None, restart_jitter: random.Random | None = None,
+        deploy_io: Callable[[Work], None] = inline,
     ) -> None:
         self.graph, self.gateway, self.clock, self.recovering = graph, gateway, clock, recovering
         self.mailbox = Mailbox(0)
@@ -97,7 +100,7 @@ class JobMaster:
         self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
         self.tasks = DeployedTasks(gateway)
         self.checkpoints = CheckpointFlow(graph, self.tasks, gateway.send, self.coordinators, self._stop, self.storage,
-                                          storage_io or StorageThread(graph.name), clock, self._fail, self._post)
+                                          storage_io or OffLoopThread(graph.name, "checkpoint storage"), clock, self._fail, self._post)
         self.coordinator = self.checkpoints.coordinator
         self.attempt = first_attempt
         self.restarts = Restarts(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter)
@@ -105,7 +108,9 @@ class JobMaster:
         self._restore = RestorePoints()
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
-        self._on_end, self._tick_s = on_end, tick_s
+        self._on_end, self._tick_s, self._deploy_io = on_end, tick_s, deploy_io
+        self._deploying = False  # the gateway deploys off the loop: it is not touched, and letters wait in _held
+        self._held: list[Any] = []
         self.final_metrics: list[dict[str, Any]] = []
         self.view = JobView([], [])
 
@@ -128,6 +133,10 @@ class JobMaster:
             self._close()
 
     def _close(self) -> None:
+        if self._deploying:
+            self.gateway.stop_deploying()
+        if isinstance(self._deploy_io, OffLoopThread):
+            self._deploy_io.close()
         try:
             self.final_metrics = self.gateway.metrics()
         except Exception:
@@ -185,7 +194,7 @@ class JobMaster:
         post(self.mailbox, letter)
 
     def _refuse(self, request: Request) -> None:
-        request.reply(error=WeirError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now"))
+        request.reply(error=JobRequestError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now"))
 
     def _fall_back(self, error: CorruptCheckpointError) -> None:
         """The checkpoint being restored is damaged: restart from the one before it (:meth:`RestorePoints.fall_back`)."""
@@ -207,7 +216,12 @@ class JobMaster:
         self._settle()
 
     def _take(self, letter: Any) -> None:
-        if isinstance(letter, CancelJob):
+        if self._deploying and not isinstance(letter, Deployed):
+            self._held.append(letter)  # handled once the deploy is done and its coordinators run
+            return
+        if isinstance(letter, Deployed):
+            self._on_deployed(letter)
+        elif isinstance(letter, CancelJob):
             self._cancel()
         elif isinstance(letter, (TriggerSavepoint, StopJob)):
             if self._may_snapshot(letter.request) and self.checkpoints.savepoint_requested(self.clock(), letter):
@@ -237,11 +251,18 @@ class JobMaster:
 
     def _settle(self) -> None:
         """Handle the failures the last letter (or exit, or tick) caused, in order."""
-        while self._failures:
+        while self._failures and not self._deploying:
             self._on_failure(self._failures.popleft())
 
     def _tick(self) -> None:
-        now = self.clock()
+        if not self._deploying:
+            self._advance(self.clock())
+        self._settle()
+        self._publish()
+
+    def _advance(self, now: float) -> None:
+        """Exits, due restarts and deploys, the cancel's deadline, the rescale,
+        coordinators' calls, checkpoints: what time and the gateway bring."""
         self.tasks.killed = set()
         for key, result in self.gateway.poll_exits():
             # An earlier exit of this batch may have failed the job (or a region)
@@ -251,9 +272,11 @@ class JobMaster:
                 self._settle()
         if self.status is JobStatus.RESTARTING and self.restarts.job_due(now):
             self._deploy()
-        for region in self.restarts.regions_due(now):
+        for region in self.restarts.regions_due(now)[:1]:  # one deploy at a time
             if self.status is JobStatus.RUNNING:
                 self._deploy(region)
+        if self._deploying:
+            return
         if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
             log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
             self._end(JobStatus.CANCELED)
@@ -263,8 +286,6 @@ class JobMaster:
             # The stop's savepoint is the last one; a region on its way back would decline.
             may_trigger = self.status is JobStatus.RUNNING and not self.restarts.waiting
             self.checkpoints.tick(now, may_trigger)
-        self._settle()
-        self._publish()
 
     def _publish(self) -> None:
         self.view = JobView(self.restarts.waiting_tasks(), self.coordinator.stats())
@@ -284,7 +305,7 @@ class JobMaster:
             self._refuse(request)
         elif self.restarts.waiting:
             tasks = ", ".join(self.restarts.waiting_tasks())
-            request.reply(error=WeirError(
+            request.reply(error=JobRequestError(
                 f"job '{self.graph.name}' is restarting failed task(s) {tasks}; a snapshot needs every task running: try again in a moment"
             ))
         return self.status is JobStatus.RUNNING and not self.restarts.waiting
@@ -316,10 +337,6 @@ class JobMaster:
         self.tasks.kill()
         self.graph = self.coordinator.graph = graph
         self._deploy()
-        answer = self._stop.redeployed(self.clock())
-        log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name,
-                 {v.id: v.parallelism for v in self.graph.vertices.values()}, answer.result)
-        self._deliver(answer)
 
     def _deliver(self, answer: Answer | None) -> None:
         if answer is not None:
@@ -341,7 +358,7 @@ class JobMaster:
         elif isinstance(result.error, CorruptCheckpointError) and self._restore.points:
             self._fall_back(result.error)
         else:
-            error = result.error if result.error is not None else WeirError(result.error_text or f"task {task_name(key)} ended {result.state.value}")
+            error = result.error if result.error is not None else TaskFailedError(task_name(key), result.error_text or f"ended {result.state.value}")
             self._fail(error, task=key)
 
     def _all_finished(self) -> None:
@@ -445,16 +462,39 @@ class JobMaster:
             self.coordinator.last_trigger = self.clock()
         if region is None:
             self.life.become(JobStatus.RUNNING)
-        try:
-            self.tasks.deploy(self.graph, self.attempt, self._restore.plan(self.graph), region)
-        except JobCancelledError:  # a cancel stopped it waiting for room on the cluster
+        deployments = self.tasks.deploying(self.graph, self.attempt, self._restore.plan(self.graph), region)
+        self._deploying = True
+        self._deploy_io(functools.partial(_deploy, self.gateway, deployments, self.attempt, region, self._post))
+
+    def _on_deployed(self, letter: Deployed) -> None:
+        """The deploy is done: start its coordinators, or fail over (a cancel that
+        stopped it waiting for room ends the job); then take the letters held meanwhile."""
+        self._deploying = False
+        if isinstance(letter.error, JobCancelledError):
             self._cancel_requested = self.clock()
-            self._fail(WeirError("cancelled while deploying"), count=False)
-            return
-        except Exception as exc:  # e.g. a task killed while it was being set up, no room on the cluster
-            self._fail(exc)
-            return
-        damaged = self.coordinators.start(self.graph, self._restore.coordinator_states(), region)
-        if damaged is not None:
-            self._fall_back(damaged)
+            self._fail(JobCancelledError("cancelled while deploying"), count=False)
+        elif letter.error is not None:  # e.g. a task killed while it was being set up, no room on the cluster
+            self._fail(letter.error)
+        else:
+            damaged = self.coordinators.start(self.graph, self._restore.coordinator_states(), letter.region)
+            if damaged is not None:
+                self._fall_back(damaged)
+        if isinstance(self._stop.state, Redeploying):
+            answer = self._stop.redeployed(self.clock())
+            log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name,
+                     {v.id: v.parallelism for v in self.graph.vertices.values()}, answer.result)
+            self._deliver(answer)
+        held, self._held = self._held, []
+        for held_letter in held:
+            self._take(held_letter)
+
+
+def _deploy(gateway: TaskGateway, deployments: list[Deployment], attempt: int, region: frozenset[TaskKey] | None,
+            post: Callable[[Any], None]) -> None:
+    """Off the loop: the gateway deploys, and its answer goes back as a letter."""
+    try:
+        gateway.deploy(deployments)
+        post(Deployed(attempt, region, None))
+    except Exception as exc:
+        post(Deployed(attempt, region, exc))
 

@@ -14,7 +14,7 @@ import cloudpickle
 
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.collect import LocalCollectChannel
-from weir.runtime.errors import JobCancelledError, WeirError
+from weir.runtime.errors import JobCancelledError, TaskFailedError, UnknownTaskError
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
 from weir.runtime.deployment import Deployment
@@ -83,7 +83,7 @@ class LocalGateway:
                 return
             with self._lock:  # an event lost: the task fails over (if its exit is not reported already)
                 if task in self.attempts:
-                    self._exits.append((task, TaskResult(TaskState.FAILED, WeirError(f"task {task_name(task)} is gone: an operator event to it was lost"))))
+                    self._exits.append((task, TaskResult(TaskState.FAILED, TaskFailedError(task_name(task), "an operator event to it was lost"))))
 
     def crash(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""
@@ -174,7 +174,7 @@ class LocalJobClient(JobClient):
 
     def kill_task(self, vertex: str, subtask: int) -> str:
         if (vertex, subtask) not in self._gateway.tasks:
-            raise WeirError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
+            raise UnknownTaskError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
         self._gateway.crash((vertex, subtask))
         return task_name((vertex, subtask))
 

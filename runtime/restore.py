@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidJobGraphError, WeirError
+from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidJobGraphError, NoRestorePointError
 from weir.runtime.executor import JobStatus
 from weir.runtime.failover import FallBack, RestorePoint, fall_back
 from weir.runtime.graph import JobGraph
@@ -108,7 +108,7 @@ def _recovered(storage: CheckpointStorage, graph: JobGraph) -> StartingPoint:
     if start.points:
         log.warning("job %s: job master restarted; recovering from %s", graph.name, start.points[-1][0])
     elif done:
-        raise WeirError(
+        raise NoRestorePointError(
             f"job '{graph.name}' cannot recover: every checkpoint in {storage.root} is damaged "
             "(see the warnings); not starting from scratch, which would silently drop its state"
         )

@@ -20,7 +20,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from weir.runtime.errors import WeirError
+from weir.runtime.errors import JobRequestError, WeirError
 from weir.runtime.executor import JobStatus
 from weir.runtime.graph import JobGraph
 
@@ -75,7 +75,7 @@ class Answer:
         if self.outcome.succeeded:
             self.request.reply(self.result)
         else:
-            self.request.reply(error=WeirError(self.message(job)))
+            self.request.reply(error=JobRequestError(self.message(job)))
 
 
 @dataclass(frozen=True)

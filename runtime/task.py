@@ -32,7 +32,7 @@ from typing import Any, Callable, Protocol
 from weir.runtime import faults
 from weir.runtime.barriers import Abort, BarrierHandler, Snapshot
 from weir.runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode, TransportConfig
-from weir.runtime.errors import CheckpointFailureReason, RecordDeserializationError, WeirError
+from weir.runtime.errors import CheckpointFailureReason, OperatorContractError, RecordDeserializationError, WeirError
 from weir.runtime.events import (
     MIN_WATERMARK,
     CancelCheckpointMarker,
@@ -196,10 +196,10 @@ class _RefusingOutput(Output):
         self._when = when
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
-        raise WeirError(f"operator '{self._operator}' emitted records {self._when}; emit them in finish()")
+        raise OperatorContractError(f"operator '{self._operator}' emitted records {self._when}; emit them in finish()")
 
     def emit_watermark(self, watermark: Watermark) -> None:
-        raise WeirError(f"operator '{self._operator}' emitted a watermark {self._when}")
+        raise OperatorContractError(f"operator '{self._operator}' emitted a watermark {self._when}")
 
     def emit_watermark_status(self, status: WatermarkStatus) -> None:
         pass
@@ -215,43 +215,10 @@ class StreamTask:
         self.operators: list[StreamOperator] = [spec.create() for spec in d.vertex.operators]
         self.head = self.operators[0]
         self.is_source = isinstance(self.head, SourceOperator)
-        timeout_s = d.transport.buffer_timeout_ms / 1000.0
-        self.writers = [
-            RecordWriter(
-                d.vertex.operators[-1].name,
-                edge.partitioner(),
-                1 if edge.pointwise else edge.target_parallelism,
-                (lambda out: lambda ch, seq, payload: ports.send(out, ch, seq, payload))(i),
-                d.transport.batch_size,
-                timeout_s,
-                clock,
-            )
-            for i, edge in enumerate(d.vertex.outputs)
-        ]
-        ctx = OperatorContext(
-            d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id,
-            ports.send_operator_event, d.runtime_mode, d.run_id,
-        )
-        edges = d.vertex.outputs
-        main = [w for w, e in zip(self.writers, edges) if e.side_output is None]
-        for spec, op, nxt in zip(d.vertex.operators, self.operators, self.operators[1:] + [None]):
-            side: dict[str, list[RecordWriter]] = {}
-            for w, e in zip(self.writers, edges):
-                if e.side_output is not None and e.source_operator == op.uid:
-                    side.setdefault(e.side_output, []).append(w)
-            out: Output = ChainedOutput(nxt, side) if nxt is not None else _WriterOutput(main, side)
-            op.setup(ctx, TypedOutput(out, spec.record_types, op.name) if spec.record_types.declared else out)
+        self.writers = _wire(d, self.operators, ports, clock)
         exactly_once = d.checkpointing.mode is CheckpointingMode.EXACTLY_ONCE
         self.barriers = BarrierHandler(len(d.input_channels), exactly_once)
-        self._input_of_channel = [_input_index(d, edge_id) for edge_id, _ in d.input_channels]
-        # Records of a two-input operator's second input go to its process_batch2.
-        self._process_of_channel = [
-            self.head.process_batch2 if i == 1 else self.head.process_batch  # type: ignore[attr-defined]
-            for i in self._input_of_channel
-        ]
-        self._end_of_data: set[int] = set()
-        self._drain = True
-        self.valve = WatermarkValve(len(d.input_channels))
+        self.input = ChainInput(d, self.head)
         self.life = Lifecycle(d.name)
         self.state = TaskState.RUNNING
         self._source_active = self.is_source
@@ -277,7 +244,7 @@ class StreamTask:
             "records_out": sum(w.records_out for w in self.writers),
             "batches_out": sum(w.batches_out for w in self.writers),
             "backpressured_s": round(self.ports.backpressured_s, 3),
-            "watermark": None if self.valve.watermark == MIN_WATERMARK else self.valve.watermark,
+            "watermark": None if self.input.valve.watermark == MIN_WATERMARK else self.input.valve.watermark,
             "first_record_at": self.first_record_at,
             "last_record_at": self.last_record_at,
         }
@@ -424,7 +391,7 @@ class StreamTask:
         d = self.deployment
         self._never_opened = frozenset(op.uid for op in self.operators if d.restore.get(op.uid, OperatorRestore([])).fully_finished)
         self._finished_ops = set(self._never_opened)
-        restored = self._read_restored_state()
+        restored = _read_restored_state(self.deployment)
         for op in self.operators:
             op.initialize_state(restored.get(op.uid, RestoredState()))
         for op in reversed(self.operators):
@@ -432,36 +399,13 @@ class StreamTask:
                 op.open()
         if self.head.uid in self._finished_ops:
             self._source_active = False
-            refuse = self._refuse_input(self.head.name)
-            self._process_of_channel = [refuse] * len(self._process_of_channel)
+            self.input.refuse_records()
             self._end_input(drain=True)
 
     def _opened(self) -> list[StreamOperator]:
         """The chain but the operators restored fully finished: only these are
         snapshotted, notified and closed, since the others were never opened."""
         return [op for op in self.operators if op.uid not in self._never_opened]
-
-    @staticmethod
-    def _refuse_input(operator: str) -> Callable[..., None]:
-        def refuse(records: list[Any], timestamps: list[int] | None = None) -> None:
-            raise WeirError(f"operator '{operator}' had fully finished before the restore, yet got {len(records)} records")
-        return refuse
-
-    def _read_restored_state(self) -> dict[str, RestoredState]:
-        d = self.deployment
-        files: dict[str, dict[str, OperatorSnapshot]] = {}
-        out: dict[str, RestoredState] = {}
-        for uid, where in d.restore.items():
-            snaps = []
-            for h in where.handles:
-                if h is None:
-                    snaps.append(OperatorSnapshot(finished=True))  # that subtask had finished and exited
-                    continue
-                if h.uri not in files:
-                    files[h.uri] = read_state(h)
-                snaps.append(files[h.uri].get(uid, OperatorSnapshot()))
-            out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism)
-        return out
 
     # ------------------------------------------------------------------ letters
     def _handle(self, letter: Any) -> None:
@@ -486,27 +430,24 @@ class StreamTask:
             raise TypeError(f"unknown letter {letter!r}")
 
     def _on_delivery(self, channel: int, messages: list[Any]) -> None:
-        head = self.head
-        process = self._process_of_channel[channel]
         for m in messages:
             if type(m) is list:
-                head.records_in += len(m)
-                process(m)
+                self.input.records(channel, m)
                 self._saw_records()
             elif type(m) is Timestamped:
-                head.records_in += len(m.records)
-                process(m.records, m.timestamps)
+                self.input.records(channel, m.records, m.timestamps)
                 self._saw_records()
             elif isinstance(m, CheckpointBarrier):
                 self._apply(self.barriers.on_barrier(channel, m))
                 if self.barriers.blocked:
                     faults.point("task-aligning")
             elif isinstance(m, Watermark):
-                self._on_watermark(channel, m.timestamp)
+                self.input.watermark(channel, m.timestamp)
             elif isinstance(m, WatermarkStatus):
-                self._on_watermark_status(channel, m.idle)
+                self.input.watermark_status(channel, m.idle)
             elif isinstance(m, EndOfData):
-                self._on_end_of_data(channel, m)
+                if self.input.end_of_data(channel, m.drain, self.life.input_ended):
+                    self._end_input(drain=self.input.drain)
             elif isinstance(m, EndOfPartition):
                 self._apply(self.barriers.on_end_of_partition(channel))
                 if not self.barriers.live_channels:
@@ -527,32 +468,6 @@ class StreamTask:
                 for w in self.writers:
                     w.broadcast_event(CancelCheckpointMarker(a.checkpoint_id))
                 self.ports.decline_checkpoint(a.checkpoint_id, a.reason, "")
-
-    def _to_head(self, events: list[Watermark | WatermarkStatus]) -> None:
-        for e in events:
-            if isinstance(e, Watermark):
-                self.head.process_watermark(e)
-            else:
-                self.head.process_watermark_status(e)
-
-    def _on_watermark(self, channel: int, timestamp: int) -> None:
-        self._to_head(self.valve.on_watermark(channel, timestamp))
-
-    def _on_watermark_status(self, channel: int, idle: bool) -> None:
-        self._to_head(self.valve.on_status(channel, idle))
-
-    def _on_end_of_data(self, channel: int, event: EndOfData) -> None:
-        self._end_of_data.add(channel)
-        if self.life.input_ended:
-            return  # restored with a fully finished head: nothing more to end
-        self._to_head(self.valve.on_end_of_data(channel, event.drain))
-        if not event.drain:
-            self._drain = False
-        index = self._input_of_channel[channel]
-        if self._drain and all(ch in self._end_of_data for ch, i in enumerate(self._input_of_channel) if i == index):
-            self.head.end_input(index)
-        if len(self._end_of_data) == len(self._input_of_channel):
-            self._end_input(drain=self._drain)
 
     def _stop_source(self, drain: bool) -> None:
         """Stop-with-savepoint reached this source: stop reading; with drain, end the
@@ -667,8 +582,114 @@ class StreamTask:
         self.mailbox.put_control(letter)
 
 
+class ChainInput:
+    """What the chain's head receives from the task's input channels: records (a
+    two-input head's second input goes to its ``process_batch2``), watermarks and
+    idleness through the valve, and the end of each input."""
+
+    def __init__(self, d: TaskDeployment, head: StreamOperator) -> None:
+        self.head = head
+        self.valve = WatermarkValve(len(d.input_channels))
+        self._input_of_channel = [_input_index(d, edge_id) for edge_id, _ in d.input_channels]
+        self._process_of_channel = [
+            head.process_batch2 if i == 1 else head.process_batch  # type: ignore[attr-defined]
+            for i in self._input_of_channel
+        ]
+        self._ended: set[int] = set()  # channels whose EndOfData came
+        self.drain = True  # every EndOfData so far drained
+
+    def records(self, channel: int, records: list[Any], timestamps: list[int] | None = None) -> None:
+        self.head.records_in += len(records)
+        if timestamps is None:
+            self._process_of_channel[channel](records)
+        else:
+            self._process_of_channel[channel](records, timestamps)
+
+    def refuse_records(self) -> None:
+        """The head was restored fully finished: a record for it is a bug, named."""
+        def refuse(records: list[Any], timestamps: list[int] | None = None) -> None:
+            raise OperatorContractError(f"operator '{self.head.name}' had fully finished before the restore, yet got {len(records)} records")
+
+        self._process_of_channel = [refuse] * len(self._process_of_channel)
+
+    def watermark(self, channel: int, timestamp: int) -> None:
+        self._to_head(self.valve.on_watermark(channel, timestamp))
+
+    def watermark_status(self, channel: int, idle: bool) -> None:
+        self._to_head(self.valve.on_status(channel, idle))
+
+    def end_of_data(self, channel: int, drain: bool, input_ended: bool) -> bool:
+        """A channel's EndOfData; an input whose every channel ended is ended at
+        the head. True: every channel has ended (the task ends its input, with
+        :attr:`drain`). ``input_ended``: the head was restored fully finished."""
+        self._ended.add(channel)
+        if input_ended:
+            return False  # nothing more to end
+        self._to_head(self.valve.on_end_of_data(channel, drain))
+        self.drain = self.drain and drain
+        index = self._input_of_channel[channel]
+        if self.drain and all(ch in self._ended for ch, i in enumerate(self._input_of_channel) if i == index):
+            self.head.end_input(index)
+        return len(self._ended) == len(self._input_of_channel)
+
+    def _to_head(self, events: list[Watermark | WatermarkStatus]) -> None:
+        for e in events:
+            if isinstance(e, Watermark):
+                self.head.process_watermark(e)
+            else:
+                self.head.process_watermark_status(e)
+
+
 def _input_index(d: TaskDeployment, edge_id: int) -> int:
     for e in d.vertex.inputs:
         if e.edge_id == edge_id:
             return e.input_index
     raise KeyError(edge_id)
+
+
+def _wire(d: TaskDeployment, operators: list[StreamOperator], ports: TaskPorts, clock: Callable[[], float]) -> list[RecordWriter]:
+    """Set the chain's operators up, each emitting into the next one and the last
+    into a writer per output edge (side outputs into theirs); returns the writers."""
+    writers = [
+        RecordWriter(
+            d.vertex.operators[-1].name,
+            edge.partitioner(),
+            1 if edge.pointwise else edge.target_parallelism,
+            (lambda out: lambda ch, seq, payload: ports.send(out, ch, seq, payload))(i),
+            d.transport.batch_size,
+            d.transport.buffer_timeout_ms / 1000.0,
+            clock,
+        )
+        for i, edge in enumerate(d.vertex.outputs)
+    ]
+    ctx = OperatorContext(
+        d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id,
+        ports.send_operator_event, d.runtime_mode, d.run_id,
+    )
+    edges = d.vertex.outputs
+    main = [w for w, e in zip(writers, edges) if e.side_output is None]
+    for spec, op, nxt in zip(d.vertex.operators, operators, operators[1:] + [None]):
+        side: dict[str, list[RecordWriter]] = {}
+        for w, e in zip(writers, edges):
+            if e.side_output is not None and e.source_operator == op.uid:
+                side.setdefault(e.side_output, []).append(w)
+        out: Output = ChainedOutput(nxt, side) if nxt is not None else _WriterOutput(main, side)
+        op.setup(ctx, TypedOutput(out, spec.record_types, op.name) if spec.record_types.declared else out)
+    return writers
+
+
+def _read_restored_state(d: TaskDeployment) -> dict[str, RestoredState]:
+    """Each operator's share of the state it restores, read from the snapshots' files (each read once)."""
+    files: dict[str, dict[str, OperatorSnapshot]] = {}
+    out: dict[str, RestoredState] = {}
+    for uid, where in d.restore.items():
+        snaps = []
+        for h in where.handles:
+            if h is None:
+                snaps.append(OperatorSnapshot(finished=True))  # that subtask had finished and exited
+                continue
+            if h.uri not in files:
+                files[h.uri] = read_state(h)
+            snaps.append(files[h.uri].get(uid, OperatorSnapshot()))
+        out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism)
+    return out

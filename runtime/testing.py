@@ -22,7 +22,7 @@ import cloudpickle
 
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import RuntimeExecutionMode
-from weir.runtime.errors import CheckpointFailureReason, WeirError
+from weir.runtime.errors import CheckpointFailureReason, TaskFailedError
 from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
 from weir.runtime.executor import JobStatus
 from weir.runtime.functions import as_callable
@@ -30,7 +30,7 @@ from weir.runtime.graph import JobGraph
 from weir.runtime.deployment import Deployment
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import MasterPorts
-from weir.runtime.storage_thread import inline
+from weir.runtime.off_loop import inline
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.network import decode, encode
 from weir.runtime.operators import (
@@ -467,7 +467,7 @@ class SimulatedJob:
 
     def fail(self, key: TaskKey, why: str) -> None:
         self.tasks.pop(key, None)
-        self.exits.append((key, TaskResult(TaskState.FAILED, WeirError(why))))
+        self.exits.append((key, TaskResult(TaskState.FAILED, TaskFailedError(task_name(key), why))))
         self.failures += 1
 
     def step(self) -> None:

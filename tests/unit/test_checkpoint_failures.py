@@ -15,7 +15,7 @@ from weir.runtime.errors import CheckpointFailureReason, CheckpointStorageError
 from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Decline, EndOfInput
-from weir.runtime.storage_thread import inline
+from weir.runtime.off_loop import inline
 from tests.unit.test_exactly_once_edges import _StubGateway
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED

@@ -20,7 +20,7 @@ from weir.runtime.errors import CheckpointStorageError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
 from weir.runtime.restore import starting_point
-from weir.runtime.storage_thread import inline
+from weir.runtime.off_loop import inline
 from weir.runtime.task import Cancel
 from weir.runtime.local import LocalExecutor, LocalGateway
 from tests.checker import check_running_sums

@@ -25,7 +25,7 @@ from weir.runtime.restore import restore_plan
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
-from weir.runtime.storage_thread import inline
+from weir.runtime.off_loop import inline
 from weir.runtime.sources import GeneratorSource, IndexSplit
 from weir.runtime.task import TaskResult, TaskState
 from tests.unit.test_exactly_once_edges import _StubGateway

@@ -97,7 +97,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
     small machine); then it stops at a checkpoint and redeploys."""
     from weir.runtime.jobmaster import JobMaster
     from weir.runtime.letters import RescaleJob, Request
-    from weir.runtime.storage_thread import inline
+    from weir.runtime.off_loop import inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(60_000)
@@ -126,7 +126,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
 def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoint_dir):
     from weir.runtime.jobmaster import JobMaster
     from weir.runtime.letters import RescaleJob, Request
-    from weir.runtime.storage_thread import inline
+    from weir.runtime.off_loop import inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(60_000)

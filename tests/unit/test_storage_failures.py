@@ -185,7 +185,7 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
 
     import weir.runtime.checkpoint_flow
     from weir.runtime.executor import JobStatus
-    from weir.runtime.storage_thread import StorageThread
+    from weir.runtime.off_loop import OffLoopThread
 
     entered, release = threading.Event(), threading.Event()
     write = weir.runtime.checkpoint_flow.write_metadata
@@ -196,7 +196,7 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
         write(location, metadata)
 
     monkeypatch.setattr(weir.runtime.checkpoint_flow, "write_metadata", hanging_write)
-    monkeypatch.setattr(StorageThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
+    monkeypatch.setattr(OffLoopThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)
     env.from_generator(lambda i: i, records_per_second=1000).map(lambda x: x).sink_to(DiscardingSink())
@@ -207,7 +207,7 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
         while not any("its metadata was still being written" in (c["reason"] or "") for c in client.checkpoints()):
             assert time.monotonic() < deadline, f"the hung checkpoint never expired: {client.checkpoints()}"
             time.sleep(0.05)
-        client.cancel(timeout_s=StorageThread.CLOSE_TIMEOUT_S + 5)
+        client.cancel(timeout_s=OffLoopThread.CLOSE_TIMEOUT_S + 5)
         assert client.status() is JobStatus.CANCELED
     finally:
         release.set()
