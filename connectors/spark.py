@@ -42,7 +42,7 @@ import ray
 
 from weir.actors.cluster import ensure_ray, java_env
 from weir.connectors.files import FileSink, committed_files, resolve
-from weir.runtime.errors import WeirError
+from weir.runtime.errors import SparkBridgeError
 from weir.runtime.sources import Poll, RateLimit, Source, SourceReader, check_rate
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def _spark_extra() -> None:
         import pyspark  # noqa: F401
         import raydp  # noqa: F401
     except ImportError as exc:
-        raise WeirError(
+        raise SparkBridgeError(
             f"the Spark bridge needs pyspark and raydp, which weir installs only with its spark extra "
             f"({exc.name} is missing): pip install 'weir[spark]'"
         ) from None
@@ -69,7 +69,7 @@ def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.path.exists(java):
-        raise WeirError(
+        raise SparkBridgeError(
             "Spark needs a Java runtime (OpenJDK 17 works), and none was found: "
             + (f"JAVA_HOME={home} has no bin/java" if home else "`java` is not on PATH and JAVA_HOME is not set")
             + ". Install one (e.g. apt-get install openjdk-17-jre-headless) and try again."
@@ -126,7 +126,7 @@ def _require_raydp_session(df: Any) -> None:
     import raydp.context
 
     if raydp.context._global_spark_context is None:
-        raise WeirError(
+        raise SparkBridgeError(
             "from_spark() needs a Spark session that raydp started on this Ray cluster, and this process has none "
             "(a plain SparkSession cannot hand its data to Ray): start it with weir.connectors.spark.spark_session(...)"
         )
@@ -160,7 +160,7 @@ class SparkPartition:
             executor = ray.get_actor(self.executor, namespace=self.namespace)
             ipc = ray.get(_java_call(lambda: executor.getRDDPartition.remote(self.rdd_id, self.index, self.schema_json, self.driver_url)))
         except (ValueError, ray.exceptions.RayError) as exc:
-            raise WeirError(
+            raise SparkBridgeError(
                 f"partition {self.index} of the DataFrame could not be fetched from Spark executor {self.executor} "
                 f"({type(exc).__name__}: {exc}); the driver's Spark session must run while the job reads the DataFrame"
             ) from exc
