@@ -2,17 +2,22 @@
 direct mailbox puts. The same tasks and job master as on Ray, without Ray, for
 tests, debugging and small jobs (``execute(executor="local")`` or
 ``WEIR_EXECUTOR=local``). Kills are simulated by cancelling a task's thread.
+A test that passes a :class:`~weir.runtime.clock.ManualClock` to
+``LocalExecutor(clock=...)`` moves the job master's time by hand (checkpoint
+intervals and timeouts, restart delays), and
+:meth:`LocalJobClient.wait_until` waits for what the job does without sleeping.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 
 from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.collect import LocalCollectChannel
 from weir.runtime.errors import JobCancelledError, WeirError
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
@@ -53,6 +58,11 @@ class LocalGateway:
         self._threads: dict[TaskKey, threading.Thread] = {}
         self._exits: list[tuple[TaskKey, TaskResult]] = []
         self._lock = threading.Lock()
+        # Counted and notified whenever the job master tells the tasks something
+        # (a deployment, a letter, a kill) or a task ends: what a waiting client
+        # may want to see (LocalJobClient.wait_until).
+        self.changes = 0
+        self.changed = threading.Condition(self._lock)
 
     def deploy(self, deployments: list[Deployment]) -> None:
         # Each task gets its own copy of the deployment, user functions included, as
@@ -61,6 +71,7 @@ class LocalGateway:
         with self._lock:
             self.tasks = {**self.tasks, **tasks}
             self.attempts.update({d.key: d.attempt for d in deployments})
+            self._change()
         for d in deployments:
             t = threading.Thread(target=self._run, args=(d.key, d.attempt, tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
             self._threads[d.key] = t
@@ -71,6 +82,7 @@ class LocalGateway:
         with self._lock:
             if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
+            self._change()
 
     def send(self, task: TaskKey, letter: TaskLetter) -> None:
         t = self.tasks.get(task)
@@ -84,6 +96,12 @@ class LocalGateway:
             with self._lock:  # an event lost: the task fails over (if its exit is not reported already)
                 if task in self.attempts:
                     self._exits.append((task, TaskResult(TaskState.FAILED, WeirError(f"task {task_name(task)} is gone: an operator event to it was lost"))))
+        with self._lock:
+            self._change()
+
+    def _change(self) -> None:  # with the lock held
+        self.changes += 1
+        self.changed.notify_all()
 
     def crash(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""
@@ -98,6 +116,7 @@ class LocalGateway:
             self._exits = [e for e in self._exits if e[0] not in tasks]
             victims = [(self.tasks[key], self._threads.pop(key)) for key in tasks if key in self.tasks]
             self.tasks = {k: t for k, t in self.tasks.items() if k not in tasks}  # replaced: clients read it
+            self._change()
         for t, _ in victims:
             t.mailbox.close()
         # A thread stuck in a user function cannot be stopped; it is left behind
@@ -155,6 +174,27 @@ class LocalJobClient(JobClient):
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
         return self._master.ask(RescaleJob(dict(parallelism), Request()), timeout_s)
 
+    def wait_until(self, condition: Callable[["LocalJobClient"], bool], timeout_s: float = 30) -> None:
+        """Block until ``condition(self)`` holds, checked again each time the job
+        master tells the tasks something (a deployment, a checkpoint's trigger,
+        completion or abort, a cancel) or a task ends: a test waits for what the
+        job does (``lambda c: any(s["status"] == "COMPLETED" for s in
+        c.checkpoints())``) without sleeping. Raises TimeoutError after
+        ``timeout_s``, and :class:`WeirError` once the job has ended without it."""
+        deadline = time.monotonic() + timeout_s
+        gw = self._gateway
+        while True:
+            with gw.changed:
+                seen = gw.changes
+            if condition(self):  # without the lock: the condition may ask the tasks
+                return
+            if self._master.status.is_terminal:
+                raise WeirError(f"job '{self.job_name}' ended {self._master.status.value} before the condition held")
+            left = deadline - time.monotonic()
+            with gw.changed:
+                if left <= 0 or not gw.changed.wait_for(lambda: gw.changes != seen, left):
+                    raise TimeoutError(f"job '{self.job_name}': the condition did not hold within {timeout_s}s")
+
     def restarts(self) -> int:
         return self._master.restarts
 
@@ -180,12 +220,17 @@ class LocalJobClient(JobClient):
 
 
 class LocalExecutor(Executor):
+    """``clock``: the job master's (see the module docstring); the machine's by default."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+
     def collect_channel(self) -> LocalCollectChannel:
         return LocalCollectChannel()
 
     def submit(self, graph: JobGraph) -> LocalJobClient:
         gateway = LocalGateway()
-        master = JobMaster(graph, gateway)
+        master = JobMaster(graph, gateway, clock=self.clock.now)
         gateway.master = master
         threading.Thread(target=master.run, name=f"jobmaster-{graph.name}", daemon=True).start()
         return LocalJobClient(master, gateway)
