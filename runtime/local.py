@@ -4,15 +4,17 @@ tests, debugging and small jobs (``execute(executor="local")`` or
 ``WEIR_EXECUTOR=local``). Kills are simulated by cancelling a task's thread.
 A test that passes a :class:`~weir.runtime.clock.ManualClock` to
 ``LocalExecutor(clock=...)`` moves the job master's time by hand (checkpoint
-intervals and timeouts, restart delays), and
-:meth:`LocalJobClient.wait_until` waits for what the job does without sleeping.
+intervals and timeouts, restart delays), and its client's ``wait_until`` waits
+for what the job does without sleeping: it is woken whenever the job master
+tells the tasks something (a deployment, a checkpoint's trigger, completion or
+abort, a cancel) or a task ends.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 
@@ -60,7 +62,7 @@ class LocalGateway:
         self._lock = threading.Lock()
         # Counted and notified whenever the job master tells the tasks something
         # (a deployment, a letter, a kill) or a task ends: what a waiting client
-        # may want to see (LocalJobClient.wait_until).
+        # may want to see (JobClient.wait_until).
         self.changes = 0
         self.changed = threading.Condition(self._lock)
 
@@ -174,26 +176,14 @@ class LocalJobClient(JobClient):
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
         return self._master.ask(RescaleJob(dict(parallelism), Request()), timeout_s)
 
-    def wait_until(self, condition: Callable[["LocalJobClient"], bool], timeout_s: float = 30) -> None:
-        """Block until ``condition(self)`` holds, checked again each time the job
-        master tells the tasks something (a deployment, a checkpoint's trigger,
-        completion or abort, a cancel) or a task ends: a test waits for what the
-        job does (``lambda c: any(s["status"] == "COMPLETED" for s in
-        c.checkpoints())``) without sleeping. Raises TimeoutError after
-        ``timeout_s``, and :class:`WeirError` once the job has ended without it."""
-        deadline = time.monotonic() + timeout_s
+    def _change_mark(self) -> int:
+        with self._gateway.changed:
+            return self._gateway.changes
+
+    def _await_change(self, mark: int, timeout_s: float) -> bool:
         gw = self._gateway
-        while True:
-            with gw.changed:
-                seen = gw.changes
-            if condition(self):  # without the lock: the condition may ask the tasks
-                return
-            if self._master.status.is_terminal:
-                raise WeirError(f"job '{self.job_name}' ended {self._master.status.value} before the condition held")
-            left = deadline - time.monotonic()
-            with gw.changed:
-                if left <= 0 or not gw.changed.wait_for(lambda: gw.changes != seen, left):
-                    raise TimeoutError(f"job '{self.job_name}': the condition did not hold within {timeout_s}s")
+        with gw.changed:
+            return gw.changed.wait_for(lambda: gw.changes != mark, timeout_s)
 
     def restarts(self) -> int:
         return self._master.restarts

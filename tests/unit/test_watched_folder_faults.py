@@ -19,7 +19,7 @@ from weir.connectors.files import FileSink, FileSource, StreamFormat, read_commi
 from weir import Duration, InvalidConfigurationError, WatermarkStrategy
 from weir.runtime.clock import ManualClock
 from weir.runtime.sources import AddSplits
-from tests.unit.test_file_source import _Context, _env, _publish, _wait_for
+from tests.unit.test_file_source import _Context, _env, _publish
 
 
 def _watching(folder: Any, settle_ms: int, clock: ManualClock,
@@ -180,10 +180,10 @@ def test_a_job_does_not_read_a_renamed_file_again(checkpoint_dir, tmp_path):
               .monitor_continuously(Duration.of_millis(20), settle_time=Duration.of_millis(50)).build())
     env.from_source(source, WatermarkStrategy.no_watermarks(), "watched").sink_to(FileSink(out))
     client = env.execute_async("renamed", executor="local")
-    _wait_for(lambda: len(read_committed(out)) >= 2, client)
+    client.wait_until(lambda c: len(read_committed(out)) >= 2)
     os.rename(folder / "a.txt", folder / "b.txt")
     _publish(str(folder / "z.txt"), b"z1\n")
-    _wait_for(lambda: "z1" in read_committed(out), client)
+    client.wait_until(lambda c: "z1" in read_committed(out))
     client.cancel()
     assert sorted(read_committed(out)) == ["a1", "a2", "z1"]
 
