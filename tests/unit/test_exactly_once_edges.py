@@ -41,9 +41,7 @@ def _job(checkpoint_dir: str, out_dir: str, savepoint: str | None = None, rate: 
 
 def _running(env: StreamExecutionEnvironment, name: str):
     client = env.execute_async(name, executor="local")
-    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
-        assert not client.status().is_terminal
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()))
     return client
 
 
