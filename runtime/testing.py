@@ -23,7 +23,7 @@ import random
 import threading
 import uuid
 import weakref
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, TypeVar
 
 import cloudpickle
 
