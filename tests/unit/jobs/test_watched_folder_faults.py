@@ -19,7 +19,7 @@ from weir.connectors.files import FileSink, FileSource, StreamFormat, read_commi
 from weir import Duration, InvalidConfigurationError, WatermarkStrategy
 from weir.runtime.clock import ManualClock
 from weir.runtime.sources import AddSplits
-from tests.unit.test_file_source import _Context, _env, _publish
+from tests.unit.jobs.test_file_source import _Context, _env, _publish
 
 
 def _watching(folder: Any, settle_ms: int, clock: ManualClock,

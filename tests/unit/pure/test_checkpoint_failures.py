@@ -17,7 +17,7 @@ from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Decline, EndOfInput
 from weir.runtime.storage_thread import inline
-from tests.unit.test_exactly_once_edges import _StubGateway
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED
 ENOSPC = "writing its state failed: [Errno 28] No space left on device: '/full/chk-1/map-0.state'"

@@ -139,7 +139,7 @@ def test_suspend_keeps_open_windows_and_a_resumed_job_finishes_them(tmp_path, ch
 
 
 def test_windows_fire_while_one_source_is_idle(checkpoint_dir, out_dir):
-    from tests.unit.test_event_time import _Silent
+    from tests.unit.jobs.test_event_time import _Silent
 
     env = _env(checkpoint_dir, parallelism=1)
     ts = lambda e: e[1]  # noqa: E731

@@ -11,7 +11,7 @@ from weir.runtime.clock import ManualClock
 from weir.runtime.letters import EventFromOperator
 from weir.runtime.sources import RequestSplit
 from tests.checker import check_running_sums
-from tests.unit.test_exactly_once_edges import _StubGateway
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 N = 40_000
 

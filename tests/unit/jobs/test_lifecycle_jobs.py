@@ -27,7 +27,7 @@ from weir.runtime.letters import Request, TriggerSavepoint
 from weir.runtime.storage_thread import inline
 from weir.runtime.sources import GeneratorSource, IndexSplit
 from weir.runtime.task import TaskResult, TaskState
-from tests.unit.test_exactly_once_edges import _StubGateway
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 
 def _env(checkpoint_dir, parallelism=2, interval_ms=50):
