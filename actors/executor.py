@@ -22,6 +22,7 @@ from weir.runtime.errors import (
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
 from weir.runtime.storage import CheckpointStorage
+from weir.runtime.testing import refuse_in_process_operators
 
 DEFAULT_LINGER_S = 300.0
 
@@ -241,6 +242,7 @@ class RayExecutor(Executor):
     def submit(self, graph: JobGraph) -> RayJobClient:
         """Start the job on the cluster's pool; refused (nothing started, nothing
         written) when a running job holds its name or one of its outputs."""
+        refuse_in_process_operators(graph)
         ensure_ray()
         check_feasible(graph)
         linger_s = float(os.environ.get("WEIR_JOB_LINGER_S", DEFAULT_LINGER_S))

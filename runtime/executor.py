@@ -10,12 +10,13 @@ from __future__ import annotations
 import enum
 import importlib
 import os
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.errors import InvalidConfigurationError, WeirError
 from weir.runtime.graph import JobGraph
 
 # What travels on a channel: (committable id, records).
@@ -107,6 +108,36 @@ class JobClient(ABC):
     """A handle on a submitted job, from the process that submitted it or any other."""
 
     job_name: str
+    POLL_S = 0.05  # how often wait_until asks again, where nothing wakes it
+
+    def wait_until(self, condition: Callable[[Any], bool], timeout_s: float = 30) -> None:
+        """Block until ``condition(client)`` holds: a test waits for what the job
+        does (``lambda c: any(s["status"] == "COMPLETED" for s in
+        c.checkpoints())``). Raises TimeoutError after ``timeout_s``, and
+        :class:`WeirError` once the job has ended without it. The in-process
+        client checks again whenever the job master tells the tasks something or
+        a task ends; others ask every ``POLL_S``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            mark = self._change_mark()
+            if condition(self):
+                return
+            status = self.status()
+            if status.is_terminal:
+                raise WeirError(f"job '{self.job_name}' ended {status.value} before the condition held")
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._await_change(mark, left):
+                raise TimeoutError(f"job '{self.job_name}': the condition did not hold within {timeout_s}s")
+
+    def _change_mark(self) -> int:
+        """Where the job is now, for :meth:`_await_change`."""
+        return 0
+
+    def _await_change(self, mark: int, timeout_s: float) -> bool:
+        """Wait until the job may have moved on from ``mark``; False when
+        ``timeout_s`` passed first. Here: one poll interval."""
+        time.sleep(min(self.POLL_S, timeout_s))
+        return True
 
     @abstractmethod
     def status(self) -> JobStatus: ...

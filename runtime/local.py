@@ -2,6 +2,12 @@
 direct mailbox puts. The same tasks and job master as on Ray, without Ray, for
 tests, debugging and small jobs (``execute(executor="local")`` or
 ``WEIR_EXECUTOR=local``). Kills are simulated by cancelling a task's thread.
+A test that passes a :class:`~weir.runtime.clock.ManualClock` to
+``LocalExecutor(clock=...)`` moves the job master's time by hand (checkpoint
+intervals and timeouts, restart delays), and its client's ``wait_until`` waits
+for what the job does without sleeping: it is woken whenever the job master
+tells the tasks something (a deployment, a checkpoint's trigger, completion or
+abort, a cancel) or a task ends.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 import cloudpickle
 
 from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.collect import LocalCollectChannel
 from weir.runtime.errors import JobCancelledError, TaskFailedError, UnknownTaskError
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
@@ -53,6 +60,11 @@ class LocalGateway:
         self._threads: dict[TaskKey, threading.Thread] = {}
         self._exits: list[tuple[TaskKey, TaskResult]] = []
         self._lock = threading.Lock()
+        # Counted and notified whenever the job master tells the tasks something
+        # (a deployment, a letter, a kill) or a task ends: what a waiting client
+        # may want to see (JobClient.wait_until).
+        self.changes = 0
+        self.changed = threading.Condition(self._lock)
 
     def deploy(self, deployments: list[Deployment]) -> None:
         # Each task gets its own copy of the deployment, user functions included, as
@@ -61,6 +73,7 @@ class LocalGateway:
         with self._lock:
             self.tasks = {**self.tasks, **tasks}
             self.attempts.update({d.key: d.attempt for d in deployments})
+            self._change()
         for d in deployments:
             t = threading.Thread(target=self._run, args=(d.key, d.attempt, tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
             self._threads[d.key] = t
@@ -71,6 +84,7 @@ class LocalGateway:
         with self._lock:
             if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
+            self._change()
 
     def send(self, task: TaskKey, letter: TaskLetter) -> None:
         t = self.tasks.get(task)
@@ -84,6 +98,12 @@ class LocalGateway:
             with self._lock:  # an event lost: the task fails over (if its exit is not reported already)
                 if task in self.attempts:
                     self._exits.append((task, TaskResult(TaskState.FAILED, TaskFailedError(task_name(task), "an operator event to it was lost"))))
+        with self._lock:
+            self._change()
+
+    def _change(self) -> None:  # with the lock held
+        self.changes += 1
+        self.changed.notify_all()
 
     def crash(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""
@@ -98,6 +118,7 @@ class LocalGateway:
             self._exits = [e for e in self._exits if e[0] not in tasks]
             victims = [(self.tasks[key], self._threads.pop(key)) for key in tasks if key in self.tasks]
             self.tasks = {k: t for k, t in self.tasks.items() if k not in tasks}  # replaced: clients read it
+            self._change()
         for t, _ in victims:
             t.mailbox.close()
         # A thread stuck in a user function cannot be stopped; it is left behind
@@ -155,6 +176,15 @@ class LocalJobClient(JobClient):
     def rescale(self, parallelism: dict[str, int], timeout_s: float = 120) -> float:
         return self._master.ask(RescaleJob(dict(parallelism), Request()), timeout_s)
 
+    def _change_mark(self) -> int:
+        with self._gateway.changed:
+            return self._gateway.changes
+
+    def _await_change(self, mark: int, timeout_s: float) -> bool:
+        gw = self._gateway
+        with gw.changed:
+            return gw.changed.wait_for(lambda: gw.changes != mark, timeout_s)
+
     def restarts(self) -> int:
         return self._master.restarts.count
 
@@ -180,12 +210,17 @@ class LocalJobClient(JobClient):
 
 
 class LocalExecutor(Executor):
+    """``clock``: the job master's (see the module docstring); the machine's by default."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+
     def collect_channel(self) -> LocalCollectChannel:
         return LocalCollectChannel()
 
     def submit(self, graph: JobGraph) -> LocalJobClient:
         gateway = LocalGateway()
-        master = JobMaster(graph, gateway)
+        master = JobMaster(graph, gateway, clock=self.clock.now)
         gateway.master = master
         threading.Thread(target=master.run, name=f"jobmaster-{graph.name}", daemon=True).start()
         return LocalJobClient(master, gateway)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 import cloudpickle
 
+from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.coordination import CoordinatorContext, OperatorCoordinator
 from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError, describe_record
 from weir.runtime.eventtime import WatermarkEmitter, WatermarkStrategy
@@ -244,14 +245,15 @@ class RateLimit:
     """At most ``per_second`` records per second, counted from the first poll: the
     allowance grows with the time since then (a slow stretch is made up after)."""
 
-    def __init__(self, per_second: float) -> None:
+    def __init__(self, per_second: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self.per_second = per_second
+        self._clock = clock
         self._started: float | None = None
         self._spent = 0
 
     def allowance(self, wanted: int) -> tuple[int, float]:
         """How many of ``wanted`` records may go now; when none, the seconds until one may."""
-        now = time.monotonic()
+        now = self._clock.now()
         if self._started is None:
             self._started = now
         allowed = int((now - self._started) * self.per_second) - self._spent

@@ -1,7 +1,11 @@
-"""Test your own operators and tasks without a job, as Flink's test harnesses do.
+"""Test your own operators and tasks without a job, as Flink's test harnesses do,
+and whole jobs in-process, as Bytewax's testing module does.
 :class:`TaskHarness` drives a whole task (alignment, finishing, the exit gate) by
 hand; a :class:`SimulatedJob` drives a whole job (its job master and every task)
-from one seed.  An :class:`OperatorHarness` runs one operator subtask through the
+from one seed. A :class:`TestingSource` feeds a job a list (with markers that
+pause it or make it fail once), a :class:`TestingSink` collects what it commits
+into a list the test holds, and a :class:`~weir.runtime.clock.ManualClock` moves
+time by hand. An :class:`OperatorHarness` runs one operator subtask through the
 lifecycle a task would (setup, initialize_state, open, process, snapshot, notify,
 finish, close) and collects what it emits::
 
@@ -16,17 +20,22 @@ finish, close) and collects what it emits::
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+import threading
+import uuid
+import weakref
+from typing import Any, Callable, TypeVar
 
 import cloudpickle
 
 from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.clock import ManualClock
+from weir.runtime.collect import CollectSink
 from weir.runtime.config import RuntimeExecutionMode
-from weir.runtime.errors import CheckpointFailureReason, TaskFailedError
+from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError, WeirError
 from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
 from weir.runtime.executor import JobStatus
 from weir.runtime.functions import as_callable
-from weir.runtime.graph import JobGraph
+from weir.runtime.graph import JobGraph, topological
 from weir.runtime.deployment import Deployment
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import MasterPorts
@@ -43,7 +52,9 @@ from weir.runtime.operators import (
     StreamOperator,
     TwoInputOperator,
 )
+from weir.runtime.executor import Committed
 from weir.runtime.sinks import Sink, SinkOperator
+from weir.runtime.sources import IndexSplit, Poll, Source, SourceReader
 from weir.runtime.state import OperatorSnapshot, SnapshotSummary
 from weir.runtime.storage import StateHandle
 from weir.runtime.task import (
@@ -497,3 +508,176 @@ class SimulatedJob:
                 break
             self.step()
         return self.master.status
+
+
+# ---------------------------------------------------------------- a job's input and output, in-process
+T = TypeVar("T")
+
+# The testing source and sink of this process, by id: a job's copies of them
+# (the executor pickles what it deploys) are the test's own objects again.
+_IN_PROCESS: "weakref.WeakValueDictionary[str, _InProcess]" = weakref.WeakValueDictionary()
+
+
+class _InProcess:
+    """An object that a job's tasks share with the test that made it: pickled, it
+    is its id, and unpickled in this process it is the same object again. Only
+    the in-process executor runs a job with one (:func:`refuse_in_process_operators`)."""
+
+    def __init__(self) -> None:
+        self._id = uuid.uuid4().hex
+        _IN_PROCESS[self._id] = self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _in_process, (type(self).__name__, self._id)
+
+
+def _in_process(kind: str, object_id: str) -> "_InProcess":
+    found = _IN_PROCESS.get(object_id)
+    if found is None:
+        raise WeirError(f"a {kind} lives in the process of the test that made it; run its job there: executor='local'")
+    return found
+
+
+def refuse_in_process_operators(graph: JobGraph) -> None:
+    """For executors that run tasks in other processes (Ray's): raise
+    :class:`InvalidJobGraphError` naming the operators of ``graph`` whose source
+    or sink lives in this process (a :class:`TestingSource`, a :class:`TestingSink`)."""
+    ends = [t for t in topological(graph.sinks) if t.is_source or t in graph.sinks]
+    ops = [t.make_operator(t.name, t.effective_uid) for t in ends]
+    names = [op.name for op in ops if isinstance(getattr(op, "source", None) or getattr(op, "sink", None), _InProcess)]
+    if names:
+        raise InvalidJobGraphError(
+            f"job '{graph.name}': {', '.join(repr(n) for n in names)} keep their records in the process of the test "
+            "that made them (weir.runtime.testing), where tasks in other processes cannot reach them: "
+            "run the job in-process, with executor='local'")
+
+
+class TestingSource(_InProcess, Source[T]):
+    """The items of a list, in order, read by one subtask, as a source of a job
+    run in-process (Bytewax's ``TestingSource``). Its position is checkpointed:
+    after a failover or from a savepoint it goes on from where the checkpoint
+    was. Markers among the items emit nothing:
+
+    - ``TestingSource.PAUSE()``: the source stops here until the test calls
+      ``resume()``; ``reached`` is set when it got there, i.e. every item before
+      it was emitted (checkpoints go on meanwhile);
+    - ``TestingSource.ABORT()``: the source fails here the first time it gets
+      here (a :class:`TestingSource.Aborted` error, failing over as any failure
+      does), and reads past it after.
+
+    Bounded: the job finishes after the last item::
+
+        pause = TestingSource.PAUSE()
+        env.from_source(TestingSource([1, 2, pause, 3]), source_name="numbers")
+    """
+
+    __test__ = False  # not a pytest test class
+
+    class Aborted(WeirError):
+        """What an ``ABORT`` marker raises."""
+
+    class PAUSE:
+        PAUSED_POLL_S = 0.005  # how often a paused source looks again (a letter wakes its task sooner)
+
+        def __init__(self) -> None:
+            self.reached = threading.Event()
+            self._resumed = threading.Event()
+
+        def resume(self) -> None:
+            self._resumed.set()
+
+    class ABORT:
+        def __init__(self) -> None:
+            self.triggered = False
+
+    def __init__(self, items: list[Any]) -> None:
+        super().__init__()
+        self.items = list(items)
+
+    def size_hint(self) -> int | None:
+        return sum(not isinstance(i, _MARKERS) for i in self.items)
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return [IndexSplit(0, 0, len(self.items))]
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        return _TestingReader(self.items)
+
+
+class _TestingReader(SourceReader):
+    def __init__(self, items: list[Any]) -> None:
+        self._items = items
+        self._split: IndexSplit | None = None
+
+    def add_splits(self, splits: list[Any]) -> None:
+        if splits:  # its one split (or none: a restore into another subtask)
+            (self._split,) = splits
+
+    def snapshot_splits(self) -> list[Any]:
+        return [] if self._split is None else [self._split]
+
+    def poll(self, max_records: int) -> Poll:
+        s, items = self._split, self._items
+        if s is None or s.next == len(items):
+            return Poll([], end=True)
+        i = s.next
+        if isinstance(items[i], TestingSource.PAUSE):
+            if not items[i]._resumed.is_set():
+                items[i].reached.set()
+                return Poll([], wait_s=items[i].PAUSED_POLL_S)
+            i += 1
+        elif isinstance(items[i], TestingSource.ABORT):
+            if not items[i].triggered:
+                items[i].triggered = True
+                raise TestingSource.Aborted(f"the ABORT marker at item {i} of a TestingSource")
+            i += 1
+        records: list[Any] = []
+        while i < len(items) and len(records) < max_records and not isinstance(items[i], _MARKERS):
+            records.append(items[i])
+            i += 1
+        self._split = IndexSplit(s.split_id, i, s.end)
+        return Poll(records, split_id=s.split_id)
+
+
+_MARKERS = (TestingSource.PAUSE, TestingSource.ABORT)
+
+
+class TestingSink(_InProcess, CollectSink):
+    """Collects what a job run in-process commits into ``out``, a list the test
+    holds (Bytewax's ``TestingSink``). Exactly once, as ``execute_and_collect``:
+    a subtask's records go into ``out`` when the checkpoint that covers them
+    completes, and never twice, whatever fails over; a bounded job's last ones
+    at its final checkpoint. An unbounded job therefore needs periodic
+    checkpoints to show anything. ``wait_for(n)`` waits until ``out`` holds
+    ``n`` records. Any parallelism; each subtask's records in their order."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, out: list[Any] | None = None) -> None:
+        super().__init__()
+        CollectSink.__init__(self, self)
+        self.out: list[Any] = [] if out is None else out
+        self._published: set[str] = set()
+        self._changed = threading.Condition()
+
+    def publish(self, committed: list[Committed]) -> None:
+        with self._changed:
+            for committed_id, records in committed:
+                if committed_id not in self._published:  # else a restore committed it again
+                    self._published.add(committed_id)
+                    self.out.extend(records)
+            self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 30) -> list[Any]:
+        """Block until ``out`` holds at least ``count`` records; ``out``. Raises
+        TimeoutError naming what it holds after ``timeout_s``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.out) >= count, timeout_s):
+                raise TimeoutError(f"TestingSink holds {len(self.out)} records, not {count}, after {timeout_s}s")
+            return self.out
+
+
+__all__ = [
+    "ManualClock", "OperatorHarness", "SimulatedJob", "TaskHarness", "TestingSink", "TestingSource",
+    "refuse_in_process_operators",
+]

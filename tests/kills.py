@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 
@@ -11,7 +10,5 @@ def kill_each_after_checkpoints(client: Any, vertex: str, subtasks: tuple[int, .
     checkpoints have completed: state was saved, and records came after it."""
     for subtask in subtasks:
         after = max([c["checkpoint_id"] for c in client.checkpoints()], default=0) + checkpoints
-        while not any(c["status"] == "COMPLETED" and c["checkpoint_id"] >= after for c in client.checkpoints()):
-            assert not client.status().is_terminal
-            time.sleep(0.01)
+        client.wait_until(lambda c, after=after: any(s["status"] == "COMPLETED" and s["checkpoint_id"] >= after for s in c.checkpoints()), 300)
         client.kill_task(vertex, subtask)

@@ -9,8 +9,8 @@ import pytest
 
 from weir.connectors.files import read_committed
 from weir import RestartStrategy, StreamExecutionEnvironment
-from tests.unit.test_broadcast_state import _expected, _events, _job
-from tests.unit.test_connect import _check_sum_job, _inputs, _sum_job
+from tests.unit.jobs.test_broadcast_state import _expected, _events, _job
+from tests.unit.jobs.test_connect import _check_sum_job, _inputs, _sum_job
 
 pytestmark = pytest.mark.ray
 

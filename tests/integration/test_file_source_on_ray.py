@@ -7,7 +7,7 @@ import pytest
 
 from weir.connectors.files import FileSource
 from weir import RestartStrategy, StreamExecutionEnvironment
-from tests.unit.test_file_source import run_with_kills
+from tests.unit.jobs.test_file_source import run_with_kills
 
 pytestmark = pytest.mark.ray
 

@@ -122,10 +122,10 @@ def test_stop_and_resume_at_2_then_3_then_1_equals_an_uninterrupted_run(ray_clus
 
 
 def test_a_suspended_job_with_two_event_time_sources_resumes_on_ray_as_if_never_stopped(ray_cluster, checkpoint_dir, out_dir, tmp_path):
-    """The lifecycle's suspend rule on Ray (tests/unit/test_lifecycle_jobs.py has
+    """The lifecycle's suspend rule on Ray (tests/unit/jobs/test_lifecycle_jobs.py has
     it in-process): a source channel that stopped first keeps holding the window
     task's watermark, so no window fires half full before the savepoint."""
-    from tests.unit.test_lifecycle_jobs import _env, _expected, _windows_job
+    from tests.unit.jobs.test_lifecycle_jobs import _env, _expected, _windows_job
 
     env = _windows_job(_env(checkpoint_dir), out_dir, rate=2_000)  # 2 s of input: deploying on Ray takes a while
     env.get_config().set_auto_watermark_interval(1)
@@ -188,7 +188,7 @@ def test_stop_with_drain_delivers_max_watermark_then_end_input_and_finish_to_eve
 
 
 def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, checkpoint_dir, out_dir):
-    from tests.unit.test_window_jobs import _env, reference, window_job
+    from tests.unit.jobs.test_window_jobs import _env, reference, window_job
 
     client = window_job(_env(checkpoint_dir), 5, "sliding", out_dir, rate=5_000).execute_async("ray-windows")
     _wait(lambda: sum(c["status"] == "COMPLETED" for c in client.checkpoints()) >= 2, client)
@@ -200,7 +200,7 @@ def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, chec
 
 
 def test_rescale_2_4_1_on_ray_is_exact_and_prints_the_pause(ray_cluster, checkpoint_dir, out_dir):
-    from tests.unit.test_local_rescale import _job, _wait_for_checkpoint
+    from tests.unit.jobs.test_local_rescale import _job, _wait_for_checkpoint
 
     # 10 s of input: a rescale waits, with the job running, for the processes of
     # its new tasks (seconds on a loaded 2-core machine), and the job must outlast both.

@@ -53,7 +53,7 @@ def test_the_test_command_keeps_a_files_tests_on_one_worker_and_the_cluster_file
     silently drop the groups (pytest-dev/pytest-xdist#1386)."""
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-         "tests/unit/test_mailbox.py", "tests/integration/test_examples_and_packaging.py", "-k", "mailbox or license"],
+         "tests/unit/pure/test_mailbox.py", "tests/integration/test_examples_and_packaging.py", "-k", "mailbox or license"],
         cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

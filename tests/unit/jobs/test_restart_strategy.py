@@ -21,7 +21,7 @@ from weir import (
 )
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.restarts import RestartBackoff
-from tests.unit.test_lifecycle_jobs import _wait
+from tests.unit.jobs.test_lifecycle_jobs import _wait
 
 # Flink's exponential delay without jitter, from 0.1 s doubling to 1 s.
 EXP = RestartStrategy.exponential_delay(None, 0.1, 2.0, 1.0, jitter=0.0, reset_backoff_threshold_s=60.0)

@@ -17,33 +17,24 @@ from weir.connectors import file_source
 from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, FileSplit, list_files
 from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
 from weir import Duration, InvalidConfigurationError, WatermarkStrategy
+from weir.runtime.clock import ManualClock
 from weir.runtime.sources import AddSplits
-from tests.unit.test_file_source import _Context, _env, _publish, _wait_for
+from tests.unit.jobs.test_file_source import _Context, _env, _publish
 
 
-class _Clock:
-    """Seconds, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _watching(folder: Any, settle_ms: int, clock: _Clock,
+def _watching(folder: Any, settle_ms: int, clock: ManualClock,
               state: FileEnumeratorState | None = None) -> tuple[FileEnumerator, _Context]:
     """A monitored enumerator on ``folder``, started, with subtask 0 waiting for a file."""
     ctx = _Context()
-    e = FileEnumerator((str(folder),), 100, state or FileEnumeratorState(), settle_ms=settle_ms, clock=clock)
+    e = FileEnumerator((str(folder),), 100, state or FileEnumeratorState(), settle_ms=settle_ms, clock=clock.now)
     e.start(ctx)
     e.handle_split_request(0, ctx)
     return e, ctx
 
 
-def _list_at(ctx: _Context, clock: _Clock, now: float) -> list[str]:
+def _list_at(ctx: _Context, clock: ManualClock, now: float) -> list[str]:
     """One listing at ``now``: the paths it handed out."""
-    clock.now = now
+    clock.set(now)
     before = len(ctx.events)
     ctx.run_calls()
     return [s.path for _, event in ctx.events[before:] if isinstance(event, AddSplits) for s in event.splits]
@@ -60,7 +51,7 @@ def _read(splits: list[FileSplit]) -> list[Any]:
 
 # ------------------------------------------------------------------ 6: a file written in place
 def test_a_file_written_in_place_is_taken_only_once_unchanged_for_the_settle_time(tmp_path):
-    clock = _Clock()
+    clock = ManualClock()
     e, ctx = _watching(tmp_path, 1000, clock)
     path = tmp_path / "orders.txt"
     path.write_bytes(b"first\nseco")
@@ -80,12 +71,12 @@ def test_a_file_written_in_place_is_taken_only_once_unchanged_for_the_settle_tim
 def test_a_slow_listing_does_not_count_towards_the_settle_time(tmp_path, monkeypatch):
     """The settle time runs from the end of the listing that saw a version to the
     start of the one that saw it again: time spent listing proves nothing."""
-    clock = _Clock()
+    clock = ManualClock()
     listing = file_source.list_files
 
     def slow(paths: Any) -> Any:
         found = listing(paths)
-        clock.now += 0.9
+        clock.advance(0.9)
         return found
 
     monkeypatch.setattr(file_source, "list_files", slow)
@@ -97,7 +88,7 @@ def test_a_slow_listing_does_not_count_towards_the_settle_time(tmp_path, monkeyp
 
 
 def test_without_a_settle_time_a_file_is_taken_at_the_first_listing(tmp_path):
-    clock = _Clock()
+    clock = ManualClock()
     e, ctx = _watching(tmp_path, 0, clock)
     (tmp_path / "a").write_text("x\n")
     assert _list_at(ctx, clock, 0.0) == [str(tmp_path / "a")]
@@ -125,7 +116,7 @@ def test_a_settle_time_the_source_cannot_use_is_refused_naming_it(tmp_path):
 
 # ------------------------------------------------------------------ 7: a file renamed
 def test_a_file_renamed_after_it_was_handed_out_is_not_read_again_also_after_a_restore(tmp_path):
-    clock = _Clock()
+    clock = ManualClock()
     e, ctx = _watching(tmp_path, 0, clock)
     (tmp_path / "a").write_text("x\n")
     assert _list_at(ctx, clock, 0.0) == [str(tmp_path / "a")]
@@ -143,7 +134,7 @@ def test_a_file_renamed_after_it_was_handed_out_is_not_read_again_also_after_a_r
 
 
 def test_a_file_renamed_before_its_turn_is_handed_out_once_under_its_new_name(tmp_path):
-    clock = _Clock()
+    clock = ManualClock()
     e, ctx = _watching(tmp_path, 0, clock)
     (tmp_path / "a").write_text("a1\n")
     (tmp_path / "b").write_text("b1\n")
@@ -170,7 +161,7 @@ def test_a_checkpoint_of_the_memory_of_paths_only_still_restores(tmp_path):
     old.__dict__.update(seen=frozenset({str(tmp_path / "a"), str(tmp_path / "b")}), pending=(old_split,),
                         listed=True)
     state = pickle.loads(pickle.dumps(old))
-    clock = _Clock()
+    clock = ManualClock()
     e, ctx = _watching(tmp_path, 0, clock, state)
     assert [s.path for s in ctx.events[0][1].splits] == [str(tmp_path / "b")]  # the pending one, at once
     e.handle_split_request(0, ctx)
@@ -189,10 +180,10 @@ def test_a_job_does_not_read_a_renamed_file_again(checkpoint_dir, tmp_path):
               .monitor_continuously(Duration.of_millis(20), settle_time=Duration.of_millis(50)).build())
     env.from_source(source, WatermarkStrategy.no_watermarks(), "watched").sink_to(FileSink(out))
     client = env.execute_async("renamed", executor="local")
-    _wait_for(lambda: len(read_committed(out)) >= 2, client)
+    client.wait_until(lambda c: len(read_committed(out)) >= 2)
     os.rename(folder / "a.txt", folder / "b.txt")
     _publish(str(folder / "z.txt"), b"z1\n")
-    _wait_for(lambda: "z1" in read_committed(out), client)
+    client.wait_until(lambda c: "z1" in read_committed(out))
     client.cancel()
     assert sorted(read_committed(out)) == ["a1", "a2", "z1"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from typing import Any
 
 import pytest
@@ -13,7 +13,8 @@ from weir.runtime.coordination import CoordinatorContext, CoordinatorHolder, Ope
 from weir.runtime.errors import JobExecutionError
 from weir.runtime.sinks import DiscardingSink
 from weir.runtime.storage import handle_from_json, read_metadata, read_state
-from weir.runtime.sources import AddSplits, IndexSplit, NoMoreSplits, SequenceSource, StaticSplitEnumerator
+from weir.runtime.sources import AddSplits, IndexSplit, NoMoreSplits, SequenceSource, SourceReader, StaticSplitEnumerator
+from tests.pausing import PausingReader
 
 
 class Echo(OperatorCoordinator):
@@ -123,9 +124,21 @@ def test_static_enumerator_gives_each_subtask_its_own_splits_and_dynamic_shares_
     assert ctx.events == [(1, AddSplits(["b"])), (1, AddSplits(["d"])), (1, AddSplits(["a"])), (1, AddSplits(["c"]))]
 
 
-def _slowly(x: int) -> int:
-    time.sleep(0.004)
-    return x
+FIRST_SPLIT_READ = [threading.Event(), threading.Event()]  # by subtask; module level: pickled by reference
+
+
+class EightSplits(SequenceSource):
+    dynamic_splits = True
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return [IndexSplit(i, i * 25, (i + 1) * 25) for i in range(8)]
+
+
+class OneSplitEach(EightSplits):
+    """Each subtask reads one split (25 numbers), then waits."""
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        return PausingReader(super().create_reader(subtask, parallelism), 25, FIRST_SPLIT_READ[subtask])
 
 
 class _BrokenEnumerator(SequenceSource):
@@ -144,28 +157,21 @@ def test_a_failing_enumerator_fails_the_job_naming_the_source(checkpoint_dir):
 
 def test_a_rescaled_restore_hands_out_the_splits_nobody_had_yet(checkpoint_dir, tmp_path):
     """Splits left with the enumerator at a savepoint go to the new subtasks."""
-    class Slow(SequenceSource):
-        dynamic_splits = True
-
-        def create_splits(self, parallelism: int) -> list[Any]:
-            return [IndexSplit(i, i * 25, (i + 1) * 25) for i in range(8)]
-
     out = str(tmp_path / "out")
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(50)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    env.from_source(Slow(0, 199), source_name="slow").map(_slowly).sink_to(FileSink(out))
+    env.from_source(OneSplitEach(0, 199), source_name="slow").map(lambda x: x).sink_to(FileSink(out))
     client = env.execute_async("rescale-splits", executor="local")
-    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
-        time.sleep(0.01)
+    assert all(read.wait(30) for read in FIRST_SPLIT_READ)
     savepoint = client.stop(str(tmp_path / "sp"))
     (handle,) = read_metadata(savepoint)["coordinators"].values()
-    assert 0 < len(read_state(handle_from_json(handle))) < 8  # some splits were handed out, some not yet
+    assert len(read_state(handle_from_json(handle))) == 6  # two splits were handed out, six not yet
     env2 = StreamExecutionEnvironment.get_execution_environment().set_parallelism(3)
     env2.enable_checkpointing(50)
     env2.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env2.restore_from_savepoint(savepoint)
-    env2.from_source(Slow(0, 199), source_name="slow").map(lambda x: x).sink_to(FileSink(out))
+    env2.from_source(EightSplits(0, 199), source_name="slow").map(lambda x: x).sink_to(FileSink(out))
     env2.execute("rescale-splits-2", executor="local")
     assert sorted(read_committed(out)) == list(range(200))
 

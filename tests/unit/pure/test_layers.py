@@ -17,7 +17,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 PACKAGES = {"runtime": "weir.runtime", "actors": "weir.actors", "connectors": "weir.connectors", "weir": "weir"}
 
 

@@ -3,8 +3,6 @@ pipelined region only, while the other regions go on."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from weir.connectors.files import FileSink, read_committed
@@ -87,11 +85,9 @@ def test_region_restarts_count_against_the_jobs_restart_strategy(tmp_path):
 def test_a_savepoint_while_a_region_restarts_is_refused_by_name_and_cancel_still_ends_the_job(tmp_path):
     env = two_pipelines(f"file://{tmp_path}/chk", str(tmp_path / "a"), str(tmp_path / "b"), delay_s=30)
     client = env.execute_async("refuse", executor="local")
-    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
-        time.sleep(0.02)
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()))
     client.kill_task("b", 1)
-    while any(t == "b/1" for t in client.tasks()):
-        time.sleep(0.01)
+    client.wait_until(lambda c: "b/1" not in c.tasks())
     with pytest.raises(WeirError, match=r"restarting failed task\(s\) b/1; a snapshot needs every task running"):
         client.savepoint(str(tmp_path / "sp"), timeout_s=10)
     client.cancel(timeout_s=5)  # the region waiting to restart has no task to wait for

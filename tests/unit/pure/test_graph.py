@@ -70,7 +70,7 @@ def test_union_feeds_one_vertex_from_two_sources():
     assert len(g.vertices["map"].inputs) == 2
 
 
-PICTURE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "images" / "job-graph.svg"
+PICTURE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "images" / "job-graph.svg"
 
 
 def _pictured():
@@ -95,4 +95,4 @@ def test_the_job_graph_picture_shows_vertices_chains_parallelism_and_partitioner
 def test_the_picture_in_the_docs_is_what_weir_draws_today():
     if os.environ.get("WEIR_REDRAW"):
         PICTURE.write_text(_pictured().to_svg())
-    assert PICTURE.read_text() == _pictured().to_svg(), "redraw it: WEIR_REDRAW=1 python3 -m pytest tests/unit/test_graph.py"
+    assert PICTURE.read_text() == _pictured().to_svg(), "redraw it: WEIR_REDRAW=1 python3 -m pytest tests/unit/pure/test_graph.py"

@@ -17,7 +17,6 @@ import json
 import os
 import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +24,7 @@ from weir.connectors.files import committed_files
 from weir import StreamExecutionEnvironment
 from weir.runtime.errors import JobCancelledError, WeirError
 from weir.runtime.executor import JobStatus
+from weir.runtime.jobmaster import JobMaster
 from weir.runtime.sinks import Sink, SinkWriter
 from tests.checker import check_sequences
 from tests.sequences import PARTITIONS, committed_sequences, sequence_job
@@ -67,18 +67,38 @@ def _call(client: Any, op: str, where: str) -> tuple[str, Any]:
         return op, exc
 
 
+def _completed(client: Any) -> int:
+    return sum(c["status"] == "COMPLETED" for c in client.checkpoints())
+
+
+def _after_checkpoints(client: Any, count: int) -> None:
+    """Wait until ``count`` checkpoints completed, or until the job ended (another
+    call ended it: the call goes anyway, and must be refused clearly)."""
+    try:
+        client.wait_until(lambda c: _completed(c) >= count)
+    except WeirError:
+        pass
+
+
 def run_trial(seed: int, tmp_path) -> dict[str, Any]:
+    """The moments are checkpoints: the calls start after a seeded number of
+    completed checkpoints, each one or two more apart, so they meet the job at
+    its start, in its middle and near its end, and each other in flight."""
     rng = random.Random(seed)
     env, out = _env(tmp_path, "out")
     client = env.execute_async(f"race-{seed}", executor="local")
-    time.sleep(rng.uniform(0, 0.25))
+    start = rng.randint(0, 4)
     ops = [rng.choice(["stop", "stop-drain", "savepoint", "savepoint", "cancel"]) for _ in range(rng.randint(2, 4))]
+    offsets = [rng.randint(0, 2) for _ in ops]
     results: list[tuple[str, Any]] = []
     lock = threading.Lock()
 
     def fire(n: int, op: str) -> None:
-        time.sleep(rng.uniform(0, 0.05))
-        r = _call(client, op, str(tmp_path / f"sp-{n}"))
+        try:
+            _after_checkpoints(client, start + offsets[n])
+            r = _call(client, op, str(tmp_path / f"sp-{n}"))
+        except Exception as exc:  # a wait that timed out: judged by the trial
+            r = (op, exc)
         with lock:
             results.append(r)
 
@@ -140,34 +160,40 @@ def test_seeded_control_races_end_in_one_state_and_every_savepoint_restores(tmp_
     assert set(outcomes) == {"CANCELED", "FINISHED", "SUSPENDED"}, outcomes
 
 
-class _SlowPrepare(SinkWriter):
+WRITING, PREPARING, RELEASE = threading.Event(), threading.Event(), threading.Event()  # module level: pickled by reference
+
+
+class _StuckPrepare(SinkWriter):
     def write(self, records: list[Any]) -> None:
-        pass
+        WRITING.set()
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
-        time.sleep(1.0)  # the savepoint stays in flight
+        PREPARING.set()
+        RELEASE.wait(60)  # the savepoint stays in flight
         return []
 
 
-class SlowPrepareSink(Sink):
+class StuckPrepareSink(Sink):
     def create_writer(self, ctx: Any) -> SinkWriter:
-        return _SlowPrepare()
+        return _StuckPrepare()
 
 
-def test_a_cancel_wins_over_a_savepoint_in_flight(tmp_path):
+def test_a_cancel_wins_over_a_savepoint_in_flight(tmp_path, monkeypatch):
+    monkeypatch.setattr(JobMaster, "CANCEL_TIMEOUT_S", 0.0)  # the stuck sink task is killed at once (10 s by default)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
-    env.from_generator(lambda i: i, records_per_second=1_000).sink_to(SlowPrepareSink())
+    env.from_generator(lambda i: i, records_per_second=1_000).sink_to(StuckPrepareSink())
     client = env.execute_async("cancel-wins", executor="local")
-    time.sleep(0.2)
     outcome: list[Any] = []
     t = threading.Thread(target=lambda: outcome.append(_call(client, "savepoint", str(tmp_path / "sp"))))
-    t.start()
-    time.sleep(0.3)  # the savepoint is being taken
-    started = time.monotonic()
-    client.cancel(timeout_s=20)
-    t.join(30)
+    try:
+        assert WRITING.wait(30)  # running, records through
+        t.start()
+        assert PREPARING.wait(30)  # the savepoint is being taken
+        client.cancel(timeout_s=20)
+        t.join(30)
+    finally:
+        RELEASE.set()
     assert not t.is_alive() and client.status() is JobStatus.CANCELED
-    assert time.monotonic() - started < 10
     (_, result), = outcome
     assert isinstance(result, WeirError) and "cancel" in str(result), result

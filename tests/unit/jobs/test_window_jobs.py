@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import random
-import threading
 
 import pytest
 
@@ -94,14 +93,16 @@ def _env(checkpoint_dir, parallelism=2):
     return env
 
 
+def _completed(client) -> int:
+    return sum(c["status"] == "COMPLETED" for c in client.checkpoints())
+
+
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_windows_match_the_reference_with_a_failover_in_the_middle(checkpoint_dir, out_dir, kind, seed):
     print(f"seed={seed} kind={kind}")
     client = window_job(_env(checkpoint_dir), seed, kind, out_dir, rate=6_000).execute_async(f"windows-{kind}", executor="local")
-    while sum(c["status"] == "COMPLETED" for c in client.checkpoints()) < 2:
-        assert not client.status().is_terminal
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: _completed(c) >= 2)
     client.kill_task("window-process", seed % 2)
     result = client.wait(60)
     assert result.restarts == 1
@@ -113,8 +114,7 @@ def test_windows_match_the_reference_with_a_failover_in_the_middle(checkpoint_di
 
 def test_stop_with_drain_fires_every_open_window(tmp_path, checkpoint_dir, out_dir):
     client = window_job(_env(checkpoint_dir), 3, "tumbling", out_dir, rate=3_000, count=None).execute_async("drain-windows", executor="local")
-    while sum(c["status"] == "COMPLETED" for c in client.checkpoints()) < 2:
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: _completed(c) >= 2)
     client.stop(str(tmp_path / "sp"), drain=True)
     result = client.wait(30)
     assert result.status is JobStatus.FINISHED
@@ -126,8 +126,7 @@ def test_stop_with_drain_fires_every_open_window(tmp_path, checkpoint_dir, out_d
 
 def test_suspend_keeps_open_windows_and_a_resumed_job_finishes_them(tmp_path, checkpoint_dir, out_dir):
     client = window_job(_env(checkpoint_dir), 4, "sliding", out_dir, rate=3_000).execute_async("suspend-windows", executor="local")
-    while sum(c["status"] == "COMPLETED" for c in client.checkpoints()) < 2:
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: _completed(c) >= 2)
     savepoint = client.stop(str(tmp_path / "sp"))
     assert client.wait(30).status is JobStatus.SUSPENDED
     before = len(read_committed(out_dir))
@@ -140,7 +139,7 @@ def test_suspend_keeps_open_windows_and_a_resumed_job_finishes_them(tmp_path, ch
 
 
 def test_windows_fire_while_one_source_is_idle(checkpoint_dir, out_dir):
-    from tests.unit.test_event_time import _Silent
+    from tests.unit.jobs.test_event_time import _Silent
 
     env = _env(checkpoint_dir, parallelism=1)
     ts = lambda e: e[1]  # noqa: E731
@@ -149,8 +148,6 @@ def test_windows_fire_while_one_source_is_idle(checkpoint_dir, out_dir):
                                 watermark_strategy=WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ts))
     clicks.union(silent).key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(10_000)).process(describe).sink_to(FileSink(out_dir))
     client = env.execute_async("idle-windows", executor="local")
-    while not read_committed(out_dir):  # a window fires only if the silent source is left out
-        assert not client.status().is_terminal
-        threading.Event().wait(0.05)
+    client.wait_until(lambda c: bool(read_committed(out_dir)))  # a window fires only if the silent source is left out
     client.cancel()
     assert tuple(read_committed(out_dir)[0]) == ("ann", 0, 10_000, 100, 100)

@@ -16,6 +16,7 @@ import pytest
 import weir.runtime.storage
 from weir.connectors.files import FileSink, read_committed
 from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.runtime.clock import ManualClock
 from weir.runtime.errors import CheckpointStorageError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
@@ -41,9 +42,7 @@ def _job(checkpoint_dir: str, out_dir: str, savepoint: str | None = None, rate: 
 
 def _running(env: StreamExecutionEnvironment, name: str):
     client = env.execute_async(name, executor="local")
-    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
-        assert not client.status().is_terminal
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()))
     return client
 
 
@@ -252,9 +251,9 @@ def test_the_job_status_follows_its_transition_table_and_a_wrong_change_changes_
 def test_a_second_cancel_does_not_put_off_killing_tasks_that_do_not_close(checkpoint_dir, out_dir):
     """Each cancel re-armed the kill timer: a user pressing cancel again kept a job
     with a stuck task CANCELLING for ever. Found by the transition table."""
-    clock = [0.0]
+    clock = ManualClock()
     gateway = LocalGateway()
-    master = JobMaster(_job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"), gateway, clock=lambda: clock[0], storage_io=inline)
+    master = JobMaster(_job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"), gateway, clock=clock.now, storage_io=inline)
     gateway.master = master
     send = gateway.send
     gateway.send = lambda task, letter: None if isinstance(letter, Cancel) else send(task, letter)  # tasks that never close
@@ -263,10 +262,10 @@ def test_a_second_cancel_does_not_put_off_killing_tasks_that_do_not_close(checkp
         master.cancel()
         master.run_until_idle()
         assert master.status is JobStatus.CANCELLING
-        clock[0] = JobMaster.CANCEL_TIMEOUT_S * 0.8
+        clock.set(JobMaster.CANCEL_TIMEOUT_S * 0.8)
         master.cancel()
         master.run_until_idle()
-        clock[0] = JobMaster.CANCEL_TIMEOUT_S * 1.1
+        clock.set(JobMaster.CANCEL_TIMEOUT_S * 1.1)
         master.run_until_idle()
         assert master.status is JobStatus.CANCELED
     finally:

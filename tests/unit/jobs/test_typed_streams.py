@@ -34,7 +34,7 @@ from weir import (
     WindowFunction,
 )
 from weir.runtime.sources import CollectionSource
-from tests.unit.test_windows import Count
+from tests.unit.pure.test_windows import Count
 
 T = Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.INT()])
 

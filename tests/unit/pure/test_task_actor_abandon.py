@@ -19,7 +19,7 @@ class _Task:
 
     def __init__(self, stuck: bool = False) -> None:
         self.stuck, self.letters, self.ran = stuck, [], 0
-        self._cancelled, self.release = threading.Event(), threading.Event()
+        self._cancelled, self.release, self.started = threading.Event(), threading.Event(), threading.Event()
 
     def put_letter(self, letter) -> None:
         self.letters.append(letter)
@@ -28,6 +28,7 @@ class _Task:
 
     def run(self) -> TaskResult:
         self.ran += 1
+        self.started.set()
         (self.release if self.stuck else self._cancelled).wait(30)
         return TaskResult(TaskState.CANCELED)
 
@@ -37,8 +38,7 @@ def _slot_running(task: _Task, attempt: int = 7) -> tuple[TaskActor, threading.T
     slot._task, slot._attempt = task, attempt
     runner = threading.Thread(target=slot.run, args=(attempt,), daemon=True)
     runner.start()
-    while not task.ran:
-        threading.Event().wait(0.005)
+    assert task.started.wait(30)
     return slot, runner
 
 

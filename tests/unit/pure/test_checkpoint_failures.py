@@ -10,13 +10,14 @@ import logging
 import pytest
 
 from weir import DiscardingSink, StreamExecutionEnvironment
+from weir.runtime.clock import ManualClock
 from weir.runtime.checkpointing import DEFAULT_TOLERABLE_STORAGE_FAILURES, FailedCheckpoints
 from weir.runtime.errors import CheckpointFailureReason, CheckpointStorageError
 from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Decline, EndOfInput
 from weir.runtime.off_loop import inline
-from tests.unit.test_exactly_once_edges import _StubGateway
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED
 ENOSPC = "writing its state failed: [Errno 28] No space left on device: '/full/chk-1/map-0.state'"
@@ -68,9 +69,9 @@ def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_b
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(1000).get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_collection([1, 2, 3]).map(lambda x: x).sink_to(DiscardingSink())
-    clock = [0.0]
+    clock = ManualClock()
     gateway = _Gateway()
-    master = JobMaster(env.get_job_graph("full-disk"), gateway, clock=lambda: clock[0], storage_io=inline)
+    master = JobMaster(env.get_job_graph("full-disk"), gateway, clock=clock.now, storage_io=inline)
     master.start()
     source = next(k for k in gateway.keys if master.graph.vertices[k[0]].is_source)
     attempt = master.tasks.attempts[source]
@@ -84,12 +85,12 @@ def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_b
         master.run_until_idle()
         if master.status is not JobStatus.RUNNING:
             break
-        failed_at, triggered = clock[0], len(gateway.triggered)
+        failed_at, triggered = clock.now(), len(gateway.triggered)
         while len(gateway.triggered) == triggered:  # not at once: only once the backoff has passed
-            assert not master.coordinator.pending and clock[0] < 1000
-            clock[0] += 0.25
+            assert not master.coordinator.pending and clock.now() < 1000
+            clock.advance(0.25)
             master.run_until_idle()
-        waits.append(clock[0] - failed_at)
+        waits.append(clock.now() - failed_at)
     assert waits == [1, 2, 4, 8, 10, 10, 10, 10, 10, 10]
     assert gateway.triggered == list(range(1, DEFAULT_TOLERABLE_STORAGE_FAILURES + 2))
     assert master.status is JobStatus.FAILED

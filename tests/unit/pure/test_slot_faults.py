@@ -13,7 +13,7 @@ import pytest
 from weir.actors.exchange import DeliveryError, Outbox, Route
 from weir.actors.task_actor import TaskActor
 from weir.runtime.mailbox import Mailbox
-from tests.unit.test_exchange import _fail_to_start_readers
+from tests.unit.pure.test_exchange import _fail_to_start_readers
 
 
 def test_a_slot_whose_inbox_cannot_start_a_reader_ends_its_process(

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
 from weir.connectors.files import FileSink, read_committed
 from weir import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.runtime.clock import ManualClock
 from weir.runtime.letters import EventFromOperator
 from weir.runtime.sources import RequestSplit
 from tests.checker import check_running_sums
-from tests.unit.test_exactly_once_edges import _StubGateway
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 N = 40_000
 
@@ -29,9 +29,7 @@ def _job(checkpoint_dir, out_dir, n=N):
 
 
 def _wait_for_checkpoint(client, after: int = 0):
-    while not any(c["status"] == "COMPLETED" and c["checkpoint_id"] > after for c in client.checkpoints()):
-        assert not client.status().is_terminal
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" and s["checkpoint_id"] > after for s in c.checkpoints()), 300)
 
 
 def test_rescale_2_4_1_while_running_is_exact(checkpoint_dir, out_dir):
@@ -103,13 +101,13 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
     env.enable_checkpointing(60_000)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_sequence(0, 9).key_by(lambda i: i).reduce(lambda a, b: a + b).name("totals").sink_to(DiscardingSink())
-    clock = [0.0]
+    clock = ManualClock()
     gateway = _SlowSlots()
-    master = JobMaster(env.get_job_graph("waits-for-slots"), gateway, clock=lambda: clock[0], storage_io=inline)
+    master = JobMaster(env.get_job_graph("waits-for-slots"), gateway, clock=clock.now, storage_io=inline)
     master.start()
     master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
     master.run_until_idle()
-    clock[0] = 1.0
+    clock.set(1.0)
     master.run_until_idle()
     assert (master.status, master.coordinator.pending) == (JobStatus.RUNNING, {}), "it stopped before its slots were up"
     assert gateway.reserved[-1]["totals"] == 3
@@ -132,14 +130,14 @@ def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoi
     env.enable_checkpointing(60_000)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_sequence(0, 9).key_by(lambda i: i).reduce(lambda a, b: a + b).name("totals").sink_to(DiscardingSink())
-    clock = [0.0]
-    master = JobMaster(env.get_job_graph("never-up"), _SlowSlots(), clock=lambda: clock[0], storage_io=inline)
+    clock = ManualClock()
+    master = JobMaster(env.get_job_graph("never-up"), _SlowSlots(), clock=clock.now, storage_io=inline)
     master.start()
     master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
     master.run_until_idle()
-    clock[0] = JobMaster.RESCALE_WAIT_S - 0.1
+    clock.set(JobMaster.RESCALE_WAIT_S - 0.1)
     master.run_until_idle()
     assert master.status is JobStatus.RUNNING
-    clock[0] = JobMaster.RESCALE_WAIT_S
+    clock.set(JobMaster.RESCALE_WAIT_S)
     master.run_until_idle()
     assert master.status is JobStatus.STOPPING

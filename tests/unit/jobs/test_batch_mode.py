@@ -30,7 +30,7 @@ from weir import (
 )
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.testing import OperatorHarness
-from tests.unit.test_windows import Count
+from tests.unit.pure.test_windows import Count
 
 BATCH = RuntimeExecutionMode.BATCH
 

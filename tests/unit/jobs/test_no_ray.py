@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-RUNTIME = pathlib.Path(__file__).resolve().parents[2] / "runtime"
+RUNTIME = pathlib.Path(__file__).resolve().parents[3] / "runtime"
 
 
 def test_no_runtime_module_imports_ray():

@@ -9,7 +9,6 @@ import errno
 import glob
 import os
 import pathlib
-import time
 
 import pytest
 
@@ -185,7 +184,9 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
 
     import weir.runtime.checkpoint_flow
     from weir.runtime.executor import JobStatus
+    from weir.runtime.local import LocalExecutor
     from weir.runtime.off_loop import OffLoopThread
+    from weir.runtime.testing import ManualClock
 
     entered, release = threading.Event(), threading.Event()
     write = weir.runtime.checkpoint_flow.write_metadata
@@ -197,16 +198,17 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
 
     monkeypatch.setattr(weir.runtime.checkpoint_flow, "write_metadata", hanging_write)
     monkeypatch.setattr(OffLoopThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
+    clock = ManualClock()
     env = StreamExecutionEnvironment.get_execution_environment()
     env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)
     env.from_generator(lambda i: i, records_per_second=1000).map(lambda x: x).sink_to(DiscardingSink())
-    client = env.execute_async("hanging-storage", executor="local")
+    client = LocalExecutor(clock).submit(env.get_job_graph("hanging-storage"))
     try:
+        client.wait_until(lambda c: bool(c.tasks()))  # deployed: checkpoints are timed from here
+        clock.advance(0.05)  # the first checkpoint is due
         assert entered.wait(10)
-        deadline = time.monotonic() + 10
-        while not any("its metadata was still being written" in (c["reason"] or "") for c in client.checkpoints()):
-            assert time.monotonic() < deadline, f"the hung checkpoint never expired: {client.checkpoints()}"
-            time.sleep(0.05)
+        clock.advance(1.0)  # its timeout (0.5 s) passes while the metadata is written
+        client.wait_until(lambda c: any("its metadata was still being written" in (s["reason"] or "") for s in c.checkpoints()))
         client.cancel(timeout_s=OffLoopThread.CLOSE_TIMEOUT_S + 5)
         assert client.status() is JobStatus.CANCELED
     finally:

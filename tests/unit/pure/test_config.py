@@ -5,6 +5,7 @@ import os
 import pytest
 
 from weir.runtime import sources
+from weir.runtime.clock import ManualClock
 from weir import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
 
 
@@ -85,15 +86,14 @@ def test_get_config_is_pyflinks_execution_config():
     assert (env.get_config().get_auto_watermark_interval(), env.get_parallelism()) == (50, 3)
 
 
-def test_a_rate_limit_lets_records_go_as_time_passes_and_makes_up_a_slow_stretch(monkeypatch):
-    now = [100.0]
-    monkeypatch.setattr(sources.time, "monotonic", lambda: now[0])
-    limit = sources.RateLimit(1_000)
+def test_a_rate_limit_lets_records_go_as_time_passes_and_makes_up_a_slow_stretch():
+    clock = ManualClock(100.0)
+    limit = sources.RateLimit(1_000, clock)
     assert limit.allowance(500) == (0, 0.001)  # the first poll starts the clock
-    now[0] += 0.125
+    clock.advance(0.125)
     assert limit.allowance(500) == (125, 0.0)
     limit.spend(125)
-    now[0] += 0.5  # the reader was busy: 500 more are due, and go at once
+    clock.advance(0.5)  # the reader was busy: 500 more are due, and go at once
     assert limit.allowance(1_000) == (500, 0.0)
     limit.spend(500)
     assert limit.allowance(10) == (0, pytest.approx(0.001))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
@@ -29,9 +28,7 @@ def _job(checkpoint_dir, out_dir, parallelism=2, savepoint=None, rate=40_000, al
 
 
 def _wait_for_checkpoint(client):
-    while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
-        assert not client.status().is_terminal
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()))
 
 
 def _exact(out_dir):
@@ -196,9 +193,7 @@ def test_a_failing_stop_fails_the_request_with_the_reason_and_the_job_keeps_runn
     with pytest.raises(WeirError, match=r"stop of job 'failing-stop' failed.*snapshot_state\(\) of operator 'fragile' raised OSError: No space left on device"):
         client.stop(str(tmp_path / "sp"))
     _FailingSnapshots.broken = False
-    while client.status() is not JobStatus.RUNNING:
-        assert not client.status().is_terminal
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: c.status() is JobStatus.RUNNING)
     with pytest.raises(WeirError, match="savepoint path"):
         client.savepoint("nosuch://x/y")  # refused before anything starts; the job goes on
     assert client.status() is JobStatus.RUNNING

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
-import time
 
 import pytest
 
@@ -227,9 +225,6 @@ def test_watermarks_are_periodic_windows_fire_while_an_endless_stream_runs(check
         .reduce(lambda a, b: (a[0], min(a[1], b[1]), a[2] + b[2]))
         .sink_to(FileSink(out_dir)))
     client = env.execute_async("assign-periodic", executor="local")
-    deadline = time.monotonic() + 30
-    while not read_committed(out_dir):  # only a watermark mid-stream can close a window
-        assert time.monotonic() < deadline and not client.status().is_terminal
-        threading.Event().wait(0.05)
+    client.wait_until(lambda c: bool(read_committed(out_dir)))  # only a watermark mid-stream can close a window
     client.cancel()
     assert _as_result(read_committed(out_dir))[0] == ("k0", 0, 10)

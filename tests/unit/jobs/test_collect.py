@@ -34,10 +34,7 @@ def _env(checkpoint_dir, interval_ms=50, p=2):
 
 
 def _wait_ended(client, timeout_s=30):
-    deadline = time.monotonic() + timeout_s
-    while not client.status().is_terminal:
-        assert time.monotonic() < deadline, client.status()
-        threading.Event().wait(0.01)
+    client.wait_until(lambda c: c.status().is_terminal, timeout_s)
 
 
 def test_the_sink_publishes_a_checkpoints_records_only_when_it_completes_and_again_after_a_restore():

@@ -17,7 +17,7 @@ import pytest
 import weir
 import weir.runtime
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 # PyFlink's module paths that weir mirrors, each holding those of PyFlink's names there that weir has.
 MIRROR = [

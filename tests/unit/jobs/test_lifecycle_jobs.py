@@ -5,7 +5,6 @@ operators on restore, union list state, a task finishing under a trigger."""
 from __future__ import annotations
 
 import collections
-import threading
 
 import pytest
 
@@ -28,7 +27,7 @@ from weir.runtime.letters import Request, TriggerSavepoint
 from weir.runtime.off_loop import inline
 from weir.runtime.sources import GeneratorSource, IndexSplit
 from weir.runtime.task import TaskResult, TaskState
-from tests.unit.test_exactly_once_edges import _StubGateway
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 
 def _env(checkpoint_dir, parallelism=2, interval_ms=50):
@@ -44,15 +43,7 @@ def _completed(client, more_than=0):
 
 
 def _wait(predicate, client, timeout_s=30.0):
-    deadline = threading.Event()
-    timer = threading.Timer(timeout_s, deadline.set)
-    timer.start()
-    try:
-        while not predicate():
-            assert not deadline.is_set() and not client.status().is_terminal, client.checkpoints()
-            threading.Event().wait(0.01)
-    finally:
-        timer.cancel()
+    client.wait_until(lambda c: predicate(), timeout_s)
 
 
 # ---------------------------------------------------------------- suspend with several event-time sources

@@ -10,7 +10,7 @@ import io
 import json
 import os
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,7 @@ from weir.runtime.sources import AddSplits, NoMoreSplits
 from weir.runtime.storage import handle_from_json, read_metadata, read_state
 from tests.checker import check_running_sums
 from tests.kills import kill_each_after_checkpoints
+from tests.pausing import PausingReader
 
 
 def _publish(path: str, data: bytes) -> None:
@@ -169,21 +170,14 @@ def test_a_monitored_source_reads_files_moved_in_while_the_job_runs(checkpoint_d
     source = _source(fmt, folder, monitor_ms=Duration.of_millis(20))
     env.from_source(source, WatermarkStrategy.no_watermarks(), "watched").sink_to(FileSink(out))
     client = env.execute_async(f"watched-{name}", executor="local")
-    for entry in sorted(os.listdir(stage)):  # one at a time, each whole at once
+    for entry in sorted(os.listdir(stage)):  # one at a time, each whole at once, each once the last was read
+        before = len(read_committed(out))
         os.replace(os.path.join(stage, entry), os.path.join(folder, entry))
-        time.sleep(0.03)
-    _wait_for(lambda: len(read_committed(out)) >= len(expected), client)
+        client.wait_until(lambda c, before=before: len(read_committed(out)) > before)
+    client.wait_until(lambda c: len(read_committed(out)) >= len(expected))
     assert not client.status().is_terminal  # an unbounded source never ends
     client.cancel()
     assert sorted(map(_key, read_committed(out))) == sorted(map(_key, expected))
-
-
-def _wait_for(condition: Any, client: Any, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert not client.status().is_terminal, client.status()
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 # ------------------------------------------------------------------ the enumerator, by hand
@@ -261,8 +255,9 @@ FILES_AFTER_KILLS = 4
 LINES_PER_FILE = 60
 
 
-def _writer(folder: str, kills_done: threading.Event, written: list[tuple[str, int]]) -> None:
-    """Files of "key,value" lines, one every 20 ms, until the kills are done and a few more."""
+def _writer(folder: str, client: Any, kills_done: threading.Event, written: list[tuple[str, int]]) -> None:
+    """Files of "key,value" lines, one per completed checkpoint of ``client``'s
+    job, until the kills are done and a few more."""
     i = after = 0
     while after < FILES_AFTER_KILLS:
         lines = [(f"k{(i * 7 + j) % 13}", i * LINES_PER_FILE + j) for j in range(LINES_PER_FILE)]
@@ -270,7 +265,12 @@ def _writer(folder: str, kills_done: threading.Event, written: list[tuple[str, i
         written += lines
         i += 1
         after += kills_done.is_set()
-        time.sleep(0.02)
+        completed = _completed(client)
+        client.wait_until(lambda c, completed=completed: _completed(c) > completed, 300)
+
+
+def _completed(client: Any) -> int:
+    return sum(c["status"] == "COMPLETED" for c in client.checkpoints())
 
 
 class _Forgetful(FileSource):
@@ -297,18 +297,18 @@ def run_with_kills(env: StreamExecutionEnvironment, tmp_path: Any, source_type: 
     folder, out = str(tmp_path / "in"), str(tmp_path / "out")
     os.makedirs(folder)
     kills_done, written = threading.Event(), []
-    writer = threading.Thread(target=_writer, args=(folder, kills_done, written))
-    writer.start()
     _sum_job(env, folder, out, source_type)
     client = env.execute_async("watched-sums", executor=executor)
-    try:
-        _wait_for(lambda: len(read_committed(out)) > 0, client, timeout_s)
-        kill_each_after_checkpoints(client, "source-csv", (0, 1))
-        kill_each_after_checkpoints(client, "sum", (1,))
-    finally:
-        kills_done.set()
-        writer.join()
-    _wait_for(lambda: len(read_committed(out)) >= len(written), client, timeout_s)
+    with ThreadPoolExecutor(1) as pool:
+        writer = pool.submit(_writer, folder, client, kills_done, written)
+        try:
+            client.wait_until(lambda c: len(read_committed(out)) > 0, timeout_s)
+            kill_each_after_checkpoints(client, "source-csv", (0, 1))
+            kill_each_after_checkpoints(client, "sum", (1,))
+        finally:
+            kills_done.set()
+    writer.result()
+    client.wait_until(lambda c: len(read_committed(out)) >= len(written), timeout_s)
     client.cancel()
     assert client.restarts() == 3
     return check_running_sums(map(tuple, read_committed(out)), written)
@@ -333,29 +333,34 @@ def test_a_source_subtask_restarting_alone_gets_back_the_files_handed_to_it_afte
     folder, out = str(tmp_path / "in"), str(tmp_path / "out")
     os.makedirs(folder)
     kills_done, written = threading.Event(), []
-    writer = threading.Thread(target=_writer, args=(folder, kills_done, written))
-    writer.start()
     env = _env(checkpoint_dir)
     source = _source(StreamFormat.text_line_format(), folder, monitor_ms=Duration.of_millis(20))
-    env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").map(_slowly).sink_to(FileSink(out))
+    env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").sink_to(FileSink(out))
     client = env.execute_async("region-files", executor="local")
-    try:
-        _wait_for(lambda: len(read_committed(out)) > 0, client)
-        kill_each_after_checkpoints(client, "source-lines", (0, 1))
-    finally:
-        kills_done.set()
-        writer.join()
+    with ThreadPoolExecutor(1) as pool:
+        writer = pool.submit(_writer, folder, client, kills_done, written)
+        try:
+            client.wait_until(lambda c: len(read_committed(out)) > 0)
+            kill_each_after_checkpoints(client, "source-lines", (0, 1))
+        finally:
+            kills_done.set()
+    writer.result()
     expected = sorted(f"{k},{v}" for k, v in written)
-    _wait_for(lambda: len(read_committed(out)) >= len(expected), client)
+    client.wait_until(lambda c: len(read_committed(out)) >= len(expected))
     client.cancel()
     assert client.restarts() == 2
     assert sorted(read_committed(out)) == expected
 
 
 # ------------------------------------------------------------------ savepoints and rescaling
-def _slowly(line: str) -> str:
-    time.sleep(0.0005)
-    return line
+PAUSED = [threading.Event(), threading.Event()]  # by subtask; module level: pickled by reference
+
+
+class _StopsMidway(FileSource):
+    """Each reader passes on 40 lines (of a file of 150), then waits."""
+
+    def create_reader(self, subtask: int, parallelism: int) -> Any:
+        return PausingReader(super().create_reader(subtask, parallelism), 40, PAUSED[subtask])
 
 
 def test_stop_with_savepoint_and_a_rescaled_resume_read_each_line_once(checkpoint_dir, tmp_path):
@@ -369,30 +374,29 @@ def test_stop_with_savepoint_and_a_rescaled_resume_read_each_line_once(checkpoin
             expected.extend(lines)
             _publish(os.path.join(folder, f"{i:03}.txt"), "\n".join(lines).encode())
 
-    def job(parallelism: int, savepoint: str | None = None) -> Any:
+    def job(parallelism: int, source_type: type[FileSource], savepoint: str | None = None) -> Any:
         env = _env(checkpoint_dir, parallelism)
-        env.set_batch_size(16)  # small polls: the savepoint catches readers mid-file
+        env.set_batch_size(16)
         if savepoint:
             env.restore_from_savepoint(savepoint)
-        source = _source(StreamFormat.text_line_format(), folder, monitor_ms=Duration.of_millis(20))
-        (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines")
-            .map(_slowly).uid("slowly").sink_to(FileSink(out)))
+        source = source_type(StreamFormat.text_line_format(), [folder], Duration.of_millis(20))
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines").sink_to(FileSink(out))
         return env.execute_async("rescaled-files", executor="local")
 
     publish(0, 8)
-    client = job(2)
-    _wait_for(lambda: len(read_committed(out)) > 300, client)
+    client = job(2, _StopsMidway)
+    assert all(paused.wait(30) for paused in PAUSED)  # both readers mid-file
     savepoint = client.stop(str(tmp_path / "sp"))
     (handle,) = read_metadata(savepoint)["coordinators"].values()
     state = read_state(handle_from_json(handle))
     assert state.pending and len(state.seen) == 8  # files left for later, all of them remembered
     read_before = len(read_committed(out))
-    assert read_before < len(expected)
+    assert read_before == 2 * 40 < len(expected)  # what the two readers passed on, committed by the stop
     publish(8, 4)  # while the job is stopped
-    client = job(3, savepoint)
-    _wait_for(lambda: len(read_committed(out)) >= len(expected), client)
+    client = job(3, FileSource, savepoint)
+    client.wait_until(lambda c: len(read_committed(out)) >= len(expected))
     publish(12, 2)  # while the resumed job runs
-    _wait_for(lambda: len(read_committed(out)) >= len(expected), client)
+    client.wait_until(lambda c: len(read_committed(out)) >= len(expected))
     client.cancel()
     assert sorted(read_committed(out)) == sorted(expected)
 
