@@ -5,15 +5,14 @@ operator coordinators, sends the triggers, has the storage thread write the
 metadata, notifies the tasks, and answers who waits for a savepoint.
 
 What it cannot settle itself it hands back: a failure goes to ``fail`` (the job
-master handles it after the current letter), and a completed checkpoint is
-returned as :class:`Completed` for the job master to restore from.
+master handles it after the current letter). A completed checkpoint that
+committed joins the :class:`RestorePoints` the job restarts from.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from weir.runtime import faults
@@ -23,6 +22,7 @@ from weir.runtime.deployment import DeployedTasks
 from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, JobRequestError, TooManyCheckpointFailuresError, WeirError
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
+from weir.runtime.restore import RestorePoints
 from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, StopJob, TriggerSavepoint
 from weir.runtime.stopping import Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
@@ -40,19 +40,6 @@ class Fail(Protocol):
     def __call__(self, error: BaseException, restartable: bool = True, count: bool = True) -> None: ...
 
 
-@dataclass(frozen=True)
-class Completed:
-    """A checkpoint or savepoint completed; ``committed``: its side effects were
-    committed (every checkpoint, and a stop's savepoint), so the job may restore
-    from it; ``discarded``: older ones deleted to keep the number retained."""
-
-    location: str
-    metadata: dict[str, Any]
-    committed: bool
-    started: float
-    discarded: list[str] = field(default_factory=list)
-
-
 class CheckpointFlow:
     """``send`` hands a letter to a task; ``stop`` is the job's stop in progress
     (a stop waits for its savepoint here); ``storage_io`` runs writes and deletes
@@ -68,6 +55,7 @@ class CheckpointFlow:
         self.storage_io, self._clock, self._fail, self._post = storage_io, clock, fail, post
         self.requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self.final: int | None = None  # the final checkpoint, once every source has ended
+        self.restore = RestorePoints()
 
     @property
     def graph(self) -> JobGraph:
@@ -178,7 +166,10 @@ class CheckpointFlow:
         pending = self.coordinator.pending[checkpoint_id]
         self.storage_io(functools.partial(_write, pending.location, metadata, dict(pending.coordinator_states), checkpoint_id, self._post))
 
-    def on_metadata_written(self, letter: MetadataWritten) -> Completed | None:
+    def on_metadata_written(self, letter: MetadataWritten) -> float | None:
+        """A checkpoint's metadata is on storage (or failed to be written); returns
+        when a checkpoint that committed had started (the restart backoff resets
+        on progress), else None."""
         checkpoint_id = letter.checkpoint_id
         if checkpoint_id not in self.coordinator.pending:
             return None  # aborted while it was written (timed out, a failover): its location is discarded after the write
@@ -199,10 +190,13 @@ class CheckpointFlow:
         request = self.requests.pop(checkpoint_id, None)
         if request is not None:
             request.reply(location)
+        if commits:
+            self.restore.completed(location, letter.metadata)
         discarded = self.coordinator.discard_beyond(self.graph.checkpointing.retained)  # keep the newest ``retained``
         for old in discarded:
             self.storage_io(functools.partial(discard, old))
-        return Completed(location, letter.metadata, commits, pending.started, discarded)
+        self.restore.discarded(discarded)
+        return pending.started if commits else None
 
     # ------------------------------------------------------------ aborting
     def abort_all(self, reason: CheckpointFailureReason, detail: str) -> None:

@@ -5,12 +5,15 @@ plain functions, and the gateway that carries it out (Ray actors in
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.graph import JobGraph
+from weir.runtime.off_loop import OffLoopThread, inline
 from weir.runtime.task import OperatorRestore, TaskDeployment, TaskLetter, TaskResult
 
 Route = tuple[TaskKey, int]  # (target task, channel index at the target)
@@ -24,6 +27,16 @@ class Deployment:
     attempt: int
     task: TaskDeployment
     routes: list[list[Route]]  # output edge -> channel -> where it goes
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A letter to the job master: the gateway deployed an attempt's tasks
+    (``error``: or failed to); ``region``: a failed-over region's only."""
+
+    attempt: int
+    region: frozenset[TaskKey] | None
+    error: BaseException | None
 
 
 class TaskGateway(Protocol):
@@ -99,25 +112,35 @@ class DeployedTasks:
     stale), which have exited, which ended their input, and which were killed
     while this tick's exits are handled (their exits, polled already, are dropped)."""
 
-    def __init__(self, gateway: TaskGateway) -> None:
-        self._gateway = gateway
+    def __init__(self, gateway: TaskGateway, io: Callable[[Callable[[], None]], None] = inline) -> None:
+        self._gateway, self._io = gateway, io
+        self.in_flight = False  # a deploy runs (off the loop): the gateway is not to be touched
         self.attempts: dict[TaskKey, int] = {}
         self.exited: set[TaskKey] = set()
         self.ended_input: set[TaskKey] = set()
         self.killed: set[TaskKey] = set()
 
-    def deploying(self, graph: JobGraph, attempt: int, restore: dict[str, OperatorRestore],
-                  region: frozenset[TaskKey] | None) -> list[Deployment]:
-        """The deployments of ``attempt``: every task of ``graph`` (``region`` None)
-        or a failed-over region's, each restoring its share of ``restore``; their
-        letters count from now on."""
+    def deploy(self, graph: JobGraph, attempt: int, restore: dict[str, OperatorRestore], region: frozenset[TaskKey] | None,
+               post: Callable[[Any], None]) -> None:
+        """Deploy ``attempt``: every task of ``graph`` (``region`` None) or a
+        failed-over region's, each restoring its share of ``restore``; their letters
+        count from now on. The gateway deploys on ``io``, then ``post``s a
+        :class:`Deployed` letter to the job master."""
         deployments = plan_deployments(graph, attempt, uuid.uuid4().hex[:12], restore, region)
         if region is None:  # after a rescale, removed subtasks' late letters must not count
             self.attempts.clear()
             self.exited.clear()
             self.ended_input.clear()
         self.attempts.update({d.key: d.attempt for d in deployments})
-        return deployments
+        self.in_flight = True
+        self._io(functools.partial(_deploy, self._gateway, deployments, Deployed(attempt, region, None), post))
+
+    def close(self) -> None:
+        """The job has ended: a deploy still running gives up, and its thread ends."""
+        if self.in_flight:
+            self._gateway.stop_deploying()
+        if isinstance(self._io, OffLoopThread):
+            self._io.close()
 
     def is_current(self, task: TaskKey, attempt: int) -> bool:
         return self.attempts.get(task) == attempt
@@ -143,3 +166,11 @@ class DeployedTasks:
         self.kill(region)
         self.exited -= region
         self.ended_input -= region
+
+
+def _deploy(gateway: TaskGateway, deployments: list[Deployment], deployed: Deployed, post: Callable[[Any], None]) -> None:
+    try:
+        gateway.deploy(deployments)
+    except Exception as exc:
+        deployed = dataclasses.replace(deployed, error=exc)
+    post(deployed)

@@ -27,7 +27,6 @@ running, and the stop request fails with the reason.
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import random
 import threading
@@ -38,19 +37,19 @@ from weir.runtime.checkpoint_flow import CheckpointFlow
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
-from weir.runtime.deployment import DeployedTasks, Deployment, TaskGateway
+from weir.runtime.deployment import Deployed, DeployedTasks, TaskGateway
 from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, JobRequestError, TaskFailedError, WeirError
 from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
 from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
 from weir.runtime.job_lifecycle import JobLifecycle
 from weir.runtime.letters import (
-    Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, Deployed, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
+    Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
     MetadataWritten, RescaleJob, Request, StopJob, TriggerSavepoint, ask, close_refusing, post,
 )
 from weir.runtime.mailbox import Mailbox
 from weir.runtime.restore import RestorePoints, starting_point
-from weir.runtime.stopping import AfterLastTask, Answer, Redeploying, StopProtocol
+from weir.runtime.stopping import RESCALE_WAIT_S, AfterLastTask, Answer, Redeploying, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
 )
@@ -71,18 +70,11 @@ class JobMaster:
     records the job's end where a restarted job master would look, before the end
     is reported to anyone (an ended job never runs again). ``tick_s``: the longest
     the loop waits for a letter before it polls the gateway for task exits.
-    ``storage_io``: runs checkpoint storage writes and deletes (default: a
-    :class:`OffLoopThread`; :func:`inline` for tests). ``coordinator_io``: runs
-    operator coordinators' async calls (default: a small thread pool; :func:`inline`
-    for tests). ``restart_jitter``: draws where each restart delay falls in its
-    jitter band (a seeded one replays). ``deploy_io``: runs the gateway's deploys
-    (default: at once; an :class:`OffLoopThread` where they may wait for room)."""
+    ``storage_io``, ``coordinator_io``, ``deploy_io``: where storage writes,
+    coordinators' async calls and deploys run (see :mod:`weir.runtime.off_loop`).
+    ``restart_jitter``: draws where each restart delay falls in its jitter band."""
 
     TICK_S = 0.05  # how soon a task's exit (polled from the gateway) is seen; executors may set their own
-    # A rescale lets the job run on this long while the processes of its new tasks
-    # start; then it stops the job anyway, and the deploy waits for them (a cluster
-    # short of CPUs may take long to make room, and a bounded job may end first).
-    RESCALE_WAIT_S = 5.0
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
     def __init__(
@@ -98,19 +90,17 @@ class JobMaster:
         self.life = JobLifecycle(graph.name, self.storage, clock)
         self.coordinators = OperatorCoordinators(graph.name, gateway.send, self._post, self._fail, event_valve, coordinator_io)
         self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
-        self.tasks = DeployedTasks(gateway)
+        self.tasks = DeployedTasks(gateway, deploy_io)
         self.checkpoints = CheckpointFlow(graph, self.tasks, gateway.send, self.coordinators, self._stop, self.storage,
                                           storage_io or OffLoopThread(graph.name, "checkpoint storage"), clock, self._fail, self._post)
         self.coordinator = self.checkpoints.coordinator
         self.attempt = first_attempt
         self.restarts = Restarts(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter)
         self._cancel_requested: float | None = None
-        self._restore = RestorePoints()
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
-        self._on_end, self._tick_s, self._deploy_io = on_end, tick_s, deploy_io
-        self._deploying = False  # the gateway deploys off the loop: it is not touched, and letters wait in _held
-        self._held: list[Any] = []
+        self._on_end, self._tick_s = on_end, tick_s
+        self._held: list[Any] = []  # letters that came while a deploy ran
         self.final_metrics: list[dict[str, Any]] = []
         self.view = JobView([], [])
 
@@ -133,10 +123,7 @@ class JobMaster:
             self._close()
 
     def _close(self) -> None:
-        if self._deploying:
-            self.gateway.stop_deploying()
-        if isinstance(self._deploy_io, OffLoopThread):
-            self._deploy_io.close()
+        self.tasks.close()
         try:
             self.final_metrics = self.gateway.metrics()
         except Exception:
@@ -150,7 +137,7 @@ class JobMaster:
             except Exception as exc:  # the pool unreachable: clients must still hear the end
                 log.error("could not record the end (%s) of job '%s': %s", self.status.value, self.graph.name, exc)
         close_refusing(self.mailbox, self._refuse)
-        self._publish()
+        self.view = JobView(self.restarts.waiting_tasks(), self.coordinator.stats())
         self._done.set()
 
     @property
@@ -158,9 +145,8 @@ class JobMaster:
         return self.life.status
 
     def start(self) -> None:
-        """Restore (or recover) and deploy the first attempt; ``run`` does this first.
-        A recovering job master whose run had ended (its result is in storage)
-        deploys nothing: an ended job never runs again."""
+        """Restore (or recover) and deploy the first attempt; ``run`` does this first. A recovering
+        job master whose run had ended (its result is in storage) deploys nothing: it never runs again."""
         if not self.recovering:
             self.storage.mark_started()
         start = starting_point(self.storage, self.graph, self.recovering)
@@ -170,7 +156,7 @@ class JobMaster:
             return
         if start.next_checkpoint_id is not None:
             self.coordinator.next_id = start.next_checkpoint_id
-        self._restore = RestorePoints(start.points)
+        self.checkpoints.restore = RestorePoints(start.points)
         self._deploy()
         self._settle()
 
@@ -200,7 +186,7 @@ class JobMaster:
         """The checkpoint being restored is damaged: restart from the one before it (:meth:`RestorePoints.fall_back`)."""
         if self.status is JobStatus.RESTARTING or self.status.is_terminal:
             return
-        decision = self._restore.fall_back(error, self.graph.name)
+        decision = self.checkpoints.restore.fall_back(error, self.graph.name)
         self._fail(decision.error, restartable=decision.restartable)
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -216,7 +202,7 @@ class JobMaster:
         self._settle()
 
     def _take(self, letter: Any) -> None:
-        if self._deploying and not isinstance(letter, Deployed):
+        if self.tasks.in_flight and not isinstance(letter, Deployed):
             self._held.append(letter)  # handled once the deploy is done and its coordinators run
             return
         if isinstance(letter, Deployed):
@@ -251,14 +237,14 @@ class JobMaster:
 
     def _settle(self) -> None:
         """Handle the failures the last letter (or exit, or tick) caused, in order."""
-        while self._failures and not self._deploying:
+        while self._failures and not self.tasks.in_flight:
             self._on_failure(self._failures.popleft())
 
     def _tick(self) -> None:
-        if not self._deploying:
+        if not self.tasks.in_flight:
             self._advance(self.clock())
         self._settle()
-        self._publish()
+        self.view = JobView(self.restarts.waiting_tasks(), self.coordinator.stats())
 
     def _advance(self, now: float) -> None:
         """Exits, due restarts and deploys, the cancel's deadline, the rescale,
@@ -275,7 +261,7 @@ class JobMaster:
         for region in self.restarts.regions_due(now)[:1]:  # one deploy at a time
             if self.status is JobStatus.RUNNING:
                 self._deploy(region)
-        if self._deploying:
+        if self.tasks.in_flight:
             return
         if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
             log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
@@ -287,27 +273,18 @@ class JobMaster:
             may_trigger = self.status is JobStatus.RUNNING and not self.restarts.waiting
             self.checkpoints.tick(now, may_trigger)
 
-    def _publish(self) -> None:
-        self.view = JobView(self.restarts.waiting_tasks(), self.coordinator.stats())
-
     def _on_metadata_written(self, letter: MetadataWritten) -> None:
-        done = self.checkpoints.on_metadata_written(letter)
-        if done is None:
-            return
-        if done.committed:
-            self._restore.completed(done.location, done.metadata)
-            self.restarts.checkpoint_completed(done.started, self.clock())
-        self._restore.discarded(done.discarded)
+        started = self.checkpoints.on_metadata_written(letter)
+        if started is not None:
+            self.restarts.checkpoint_completed(started, self.clock())
 
     def _may_snapshot(self, request: Request) -> bool:
         """A savepoint, stop or rescale needs the job running with every task deployed; else it is refused."""
         if self.status is not JobStatus.RUNNING:
             self._refuse(request)
         elif self.restarts.waiting:
-            tasks = ", ".join(self.restarts.waiting_tasks())
-            request.reply(error=JobRequestError(
-                f"job '{self.graph.name}' is restarting failed task(s) {tasks}; a snapshot needs every task running: try again in a moment"
-            ))
+            request.reply(error=JobRequestError(f"job '{self.graph.name}' is restarting failed task(s) {', '.join(self.restarts.waiting_tasks())}; "
+                                                "a snapshot needs every task running: try again in a moment"))
         return self.status is JobStatus.RUNNING and not self.restarts.waiting
 
     def _on_rescale(self, letter: RescaleJob) -> None:
@@ -319,7 +296,7 @@ class JobMaster:
             letter.request.reply(error=exc)
             return
         now = self.clock()
-        self._deliver(self._stop.rescale_requested(letter.request, new_graph, now + self.RESCALE_WAIT_S))
+        self._deliver(self._stop.rescale_requested(letter.request, new_graph, now + RESCALE_WAIT_S))
         self._rescale_when_ready(now)
 
     def _rescale_when_ready(self, now: float) -> None:
@@ -355,7 +332,7 @@ class JobMaster:
             self.tasks.exited.add(key)
             if self.tasks.all_exited(self.graph):
                 self._end(JobStatus.CANCELED)
-        elif isinstance(result.error, CorruptCheckpointError) and self._restore.points:
+        elif isinstance(result.error, CorruptCheckpointError) and self.checkpoints.restore.points:
             self._fall_back(result.error)
         else:
             error = result.error if result.error is not None else TaskFailedError(task_name(key), result.error_text or f"ended {result.state.value}")
@@ -434,8 +411,7 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
             return
         self.life.become(JobStatus.CANCELLING)
-        for region in self.restarts.waiting:  # not deployed: nothing to cancel
-            self.tasks.exited |= region
+        self.tasks.exited.update(*self.restarts.waiting)  # regions not deployed: nothing to cancel there
         self.restarts.waiting.clear()
         if self.tasks.all_exited(self.graph):
             self._end(JobStatus.CANCELED)
@@ -462,21 +438,19 @@ class JobMaster:
             self.coordinator.last_trigger = self.clock()
         if region is None:
             self.life.become(JobStatus.RUNNING)
-        deployments = self.tasks.deploying(self.graph, self.attempt, self._restore.plan(self.graph), region)
-        self._deploying = True
-        self._deploy_io(functools.partial(_deploy, self.gateway, deployments, self.attempt, region, self._post))
+        self.tasks.deploy(self.graph, self.attempt, self.checkpoints.restore.plan(self.graph), region, self._post)
 
     def _on_deployed(self, letter: Deployed) -> None:
         """The deploy is done: start its coordinators, or fail over (a cancel that
         stopped it waiting for room ends the job); then take the letters held meanwhile."""
-        self._deploying = False
+        self.tasks.in_flight = False
         if isinstance(letter.error, JobCancelledError):
             self._cancel_requested = self.clock()
             self._fail(JobCancelledError("cancelled while deploying"), count=False)
         elif letter.error is not None:  # e.g. a task killed while it was being set up, no room on the cluster
             self._fail(letter.error)
         else:
-            damaged = self.coordinators.start(self.graph, self._restore.coordinator_states(), letter.region)
+            damaged = self.coordinators.start(self.graph, self.checkpoints.restore.coordinator_states(), letter.region)
             if damaged is not None:
                 self._fall_back(damaged)
         if isinstance(self._stop.state, Redeploying):
@@ -488,13 +462,4 @@ class JobMaster:
         for held_letter in held:
             self._take(held_letter)
 
-
-def _deploy(gateway: TaskGateway, deployments: list[Deployment], attempt: int, region: frozenset[TaskKey] | None,
-            post: Callable[[Any], None]) -> None:
-    """Off the loop: the gateway deploys, and its answer goes back as a letter."""
-    try:
-        gateway.deploy(deployments)
-        post(Deployed(attempt, region, None))
-    except Exception as exc:
-        post(Deployed(attempt, region, exc))
 

@@ -74,16 +74,6 @@ class MetadataWritten:
 
 
 @dataclass(frozen=True)
-class Deployed:
-    """The gateway deployed an attempt's tasks (``error``: or failed to); ``region``:
-    a failed-over region's only."""
-
-    attempt: int
-    region: frozenset[TaskKey] | None
-    error: BaseException | None
-
-
-@dataclass(frozen=True)
 class Failed:
     """Something failed the job (a task, an operator coordinator, its checkpoints):
     the job master restarts it or ends it once the letter it is handling is done,

@@ -25,6 +25,12 @@ from weir.runtime.executor import JobStatus
 from weir.runtime.graph import JobGraph
 
 
+# A rescale lets the job run on this long while the processes of its new tasks
+# start; then it stops the job anyway, and the deploy waits for them (a cluster
+# short of CPUs may take long to make room, and a bounded job may end first).
+RESCALE_WAIT_S = 5.0
+
+
 class StopProtocolError(WeirError):
     """An event the stop in progress cannot take in its state (a bug in weir)."""
 

@@ -125,6 +125,7 @@ def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoi
     from weir.runtime.jobmaster import JobMaster
     from weir.runtime.letters import RescaleJob, Request
     from weir.runtime.off_loop import inline
+    from weir.runtime.stopping import RESCALE_WAIT_S
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(60_000)
@@ -135,9 +136,9 @@ def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoi
     master.start()
     master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
     master.run_until_idle()
-    clock.set(JobMaster.RESCALE_WAIT_S - 0.1)
+    clock.set(RESCALE_WAIT_S - 0.1)
     master.run_until_idle()
     assert master.status is JobStatus.RUNNING
-    clock.set(JobMaster.RESCALE_WAIT_S)
+    clock.set(RESCALE_WAIT_S)
     master.run_until_idle()
     assert master.status is JobStatus.STOPPING
