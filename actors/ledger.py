@@ -24,6 +24,8 @@ The rules:
 
 from __future__ import annotations
 
+import collections
+import enum
 import json
 import os
 from dataclasses import dataclass, field
@@ -81,6 +83,13 @@ class Shape:
         return float(self.options.get("num_cpus", 1))
 
 
+class SlotState(enum.Enum):
+    STARTING = "starting"  # its process starts
+    FRESH = "fresh"  # up, and has run no application's code: any application may lease it
+    IDLE = "idle"  # has run an application's code and waits for that application's next job
+    LEASED = "leased"  # runs a job's task, or waits for the job's next attempt
+
+
 @dataclass
 class SlotEntry:
     shape: str
@@ -88,6 +97,14 @@ class SlotEntry:
     job: str | None = None  # leased to this job
     node_id: str = ""  # "" while its process starts
     idle_since: float = 0.0  # when a job gave it back (0: it never ran a task)
+
+    @property
+    def state(self) -> SlotState:
+        if self.job is not None:
+            return SlotState.LEASED
+        if self.app is not None:
+            return SlotState.IDLE
+        return SlotState.FRESH if self.node_id else SlotState.STARTING
 
 
 @dataclass
@@ -430,13 +447,10 @@ class PoolLedger:
     def stats(self) -> dict[str, Any]:
         shapes = []
         for key, shape in self.shapes.items():
-            mine = [s for s in self.slots.values() if s.shape == key]
+            states = collections.Counter(s.state for s in self.slots.values() if s.shape == key)
             shapes.append({
                 "shape": ", ".join(f"{k}={v}" for k, v in sorted(shape.options.items()) if k != "scheduling_strategy"),
-                "fresh": sum(1 for s in mine if s.job is None and s.app is None and s.node_id),
-                "idle": sum(1 for s in mine if s.job is None and s.app is not None),
-                "starting": sum(1 for s in mine if s.job is None and not s.node_id),
-                "leased": sum(1 for s in mine if s.job is not None),
+                **{state.value: states[state] for state in SlotState},
             })
         return {
             "settings": vars(self.settings),

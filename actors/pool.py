@@ -52,7 +52,7 @@ import ray
 
 from weir.actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
 from weir.actors.coordinator import RemoteJobCoordinator
-from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape
+from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape, SlotState
 from weir.actors.slots import CANCEL_GRACE_S, POOL_NAME, actor_id, find_pool
 from weir.actors.task_actor import RemoteTaskActor
 from weir.runtime.executor import JobStatus
@@ -293,7 +293,7 @@ class SlotPool:
         """The idle slots' actors, fresh or an application's (for operators and
         tests: killing one rehearses a slot that dies while it waits)."""
         with self._lock:
-            return [self._actors[sid] for sid, s in self.ledger.slots.items() if s.job is None and s.node_id]
+            return [self._actors[sid] for sid, s in self.ledger.slots.items() if s.state in (SlotState.FRESH, SlotState.IDLE)]
 
     def idle_coordinators(self) -> list[Any]:
         """The idle job coordinators' actors (for operators and tests, as
