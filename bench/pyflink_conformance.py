@@ -16,7 +16,7 @@
    change root to ``weir``, except those of PyFlink's test bases, which become
    :mod:`bench.pyflink_adapter` (a fresh environment per test, a test sink
    collecting in-process). A test that calls the JVM (``get_gateway()``, the Java
-   configuration, ``_j_`` objects) is not counted. Prints passed / counted.
+   configuration, ``_j_`` objects, or expects py4j's Java errors) is not counted. Prints passed / counted.
 
 Flink's code is only ever written to a temp folder, never into this repository.
 """
@@ -45,7 +45,7 @@ ADAPTED_MODULES = (  # PyFlink's test bases and JVM helpers: the adapter stands 
     "pyflink.testing.test_case_utils", "pyflink.datastream.tests.test_util", "pyflink.java_gateway",
     "pyflink.util.java_utils",
 )
-JVM_MARKERS = ("get_gateway(", "_j_", "get_j_env_configuration(", "invoke_java_object_method")
+JVM_MARKERS = ("get_gateway(", "_j_", "get_j_env_configuration(", "invoke_java_object_method", "py4j")
 
 _F32 = "float rounded through 4 bytes, as PyFlink's FLOAT serializer does between operators and in state"
 # What PyFlink 2.3 prints for each example that needs no external service, worked out from the program.
