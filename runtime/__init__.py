@@ -1,6 +1,7 @@
 """weir's runtime: the user API, the job graph, operators, state, checkpoints and
 every protocol as a plain state machine. Never imports Ray."""
 
+from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy
 from weir.runtime.collect import CloseableIterator
 from weir.runtime.config import (
     CheckpointConfig,
@@ -12,6 +13,7 @@ from weir.runtime.config import (
 )
 from weir.runtime.datastream import (
     AllWindowedStream,
+    AsyncDataStream,
     BroadcastConnectedStream,
     BroadcastStream,
     CoGroupedStreams,
@@ -129,5 +131,6 @@ __all__ = [
     "AllWindowFunction", "WindowFunction", "CountWindow", "CountTumblingWindowAssigner", "CountSlidingWindowAssigner",
     "SessionWindowTimeGapExtractor",
     "Row", "RowKind", "TypeInformation", "Types",
+    "AsyncDataStream", "AsyncFunction", "AsyncRetryStrategy",
     "CoGroupedStreams", "IntervalJoin", "CoGroupFunction", "FlatJoinFunction", "JoinFunction", "ProcessJoinFunction",
 ]

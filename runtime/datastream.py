@@ -42,6 +42,7 @@ from weir.runtime.functions import (
     OutputTag,
     as_callable,
 )
+from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy, AsyncWaitOperator, checked
 from weir.runtime.batches import MapBatchesOperator
 from weir.runtime.batches import batch_format as checked_batch_format
 from weir.runtime.collect import CloseableIterator, CollectSink
@@ -1045,6 +1046,50 @@ class IntervalJoin:
         upper = self._bounds[1] - self._exclusive[1]
         joined = IntervalJoinFunction(process_join_function, lower, upper)
         return self._left.connect(self._right).process(joined, output_type).name("IntervalJoin")
+
+
+class AsyncDataStream:
+    """PyFlink's async I/O (see :mod:`weir.runtime.async_io`): an :class:`AsyncFunction`
+    on each record, many at once. ``timeout`` is in milliseconds (``Time.seconds(5)``),
+    ``capacity`` the most calls in flight; the ``_with_retry`` forms take an
+    :class:`AsyncRetryStrategy`."""
+
+    @staticmethod
+    def unordered_wait(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, capacity: int = 100,
+        output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, False)
+
+    @staticmethod
+    def ordered_wait(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, capacity: int = 100,
+        output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, True)
+
+    @staticmethod
+    def unordered_wait_with_retry(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, async_retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100, output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, False)
+
+    @staticmethod
+    def ordered_wait_with_retry(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, async_retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100, output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, True)
+
+    @staticmethod
+    def _wait(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, retry: AsyncRetryStrategy,
+        capacity: int, output_type: TypeInformation | None, ordered: bool,
+    ) -> DataStream:
+        checked(async_function, timeout, capacity, retry)
+        return data_stream._then(
+            "AsyncWait", lambda n, u: AsyncWaitOperator(n, u, async_function, timeout, capacity, retry, ordered), output_type)
 
 
 class ConnectedStreams:

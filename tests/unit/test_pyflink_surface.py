@@ -4,7 +4,9 @@ its pipeline on the local executor and asserts the exact records PyFlink gives."
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import functools
 import json
 import tempfile
 from typing import Iterable
@@ -15,11 +17,15 @@ from weir.common import Types, WatermarkStrategy
 from weir.common.watermark_strategy import TimestampAssigner
 from weir.datastream import (
     AggregateFunction,
+    AsyncDataStream,
+    AsyncFunction,
+    AsyncRetryStrategy,
     MapFunction,
     ProcessFunction,
     ProcessWindowFunction,
     StreamExecutionEnvironment,
     WindowFunction,
+    async_retry_predicates,
 )
 from weir.datastream.data_stream import DataStream
 from weir.datastream.functions import KeyedProcessFunction
@@ -562,3 +568,72 @@ def test_interval_join_bounds_in_the_wrong_order_are_refused():
     orders, payments = two_streams()
     with pytest.raises(InvalidConfigurationError, match="interval join bounds"):
         orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0])).between(2, -1)
+
+
+# ---------------------------------------------------------------- async I/O (PyFlink 2.x's AsyncDataStream)
+
+class Lookup(AsyncFunction):
+    """Answers after a delay that makes later records finish first; fails each record's first attempt when asked."""
+
+    def __init__(self, fail_first=False):
+        self.fail_first = fail_first
+        self.failed = set()
+
+    async def async_invoke(self, value):
+        await asyncio.sleep((10 - value) / 1000)
+        if self.fail_first and value not in self.failed:
+            self.failed.add(value)
+            raise TimeoutError("the service timed out")  # a failure of the call, not the operator's time-out
+        return [value * 10]
+
+
+def numbers(parallelism=1):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    return env.from_collection(list(range(8)))
+
+
+def test_ordered_wait_keeps_the_records_order():
+    assert collect(AsyncDataStream.ordered_wait(numbers(), Lookup(), 5_000, capacity=4)) == [i * 10 for i in range(8)]
+
+
+def test_unordered_wait_emits_as_calls_complete():
+    results = collect(AsyncDataStream.unordered_wait(numbers(2), Lookup(), 5_000))
+    assert sorted(results) == [i * 10 for i in range(8)]
+
+
+def test_a_retry_strategy_calls_again_after_an_accepted_failure():
+    retry = AsyncRetryStrategy.fixed_delay(
+        max_attempts=2, backoff_time_millis=1,
+        exception_predicate=functools.partial(async_retry_predicates.exception_type_predicate, expected_error_type=TimeoutError))
+    results = collect(AsyncDataStream.ordered_wait_with_retry(numbers(), Lookup(fail_first=True), 5_000, retry))
+    assert results == [i * 10 for i in range(8)]
+
+
+def test_a_failure_no_strategy_retries_fails_the_job_naming_the_record():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    AsyncDataStream.ordered_wait(env.from_collection([0]), Lookup(fail_first=True), 5_000).print()
+    with pytest.raises(JobExecutionError, match="async_invoke of operator 'AsyncWait' raised TimeoutError: the service timed out on record 0"):
+        env.execute("async-fails")
+
+
+class Slow(AsyncFunction):
+    async def async_invoke(self, value):
+        await asyncio.sleep(10)
+        return [value]
+
+    def timeout(self, value):
+        return [("timed out", value)]
+
+
+def test_a_call_past_its_timeout_gives_the_timeout_records():
+    assert collect(AsyncDataStream.unordered_wait(numbers(), Slow(), 20)) == [("timed out", i) for i in range(8)]
+
+
+def test_async_invoke_must_be_a_coroutine():
+    class Plain(AsyncFunction):
+        def async_invoke(self, value):
+            return [value]
+
+    with pytest.raises(InvalidConfigurationError, match="async def async_invoke"):
+        AsyncDataStream.unordered_wait(numbers(), Plain(), 1_000)
