@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
+from weir.runtime.config import _whole
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 from weir.runtime.functions import Function, OutputTag, as_callable
@@ -218,9 +219,7 @@ class CountTumblingWindowAssigner(WindowAssigner):
     ends_when_fired = True
 
     def __init__(self, size: int) -> None:
-        if not isinstance(size, int) or size < 1:
-            raise InvalidConfigurationError("count window size", size, "must be a whole number of at least 1")
-        self.size = size
+        self.size = _whole("count window size", size)
 
     @classmethod
     def of(cls, size: int) -> "CountTumblingWindowAssigner":
@@ -250,9 +249,7 @@ class CountSlidingWindowAssigner(CountTumblingWindowAssigner):
 
     def __init__(self, size: int, slide: int) -> None:
         super().__init__(size)
-        if not isinstance(slide, int) or slide < 1:
-            raise InvalidConfigurationError("count window slide", slide, "must be a whole number of at least 1")
-        self.slide = slide
+        self.slide = _whole("count window slide", slide)
 
     @classmethod
     def of(cls, size: int, slide: int) -> "CountSlidingWindowAssigner":  # type: ignore[override]
