@@ -1,14 +1,25 @@
 """weir's runtime: the user API, the job graph, operators, state, checkpoints and
 every protocol as a plain state machine. Never imports Ray."""
 
+from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy
 from weir.runtime.collect import CloseableIterator
-from weir.runtime.config import CheckpointConfig, CheckpointingMode, RestartStrategies, RestartStrategy, RuntimeExecutionMode
+from weir.runtime.config import (
+    CheckpointConfig,
+    CheckpointingMode,
+    Configuration,
+    RestartStrategies,
+    RestartStrategy,
+    RuntimeExecutionMode,
+)
 from weir.runtime.datastream import (
     AllWindowedStream,
+    AsyncDataStream,
     BroadcastConnectedStream,
     BroadcastStream,
+    CoGroupedStreams,
     ConnectedStreams,
     DataStream,
+    IntervalJoin,
     KeyedStream,
     StreamExecutionEnvironment,
     WindowedStream,
@@ -50,13 +61,16 @@ from weir.runtime.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from weir.runtime.joins import CoGroupFunction, FlatJoinFunction, JoinFunction, ProcessJoinFunction
 from weir.runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter
 from weir.runtime.sources import Source, SourceReader
 from weir.runtime.state import (
+    AggregatingStateDescriptor,
     BroadcastState,
     ListStateDescriptor,
     MapStateDescriptor,
     ReadOnlyBroadcastState,
+    ReducingStateDescriptor,
     StateDescriptor,
     StateTtlConfig,
     ValueStateDescriptor,
@@ -67,7 +81,10 @@ from weir.runtime.typeinfo import TypeInformation, Types
 from weir.runtime.windows import (
     AggregateFunction,
     AllWindowFunction,
+    CountSlidingWindowAssigner,
     CountTrigger,
+    CountTumblingWindowAssigner,
+    CountWindow,
     EventTimeSessionWindows,
     EventTimeTrigger,
     GlobalWindows,
@@ -77,6 +94,7 @@ from weir.runtime.windows import (
     ProcessingTimeTrigger,
     ProcessWindowFunction,
     PurgingTrigger,
+    SessionWindowTimeGapExtractor,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TimeWindow,
@@ -88,7 +106,7 @@ from weir.runtime.windows import (
 )
 
 __all__ = [
-    "CloseableIterator", "CheckpointConfig", "CheckpointingMode", "RestartStrategies", "RestartStrategy",
+    "CloseableIterator", "CheckpointConfig", "CheckpointingMode", "Configuration", "RestartStrategies", "RestartStrategy",
     "RuntimeExecutionMode",
     "DataStream", "KeyedStream", "StreamExecutionEnvironment",
     "BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams",
@@ -103,13 +121,16 @@ __all__ = [
     "ProcessFunction", "ReduceFunction", "RuntimeContext",
     "DiscardingSink", "PrintSink", "Sink", "SinkWriter", "Source", "SourceReader",
     "ListStateDescriptor", "MapStateDescriptor", "ValueStateDescriptor", "BroadcastState", "ReadOnlyBroadcastState",
-    "StateDescriptor", "StateTtlConfig",
+    "StateDescriptor", "StateTtlConfig", "ReducingStateDescriptor", "AggregatingStateDescriptor",
     "Duration", "Time", "TimestampAssigner", "WatermarkGenerator", "WatermarkStrategy", "TimeDomain",
     "AggregateFunction", "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "OutputTag",
     "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "ProcessWindowFunction", "PurgingTrigger",
     "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult",
     "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowedStream",
     "AllWindowedStream", "GlobalWindows", "NeverTrigger", "ProcessAllWindowFunction",
-    "AllWindowFunction", "WindowFunction",
+    "AllWindowFunction", "WindowFunction", "CountWindow", "CountTumblingWindowAssigner", "CountSlidingWindowAssigner",
+    "SessionWindowTimeGapExtractor",
     "Row", "RowKind", "TypeInformation", "Types",
+    "AsyncDataStream", "AsyncFunction", "AsyncRetryStrategy",
+    "CoGroupedStreams", "IntervalJoin", "CoGroupFunction", "FlatJoinFunction", "JoinFunction", "ProcessJoinFunction",
 ]

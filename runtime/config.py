@@ -42,6 +42,57 @@ class RuntimeExecutionMode(enum.Enum):
     AUTOMATIC = "AUTOMATIC"
 
 
+class Configuration:
+    """PyFlink's ``Configuration``: settings under Flink's keys, kept as strings.
+    ``StreamExecutionEnvironment.get_execution_environment(configuration)`` applies
+    ``parallelism.default`` and ``execution.runtime-mode``, and warns of the keys
+    it does not apply (weir's settings are the environment's methods)."""
+
+    def __init__(self, other: "Configuration | None" = None) -> None:
+        self._data: dict[str, str] = dict(other._data) if other is not None else {}
+
+    def set_string(self, key: str, value: str) -> "Configuration":
+        self._data[key] = str(value)
+        return self
+
+    def get_string(self, key: str, default_value: str) -> str:
+        return self._data.get(key, default_value)
+
+    def set_integer(self, key: str, value: int) -> "Configuration":
+        return self.set_string(key, str(int(value)))
+
+    def get_integer(self, key: str, default_value: int) -> int:
+        return int(self._data[key]) if key in self._data else default_value
+
+    def set_float(self, key: str, value: float) -> "Configuration":
+        return self.set_string(key, str(float(value)))
+
+    def get_float(self, key: str, default_value: float) -> float:
+        return float(self._data[key]) if key in self._data else default_value
+
+    def set_boolean(self, key: str, value: bool) -> "Configuration":
+        return self.set_string(key, "true" if value else "false")
+
+    def get_boolean(self, key: str, default_value: bool) -> bool:
+        return self._data[key].lower() == "true" if key in self._data else default_value
+
+    def contains_key(self, key: str) -> bool:
+        return key in self._data
+
+    def remove_config(self, key: str) -> bool:
+        return self._data.pop(key, None) is not None
+
+    def key_set(self) -> set[str]:
+        return set(self._data)
+
+    def add_all(self, other: "Configuration", prefix: str | None = None) -> "Configuration":
+        self._data.update({f"{prefix or ''}{k}": v for k, v in other._data.items()})
+        return self
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self._data)
+
+
 def default_checkpoint_storage() -> str:
     """``<temp>/weir-<uid>/checkpoints``: in a folder of this user's in the temp
     folder, readable by no one else. The temp folder is shared, and checkpoints

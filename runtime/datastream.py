@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import json
+import logging
+import operator
 import os
 import signal
 import sys
@@ -21,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 from weir.runtime import progress
 from weir.runtime.config import (
     CheckpointConfig,
+    Configuration,
     CheckpointingMode,
     ExecutionConfig,
     RestartStrategy,
@@ -38,9 +42,11 @@ from weir.runtime.functions import (
     OutputTag,
     as_callable,
 )
+from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy, AsyncWaitOperator, checked
 from weir.runtime.batches import MapBatchesOperator
 from weir.runtime.batches import batch_format as checked_batch_format
 from weir.runtime.collect import CloseableIterator, CollectSink
+from weir.runtime.joins import IntervalJoinFunction, SidesOfAWindow, pairing
 from weir.runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph, topological
 from weir.runtime.operators import (
     Calls,
@@ -54,8 +60,9 @@ from weir.runtime.operators import (
     ProcessOperator,
     StreamOperator,
 )
+from weir.runtime.row import Row, _make_row
 from weir.runtime.state import MapStateDescriptor
-from weir.runtime.typeinfo import TypeInformation, Types, output_type_arg, type_arg
+from weir.runtime.typeinfo import TupleTypeInfo, TypeInformation, Types, output_type_arg, type_arg
 from weir.runtime.sinks import PrintSink, Sink, SinkOperator
 from weir.runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceCoordinator, SourceOperator
 from weir.runtime.windows import (
@@ -73,6 +80,8 @@ from weir.runtime.windows import (
     WindowOperator,
     _Contents,
 )
+
+log = logging.getLogger("weir.environment")
 
 
 class StreamExecutionEnvironment:
@@ -103,8 +112,25 @@ class StreamExecutionEnvironment:
         self._progress_bar: bool | None = None  # None: when someone watches (a terminal, a notebook)
 
     @staticmethod
-    def get_execution_environment() -> "StreamExecutionEnvironment":
-        return StreamExecutionEnvironment()
+    def get_execution_environment(configuration: Configuration | None = None) -> "StreamExecutionEnvironment":
+        """A new environment; a :class:`Configuration`'s ``parallelism.default`` and
+        ``execution.runtime-mode`` (``streaming``, ``batch``, ``automatic``) set its
+        parallelism and mode, and a warning names the keys weir does not apply."""
+        env = StreamExecutionEnvironment()
+        if configuration is None:
+            return env
+        settings = configuration.to_dict()
+        if "parallelism.default" in settings:
+            env.set_parallelism(configuration.get_integer("parallelism.default", 1))
+        mode = settings.get("execution.runtime-mode")
+        if mode is not None:
+            if mode.upper() not in RuntimeExecutionMode.__members__:
+                raise InvalidConfigurationError("execution.runtime-mode", mode, "use streaming, batch or automatic")
+            env.set_runtime_mode(RuntimeExecutionMode[mode.upper()])
+        ignored = sorted(settings.keys() - {"parallelism.default", "execution.runtime-mode"})
+        if ignored:
+            log.warning("configuration keys weir does not apply: %s (set weir's settings on the environment)", ", ".join(ignored))
+        return env
 
     # ---------------------------------------------------------------- settings
     def get_config(self) -> ExecutionConfig:
@@ -276,11 +302,64 @@ class StreamExecutionEnvironment:
         cancel the job); ``records_per_second`` limits the rate over all subtasks."""
         return self.from_source(GeneratorSource(generator, count, records_per_second), watermark_strategy, "generator")
 
+    # ---------------------------------------------------------------- dependencies
+    def add_python_file(self, file_path: str) -> None:
+        """Make a Python file, package or folder importable by the job's functions,
+        as PyFlink's does: its folder (a package's parent, a folder or zip itself)
+        joins ``sys.path`` here, which the local executor's tasks share. Ray's task
+        actors are other processes: there, install it on the cluster (or ship it in
+        Ray's ``runtime_env``)."""
+        path = os.path.abspath(file_path)
+        if not os.path.exists(path):
+            raise InvalidConfigurationError("add_python_file() path", file_path, "does not exist")
+        if os.path.isfile(path) and not path.endswith(".zip"):
+            folder = os.path.dirname(path)
+        elif os.path.exists(os.path.join(path, "__init__.py")):
+            folder = os.path.dirname(path)
+        else:
+            folder = path
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+    def add_jars(self, *jars_path: str) -> None:
+        """Accepted and ignored, with a warning: weir runs no JVM."""
+        log.warning("add_jars(%s) ignored: weir runs no JVM, so Java jars have nothing to load them", ", ".join(jars_path))
+
+    def add_classpaths(self, *classpaths: str) -> None:
+        """Accepted and ignored, with a warning: weir runs no JVM."""
+        log.warning("add_classpaths(%s) ignored: weir runs no JVM, so Java classpaths have nothing to load them", ", ".join(classpaths))
+
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
         """The graph the next ``execute()`` runs (PyFlink's ``get_execution_plan``);
         building it runs nothing and clears nothing."""
         return self._job_graph(job_name, self._sinks)
+
+    def get_execution_plan(self) -> str:
+        """The job the next ``execute()`` runs, as Flink's JSON execution plan: a node
+        per operator, before chaining (``id``, ``type`` its name, ``pact`` "Data Source",
+        "Operator" or "Data Sink", ``contents``, ``parallelism``), each with its
+        ``predecessors`` and their ``ship_strategy`` (FORWARD, REBALANCE, HASH,
+        BROADCAST, SHUFFLE, CUSTOM). Building it runs nothing and clears nothing."""
+        order = topological(self._sinks)
+        sinks = {t.id for t in self._sinks}
+
+        def parallelism(t: Transformation) -> int:
+            return t.parallelism or self.get_parallelism()
+
+        def ship_strategy(u: Transformation, t: Transformation, spec: PartitionSpec | None) -> str:
+            kind = spec.kind if spec is not None else ""
+            if not kind:
+                kind = "forward" if parallelism(u) == parallelism(t) else "rebalance"
+            return kind.upper()
+
+        nodes = [{
+            "id": t.id, "type": t.name, "contents": t.name, "parallelism": parallelism(t),
+            "pact": "Data Source" if t.is_source else "Data Sink" if t.id in sinks else "Operator",
+            "predecessors": [{"id": u.id, "ship_strategy": ship_strategy(u, t, spec), "side": "second" if spec is not None and spec.input_index else "first"}
+                             for u, spec in t.inputs],
+        } for t in order]
+        return json.dumps({"nodes": nodes}, indent=2)
 
     def _job_graph(self, job_name: str, sinks: list[Transformation]) -> JobGraph:
         if not isinstance(job_name, str) or not job_name or "/" in job_name:
@@ -448,8 +527,9 @@ class DataStream:
         return self._then("FlatMap", lambda n, u: FlatMapOperator(n, u, func, call), output_type)
 
     def filter(self, func: Callable[[Any], bool] | Any) -> "DataStream":
+        """The records ``func`` keeps; they keep this stream's declared type, as in PyFlink."""
         call = as_callable(func, "filter", "filter()")
-        return self._then("Filter", lambda n, u: FilterOperator(n, u, func, call))
+        return self._then("Filter", lambda n, u: FilterOperator(n, u, func, call), self._declared_type())
 
     def process(self, func: Any, output_type: TypeInformation | None = None) -> "DataStream":
         call = as_callable(func, "process_element", "process()")
@@ -539,6 +619,17 @@ class DataStream:
         t.record_types.main = output_type_arg(output_type, f"output_type of {name}")
         return DataStream(self._env, [(t, None)], t)
 
+    def join(self, other_stream: "DataStream") -> "CoGroupedStreams":
+        """Flink's window join: ``join(other).where(key).equal_to(other_key).window(assigner)
+        .apply(JoinFunction)`` joins each pair of records of a key in a window
+        (see :mod:`weir.runtime.joins`)."""
+        return CoGroupedStreams(self, other_stream, joins=True)
+
+    def co_group(self, other_stream: "DataStream") -> "CoGroupedStreams":
+        """Flink's co-group: ``co_group(other).where(key).equal_to(other_key).window(assigner)
+        .apply(CoGroupFunction)`` hands over each side's records of a key in a window."""
+        return CoGroupedStreams(self, other_stream)
+
     def union(self, *streams: "DataStream") -> "DataStream":
         inputs = list(self._inputs)
         for s in streams:
@@ -583,6 +674,37 @@ class DataStream:
     def forward(self) -> "DataStream":
         return self._partition("forward")
 
+    def shuffle(self) -> "DataStream":
+        """Each record to a downstream subtask drawn at random."""
+        return self._partition("shuffle")
+
+    def rescale(self) -> "DataStream":
+        """Round-robin, as :meth:`rebalance`: weir has no local exchange for Flink's rescale to prefer."""
+        return self._partition("rescale")
+
+    def partition_custom(self, partitioner: Any, key_selector: Callable[[Any], Any] | Any) -> "DataStream":
+        """Each record to subtask ``partitioner(key, num_partitions)`` of its key
+        (``key_selector``'s); ``partitioner`` is a callable or has PyFlink's ``partition`` method."""
+        choose = as_callable(partitioner, "partition", "partition_custom()")
+        select = as_callable(key_selector, "get_key", "partition_custom() key_selector")
+        return DataStream(
+            self._env, [(t, PartitionSpec("custom", select, _tag(s), custom=choose)) for t, s in self._inputs], None)
+
+    def project(self, *field_indexes: int) -> "DataStream":
+        """The fields at ``field_indexes`` of each record of a TUPLE stream, as PyFlink's."""
+        declared = self._declared_type()
+        if not isinstance(declared, TupleTypeInfo):
+            raise InvalidJobGraphError(f"project{field_indexes}: only a stream of a declared Types.TUPLE can be projected, this one is {declared!r}")
+        fields = declared.get_field_types()
+        if not field_indexes or any(not isinstance(i, int) or not 0 <= i < len(fields) for i in field_indexes):
+            raise InvalidConfigurationError("project() field indexes", field_indexes, f"give fields of the tuple, 0..{len(fields) - 1}")
+        return self.map(lambda record: tuple(record[i] for i in field_indexes), Types.TUPLE([fields[i] for i in field_indexes])) \
+            .name("Projection")
+
+    def force_non_parallel(self) -> "DataStream":
+        """Run this operator as one subtask, now and after any rescale."""
+        return self.set_parallelism(1).set_max_parallelism(1)
+
     def window_all(self, window_assigner: WindowAssigner) -> "AllWindowedStream":
         """Windows over the whole stream, not per key: one subtask sees every record
         (parallelism 1, as in Flink)."""
@@ -626,8 +748,14 @@ class DataStream:
             s._t.output = where
         return s
 
-    def print(self) -> "DataStream":
-        return self.sink_to(PrintSink())
+    def add_sink(self, sink_func: Sink) -> "DataStream":
+        """PyFlink's name for :meth:`sink_to`: ``sink_func`` is a weir :class:`Sink`
+        (weir has no legacy Java ``SinkFunction``)."""
+        return self.sink_to(sink_func)
+
+    def print(self, sink_identifier: str | None = None) -> "DataStream":
+        """Print each record (see :class:`PrintSink`: PyFlink's format)."""
+        return self.sink_to(PrintSink(sink_identifier, self._declared_type()))
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None, executor: str | None = None) -> "CloseableIterator | list[Any]":
         """Run the job and return its records here: a :class:`CloseableIterator`
@@ -696,26 +824,58 @@ class KeyedStream(DataStream):
     def filter(self, func: Callable[[Any], bool] | Any) -> DataStream:
         """As :meth:`DataStream.filter`, with the key's state (see :meth:`map`)."""
         f = as_callable(func, "filter", "filter()")
-        return self._keyed("Filter", func, lambda v, ctx: (v,) if f(v) else (), "filter function", None)
+        return self._keyed("Filter", func, lambda v, ctx: (v,) if f(v) else (), "filter function", self._declared_type())
 
     def _keyed(self, name: str, func: Any, call: Callable[[Any, Any], Any], role: str, output_type: Any) -> DataStream:
         """An operator that calls ``call(record, ctx)`` with the record's key current."""
         ks = self._key_selector
         return self._then(name, lambda n, u: KeyedProcessOperator(n, u, func, call, ks, role), output_type)
 
-    def sum(self, position: int | str = 0) -> DataStream:
-        """Running sum of field ``position`` (tuple index or dict key) per key; the
-        other fields come from the key's first record. In BATCH mode each key's
-        final sum only, as :meth:`reduce`."""
-        def add(a: Any, b: Any) -> Any:
-            if isinstance(a, tuple):
-                if not isinstance(position, int):
-                    raise TypeError(f"sum({position!r}) on tuple records needs a field index")
-                return a[:position] + (a[position] + b[position],) + a[position + 1 :]
-            if isinstance(a, dict):
-                return {**a, position: a[position] + b[position]}
-            return a + b
-        return self.reduce(add).name("Sum")
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        """Running sum of field ``position_to_sum`` per key (a tuple's or a Row's index, a
+        Row's field name, a dict's key; a record that is a number is summed whole); the
+        other fields come from the key's first record. In BATCH mode each key's final
+        sum only, as :meth:`reduce`."""
+        return self.reduce(_fold_field(position_to_sum, operator.add)).name("Sum")
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        """Running minimum of a field per key (see :meth:`sum`), the other fields the first record's."""
+        return self.reduce(_fold_field(position_to_min, min)).name("Min")
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        """Running maximum of a field per key (see :meth:`sum`), the other fields the first record's."""
+        return self.reduce(_fold_field(position_to_max, max)).name("Max")
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        """Per key, the record with the smallest field so far (the first of equal ones)."""
+        return self.reduce(_pick_by(position_to_min_by, operator.lt)).name("MinBy")
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        """Per key, the record with the largest field so far (the first of equal ones)."""
+        return self.reduce(_pick_by(position_to_max_by, operator.gt)).name("MaxBy")
+
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None, executor: str | None = None,
+    ) -> "CloseableIterator | list[Any]":
+        """As :meth:`DataStream.execute_and_collect`, each record with its key, as
+        PyFlink hands a keyed stream's records out: ``Row(f0=key, f1=record)``."""
+        key_of = self._key_selector
+        with_keys = DataStream(self._env, self._inputs, None).map(lambda record: Row(f0=key_of(record), f1=record))
+        return with_keys.execute_and_collect(job_execution_name, limit, executor)
+
+    def interval_join(self, other: "KeyedStream") -> "IntervalJoin":
+        """Flink's interval join with another keyed stream: ``between(lower_ms, upper_ms)``,
+        then ``process(ProcessJoinFunction)`` (see :mod:`weir.runtime.joins`)."""
+        if not isinstance(other, KeyedStream):
+            raise InvalidJobGraphError("interval_join() joins two keyed streams: key_by() the other stream first")
+        return IntervalJoin(self, other)
+
+    def _repartition(self, *args: Any) -> DataStream:
+        raise InvalidJobGraphError(
+            "a keyed stream's records go to the subtask of their key: rebalance(), broadcast(), forward(), shuffle(), "
+            "rescale() and partition_custom() apply to a stream before key_by(), as in PyFlink")
+
+    rebalance = broadcast = forward = shuffle = rescale = partition_custom = _repartition  # type: ignore[assignment]
 
     def window(self, assigner: WindowAssigner) -> "WindowedStream":
         """Group each key's records into windows (tumbling, sliding, session; event
@@ -738,6 +898,48 @@ class KeyedStream(DataStream):
         return self._keyed("KeyedProcess", func, call, "process function", output_type)
 
 
+def _field(record: Any, position: int | str) -> Any:
+    """Field ``position`` of a tuple, list, Row or dict; a scalar record is its own field."""
+    if isinstance(record, (tuple, list)):
+        return record[_index(record, position)]
+    return record[position] if isinstance(record, (Row, dict)) else record
+
+
+def _index(record: tuple[Any, ...] | list[Any], position: int | str) -> int:
+    if not isinstance(position, int):
+        raise TypeError(f"field {position!r} of a {type(record).__name__} record {record!r}: give the field's index")
+    return position
+
+
+def _with_field(record: Any, position: int | str, value: Any) -> Any:
+    """``record`` with field ``position`` set to ``value`` (a copy: records are never changed in place)."""
+    if isinstance(record, Row):
+        values, names = list(record), record._fields or []
+        if not isinstance(position, int) and position not in names:
+            raise TypeError(f"field {position!r} of Row {record!r}: its fields are {names}")
+        values[position if isinstance(position, int) else names.index(position)] = value
+        return _make_row(record._fields, values, record.get_row_kind())
+    if isinstance(record, (tuple, list)):
+        i = _index(record, position)
+        changed = [*record[:i], value, *record[i + 1:]]
+        return tuple(changed) if isinstance(record, tuple) else changed
+    if isinstance(record, dict):
+        return {**record, position: value}
+    return value
+
+
+def _fold_field(position: int | str, combine: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def fold(a: Any, b: Any) -> Any:
+        return _with_field(a, position, combine(_field(a, position), _field(b, position)))
+    return fold
+
+
+def _pick_by(position: int | str, better: Callable[[Any, Any], bool]) -> Callable[[Any, Any], Any]:
+    def pick(a: Any, b: Any) -> Any:
+        return b if better(_field(b, position), _field(a, position)) else a
+    return pick
+
+
 def _tag(spec: PartitionSpec | None) -> str | None:
     return None if spec is None else spec.side_output
 
@@ -757,6 +959,137 @@ def _methods(func: Any, names: tuple[str, str], role: str) -> tuple[Callable[...
     if not all(callable(m) for m in found):
         raise TypeError(f"{role} takes an object with {names[0]}() and {names[1]}() methods, got {type(func).__name__}")
     return found[0], found[1]  # type: ignore[return-value]
+
+
+class CoGroupedStreams:
+    """``first.co_group(second)`` (or ``first.join(second)``): name each side's key
+    with ``where`` and ``equal_to``, the windows with ``window``, then ``apply``."""
+
+    def __init__(self, first: DataStream, second: DataStream, joins: bool = False) -> None:
+        self._first, self._second, self._joins = first, second, joins
+        self._keys: list[Callable[[Any], Any]] = []
+        self._assigner: WindowAssigner | None = None
+        self._trigger: Trigger | None = None
+        self._lateness_ms = 0
+
+    def where(self, key_selector: Callable[[Any], Any] | Any) -> "CoGroupedStreams":
+        self._keys = [as_callable(key_selector, "get_key", "where() key selector")]
+        return self
+
+    def equal_to(self, key_selector: Callable[[Any], Any] | Any) -> "CoGroupedStreams":
+        if len(self._keys) != 1:
+            raise InvalidConfigurationError("equal_to()", key_selector, "comes once, after where(key_selector)")
+        self._keys.append(as_callable(key_selector, "get_key", "equal_to() key selector"))
+        return self
+
+    def window(self, assigner: WindowAssigner) -> "CoGroupedStreams":
+        if len(self._keys) != 2:
+            raise InvalidConfigurationError("window()", assigner, "comes after where(key_selector).equal_to(key_selector)")
+        self._assigner = assigner
+        return self
+
+    def trigger(self, trigger: Trigger) -> "CoGroupedStreams":
+        self._trigger = trigger
+        return self
+
+    def allowed_lateness(self, lateness_ms: int) -> "CoGroupedStreams":
+        self._lateness_ms = lateness_ms
+        return self
+
+    def apply(self, function: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A join's :class:`JoinFunction` or :class:`FlatJoinFunction` (or a callable
+        ``(first, second)``), a co-group's :class:`CoGroupFunction` (or a callable
+        ``(first_list, second_list)``), on each key's records of each window."""
+        if self._assigner is None:
+            raise InvalidConfigurationError("apply()", function, "comes after where(...).equal_to(...).window(assigner)")
+        co_group = pairing(function) if self._joins else as_callable(function, "co_group", "co_group() apply")
+        key_first, key_second = self._keys
+        tagged = self._first.map(lambda r: (0, r)).union(self._second.map(lambda r: (1, r)))
+        windowed = tagged.key_by(lambda t: key_second(t[1]) if t[0] else key_first(t[1])).window(self._assigner)
+        if self._trigger is not None:
+            windowed.trigger(self._trigger)
+        windowed.allowed_lateness(self._lateness_ms)
+        return windowed.process(SidesOfAWindow(function, co_group), output_type).name("Join" if self._joins else "CoGroup")
+
+
+class IntervalJoin:
+    """``left.interval_join(right)`` of two keyed streams: ``between(lower_ms, upper_ms)``
+    joins a left record at ``t`` with the right records of its key at ``t + lower``
+    to ``t + upper`` (both included unless ``lower_bound_exclusive()`` /
+    ``upper_bound_exclusive()``), by event time, as Flink's. Then ``process``."""
+
+    def __init__(self, left: KeyedStream, right: KeyedStream) -> None:
+        self._left, self._right = left, right
+        self._bounds: tuple[int, int] | None = None
+        self._exclusive = [False, False]
+
+    def between(self, lower_bound_ms: int, upper_bound_ms: int) -> "IntervalJoin":
+        if not all(isinstance(b, int) for b in (lower_bound_ms, upper_bound_ms)) or lower_bound_ms > upper_bound_ms:
+            raise InvalidConfigurationError(
+                "interval join bounds", (lower_bound_ms, upper_bound_ms), "give whole milliseconds, the lower bound not above the upper")
+        self._bounds = (lower_bound_ms, upper_bound_ms)
+        return self
+
+    def lower_bound_exclusive(self) -> "IntervalJoin":
+        self._exclusive[0] = True
+        return self
+
+    def upper_bound_exclusive(self) -> "IntervalJoin":
+        self._exclusive[1] = True
+        return self
+
+    def process(self, process_join_function: Any, output_type: TypeInformation | None = None) -> DataStream:
+        """A :class:`ProcessJoinFunction` (or a callable ``(left, right, ctx)``) on each joined pair."""
+        if self._bounds is None:
+            raise InvalidConfigurationError("interval join process()", process_join_function, "comes after between(lower_ms, upper_ms)")
+        lower = self._bounds[0] + self._exclusive[0]
+        upper = self._bounds[1] - self._exclusive[1]
+        joined = IntervalJoinFunction(process_join_function, lower, upper)
+        return self._left.connect(self._right).process(joined, output_type).name("IntervalJoin")
+
+
+class AsyncDataStream:
+    """PyFlink's async I/O (see :mod:`weir.runtime.async_io`): an :class:`AsyncFunction`
+    on each record, many at once. ``timeout`` is in milliseconds (``Time.seconds(5)``),
+    ``capacity`` the most calls in flight; the ``_with_retry`` forms take an
+    :class:`AsyncRetryStrategy`."""
+
+    @staticmethod
+    def unordered_wait(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, capacity: int = 100,
+        output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, False)
+
+    @staticmethod
+    def ordered_wait(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, capacity: int = 100,
+        output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, True)
+
+    @staticmethod
+    def unordered_wait_with_retry(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, async_retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100, output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, False)
+
+    @staticmethod
+    def ordered_wait_with_retry(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, async_retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100, output_type: TypeInformation | None = None,
+    ) -> DataStream:
+        return AsyncDataStream._wait(data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, True)
+
+    @staticmethod
+    def _wait(
+        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, retry: AsyncRetryStrategy,
+        capacity: int, output_type: TypeInformation | None, ordered: bool,
+    ) -> DataStream:
+        checked(async_function, timeout, capacity, retry)
+        return data_stream._then(
+            "AsyncWait", lambda n, u: AsyncWaitOperator(n, u, async_function, timeout, capacity, retry, ordered), output_type)
 
 
 class ConnectedStreams:

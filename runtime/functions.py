@@ -17,7 +17,10 @@ from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.typeinfo import TypeInformation, type_arg
 
 if TYPE_CHECKING:
+    from weir.runtime.metrics import MetricGroup
     from weir.runtime.state import (
+        AggregatingState,
+        AggregatingStateDescriptor,
         BroadcastState,
         ListState,
         ListStateDescriptor,
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
         MapStateDescriptor,
         OperatorStateStore,
         ReadOnlyBroadcastState,
+        ReducingState,
+        ReducingStateDescriptor,
         ValueState,
         ValueStateDescriptor,
     )
@@ -66,6 +71,10 @@ class RuntimeContext(ABC):
     def get_task_name(self) -> str: ...
 
     @abstractmethod
+    def get_metrics_group(self) -> "MetricGroup":
+        """This subtask's user metrics (:mod:`weir.runtime.metrics`)."""
+
+    @abstractmethod
     def get_state(self, descriptor: "ValueStateDescriptor[Any]") -> "ValueState[Any]": ...
 
     @abstractmethod
@@ -73,6 +82,12 @@ class RuntimeContext(ABC):
 
     @abstractmethod
     def get_map_state(self, descriptor: "MapStateDescriptor[Any, Any]") -> "MapState[Any, Any]": ...
+
+    @abstractmethod
+    def get_reducing_state(self, descriptor: "ReducingStateDescriptor[Any]") -> "ReducingState[Any]": ...
+
+    @abstractmethod
+    def get_aggregating_state(self, descriptor: "AggregatingStateDescriptor") -> "AggregatingState[Any, Any]": ...
 
     @abstractmethod
     def get_union_list_state(self, descriptor: "ListStateDescriptor[Any]") -> "ListState[Any]":

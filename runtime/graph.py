@@ -22,10 +22,12 @@ from weir.runtime.coordination import OperatorCoordinator
 from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError
 from weir.runtime.network import (
     BroadcastPartitioner,
+    CustomPartitioner,
     ForwardPartitioner,
     KeyGroupPartitioner,
     Partitioner,
     RebalancePartitioner,
+    ShufflePartitioner,
 )
 from weir.runtime.operators import StreamOperator
 from weir.runtime.typeinfo import RecordTypes
@@ -35,10 +37,11 @@ log = logging.getLogger("weir.graph")
 
 @dataclass(frozen=True)
 class PartitionSpec:
-    kind: str  # forward | rebalance | broadcast | hash | "" (forward or rebalance, by parallelism)
+    kind: str  # forward | rebalance | rescale | broadcast | shuffle | hash | custom | "" (forward or rebalance, by parallelism)
     key_selector: Callable[[Any], Any] | None = None
     side_output: str | None = None  # read this side output of the upstream operator
     input_index: int = 0  # which input of the target operator the edge feeds: 1 is a two-input operator's second
+    custom: Callable[[Any, int], int] | None = None  # kind custom: the channel of a key, given the number of channels
 
 
 @dataclass(eq=False)
@@ -91,11 +94,16 @@ class JobEdge:
         kind = self.partition.kind
         if kind == "forward":
             return ForwardPartitioner()
-        if kind == "rebalance":
+        if kind in ("rebalance", "rescale"):
             return RebalancePartitioner()
         if kind == "broadcast":
             return BroadcastPartitioner()
+        if kind == "shuffle":
+            return ShufflePartitioner()
         assert self.partition.key_selector is not None
+        if kind == "custom":
+            assert self.partition.custom is not None
+            return CustomPartitioner(self.partition.custom, self.partition.key_selector, self.target_operator)
         return KeyGroupPartitioner(self.partition.key_selector, self.target_max_parallelism, self.target_operator)
 
     @property

@@ -10,6 +10,7 @@ speed; cloudpickle only for what plain pickle refuses.
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any, Callable
 
@@ -137,18 +138,7 @@ class KeyGroupPartitioner(Partitioner):
             for i, ch in enumerate(chans):
                 if ch is None:
                     chans[i] = self._channel_for_new_key(keys[i], channels, records[i])
-        if channels == 1:
-            return [records], None if timestamps is None else [timestamps]
-        out: Parts = [[] for _ in range(channels)]
-        appends = [o.append for o in out]
-        for record, ch in zip(records, chans):
-            appends[ch](record)
-        if timestamps is None:
-            return out, None
-        ts: Parts = [[] for _ in range(channels)]
-        for t, ch in zip(timestamps, chans):
-            ts[ch].append(t)
-        return out, ts
+        return _split(records, timestamps, chans, channels)
 
     def _channel_for_new_key(self, key: Any, channels: int, record: Any) -> int:
         try:
@@ -160,6 +150,59 @@ class KeyGroupPartitioner(Partitioner):
             self._cache.clear()
         self._cache[key] = ch
         return ch
+
+
+def _split(records: list[Any], timestamps: list[int] | None, chans: list[int], channels: int) -> tuple[Parts, Parts | None]:
+    """``records`` (and their timestamps) by channel, record ``i`` to channel ``chans[i]``."""
+    if channels == 1:
+        return [records], None if timestamps is None else [timestamps]
+    out: Parts = [[] for _ in range(channels)]
+    appends = [o.append for o in out]
+    for record, ch in zip(records, chans):
+        appends[ch](record)
+    if timestamps is None:
+        return out, None
+    ts: Parts = [[] for _ in range(channels)]
+    for t, ch in zip(timestamps, chans):
+        ts[ch].append(t)
+    return out, ts
+
+
+class ShufflePartitioner(Partitioner):
+    """Each record to a channel drawn at random (Flink's ``shuffle()``)."""
+
+    name = "shuffle"
+
+    def __init__(self) -> None:
+        self._random = random.Random()
+
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
+        return _split(records, timestamps, [self._random.randrange(channels) for _ in records], channels)
+
+
+class CustomPartitioner(Partitioner):
+    """Each record to the channel ``partitioner(key, channels)`` names for its key
+    (``partition_custom``); a failure, or a channel out of range, fails the task
+    naming the operator and the record."""
+
+    name = "custom"
+
+    def __init__(self, partitioner: Callable[[Any, int], int], key_selector: Callable[[Any], Any], operator: str) -> None:
+        self._partitioner = partitioner
+        self._key_selector = key_selector
+        self._operator = operator
+
+    def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
+        chans = []
+        for record in records:
+            try:
+                ch = self._partitioner(self._key_selector(record), channels)
+                if not isinstance(ch, int) or not 0 <= ch < channels:
+                    raise ValueError(f"the partitioner chose channel {ch!r}, not one of 0..{channels - 1}")
+            except Exception as exc:
+                raise KeySelectionError(self._operator, "custom partitioner", exc, record, True) from exc
+            chans.append(ch)
+        return _split(records, timestamps, chans, channels)
 
 
 class RecordWriter:

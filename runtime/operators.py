@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from weir.runtime.config import RuntimeExecutionMode
 from weir.runtime.errors import InvalidConfigurationError, KeySelectionError, RecordTypeError, UserFunctionError
@@ -34,7 +34,10 @@ from weir.runtime.functions import (
 from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.typeinfo import RecordTypes, TypeInformation
 from weir.runtime.timers import InternalTimerService, TimeDomain, TimerService
+from weir.runtime.metrics import MetricGroup
 from weir.runtime.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
     KeyedStateBackend,
     ListState,
     ListStateDescriptor,
@@ -42,6 +45,8 @@ from weir.runtime.state import (
     MapStateDescriptor,
     OperatorSnapshot,
     OperatorStateStore,
+    ReducingState,
+    ReducingStateDescriptor,
     ValueState,
     ValueStateDescriptor,
     broadcast_copy,
@@ -132,6 +137,14 @@ class TypedOutput(Output):
         return out
 
 
+class Stamped(NamedTuple):
+    """Records a function returns each with its own event time, in place of the
+    input record's (an interval join's results carry the later of two records')."""
+
+    records: list[Any]
+    timestamps: list[int]
+
+
 class Emitted:
     """What one call of an operator produced: its main records and, per side
     output, the records sent there (``yield tag, value`` with an
@@ -148,6 +161,11 @@ class Emitted:
     def add(self, produced: Iterable[Any] | None, timestamp: int | None) -> None:
         """What a user function returned or yielded."""
         if produced is None:
+            return
+        if type(produced) is Stamped:
+            self.records.extend(produced.records)
+            if self.timestamps is not None:
+                self.timestamps.extend(produced.timestamps)
             return
         records = self.records
         append = records.append
@@ -244,6 +262,7 @@ class StreamOperator:
         self.output: Output
         self.ctx: OperatorContext
         self.records_in = 0
+        self.metrics = MetricGroup()  # its user functions' metrics (get_metrics_group())
         self.operator_state = OperatorStateStore()
         self.keyed_backend: KeyedStateBackend | None = None
 
@@ -327,6 +346,9 @@ class _Context(RuntimeContext):
     def get_task_name(self) -> str:
         return self._op.ctx.task_name
 
+    def get_metrics_group(self) -> MetricGroup:
+        return self._op.metrics
+
     def _backend(self) -> KeyedStateBackend:
         if self._op.keyed_backend is None:
             raise RuntimeError(f"operator '{self._op.name}' is not keyed: use key_by() before keyed state")
@@ -353,6 +375,12 @@ class _Context(RuntimeContext):
         return descriptor.name
 
     def get_map_state(self, descriptor: MapStateDescriptor[Any, Any]) -> MapState[Any, Any]:
+        return keyed_state(self._backend(), descriptor)
+
+    def get_reducing_state(self, descriptor: ReducingStateDescriptor[Any]) -> ReducingState[Any]:
+        return keyed_state(self._backend(), descriptor)
+
+    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState[Any, Any]:
         return keyed_state(self._backend(), descriptor)
 
 

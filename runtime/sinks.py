@@ -22,9 +22,11 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from weir.runtime.errors import SinkBacklogError
+from weir.runtime.javastrings import printed
 from weir.runtime.operators import OperatorContext, RestoredState, StreamOperator
 from weir.runtime.serialization import dumps
 from weir.runtime.state import OperatorSnapshot
+from weir.runtime.typeinfo import TypeInformation
 
 
 class SinkWriter(ABC):
@@ -176,17 +178,29 @@ class _Discard(SinkWriter):
 
 
 class PrintSink(Sink):
-    """Prints each record to the task's stdout (Ray forwards it to the driver). Not
-    transactional: after a failover, records may print again."""
+    """Prints each record to the task's stdout (Ray forwards it to the driver), as
+    PyFlink's ``print()``: a record of a declared type as Java's ``toString()``
+    (``type_info``, see :mod:`weir.runtime.javastrings`), else as ``str()``; before
+    it ``sink_identifier``, then ``:`` and the subtask's number from 1 when the
+    sink runs on more than one, then ``> `` (nothing at all for one subtask and no
+    identifier). Not transactional: after a failover, records may print again."""
+
+    def __init__(self, sink_identifier: str | None = None, type_info: TypeInformation | None = None) -> None:
+        self.sink_identifier = sink_identifier or ""
+        self.type_info = type_info
 
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:
-        return _Print(f"{ctx.task_name}[{ctx.subtask}]> ")
+        parts = [self.sink_identifier] if self.sink_identifier else []
+        if ctx.parallelism > 1:
+            parts.append(str(ctx.subtask + 1))
+        return _Print(f"{':'.join(parts)}> " if parts else "", self.type_info)
 
 
 class _Print(SinkWriter):
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, type_info: TypeInformation | None) -> None:
         self._prefix = prefix
+        self._type_info = type_info
 
     def write(self, records: list[Any]) -> None:
-        sys.stdout.write("".join(f"{self._prefix}{r}\n" for r in records))
+        sys.stdout.write("".join(f"{self._prefix}{printed(r, self._type_info)}\n" for r in records))
         sys.stdout.flush()

@@ -329,7 +329,7 @@ class SequenceSource(Source[int]):
 
 
 class CollectionSource(Source[T]):
-    """The elements of a list, split into contiguous ranges. They are pickled
+    """The elements of a list, read by one subtask in their order. They are pickled
     once, here (a snapshot: Flink's ``from_collection`` serializes its elements
     when called, too), and every copy of the job carries that one pickle: the
     shipping check, the job master and each task do not pickle a million rows
@@ -351,7 +351,10 @@ class CollectionSource(Source[T]):
         return self._count
 
     def create_splits(self, parallelism: int) -> list[Any]:
-        return _ranges(self._count, parallelism)
+        """One split, as PyFlink reads a collection: the elements come in their
+        order, so what depends on order per key (a reduce, a count window) is the
+        same in every run and at every parallelism."""
+        return _ranges(self._count, 1)
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
         els: list[T] = pickle.loads(self._pickled)  # pickled above, from the user's own objects

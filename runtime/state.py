@@ -22,11 +22,13 @@ from typing import Any, Callable, Generic, Iterable, Iterator, NamedTuple, TypeV
 
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.keygroups import KeyGroupRange, key_group_for
-from weir.runtime.typeinfo import TypeInformation, type_arg
+from weir.runtime.typeinfo import BasicTypeInfo, TypeInformation, type_arg
 
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
 
 _MISSING = object()
 
@@ -230,6 +232,39 @@ class MapStateDescriptor(StateDescriptor, Generic[K, V]):
         type_arg(self.value_type_info, f"value_type_info of state '{self.name}'")
 
 
+@dataclass(frozen=True)
+class ReducingStateDescriptor(StateDescriptor, Generic[T]):
+    """Keyed state that folds what is added into one value:
+    PyFlink's ``ReducingStateDescriptor(name, reduce_function, type_info)``, the
+    function a ``ReduceFunction`` or a callable ``(a, b) -> value``. A basic
+    ``type_info`` converts the value as :class:`ValueState`'s does."""
+
+    reduce_function: Any = None
+    type_info: TypeInformation | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not callable(getattr(self.reduce_function, "reduce", self.reduce_function)):
+            raise InvalidConfigurationError(
+                f"reduce function of state '{self.name}'", self.reduce_function, "use a ReduceFunction or a callable (a, b) -> value")
+        type_arg(self.type_info, f"type_info of state '{self.name}'")
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor(StateDescriptor):
+    """Keyed state that adds values into an accumulator of an ``AggregateFunction``
+    and reads as its ``get_result``: PyFlink's
+    ``AggregatingStateDescriptor(name, agg_function, state_type_info)`` (the
+    accumulator's type, checked and not used)."""
+
+    agg_function: Any = None
+    state_type_info: TypeInformation | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not all(callable(getattr(self.agg_function, m, None)) for m in ("create_accumulator", "add", "get_result")):
+            raise InvalidConfigurationError(f"aggregate function of state '{self.name}'", self.agg_function, "use an AggregateFunction")
+        type_arg(self.state_type_info, f"state_type_info of state '{self.name}'")
+
+
 @dataclass
 class OperatorSnapshot:
     """What one operator subtask hands to a checkpoint."""
@@ -370,16 +405,31 @@ class _Ttl:
 
 
 class ValueState(Generic[T]):
+    """A value per key. A basic type declared for it (``Types.FLOAT()``, ``INT()``,
+    ...) converts what is stored as PyFlink's serializer does: a FLOAT reads back
+    rounded through 4 bytes, an int declared DOUBLE as a float."""
+
     def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor[T]) -> None:
         self._backend = backend
         self._table = backend.table(descriptor.name)
         self._default = descriptor.default
+        declared = descriptor.value_type_info
+        self._declared = declared if isinstance(declared, BasicTypeInfo) else None
+        self._name = descriptor.name
+
+    def _stored(self, value: T) -> T:
+        if self._declared is None:
+            return value
+        try:
+            return self._declared.convert(value)  # type: ignore[no-any-return]
+        except TypeError as exc:
+            raise TypeError(f"value state '{self._name}' of {self._declared!r}: {exc}") from None
 
     def value(self) -> T:
         return self._table.get(self._backend.current_key, self._default)
 
     def update(self, value: T) -> None:
-        self._table[self._backend.current_key] = value
+        self._table[self._backend.current_key] = self._stored(value)
 
     def clear(self) -> None:
         self._table.pop(self._backend.current_key, None)
@@ -395,7 +445,7 @@ class TtlValueState(ValueState[T]):
         return seen[0][1] if seen else self._default  # type: ignore[no-any-return]
 
     def update(self, value: T) -> None:
-        self._table[self._backend.current_key] = self._ttl.wrap(value)
+        self._table[self._backend.current_key] = self._ttl.wrap(self._stored(value))
 
 
 class ListState(Generic[T]):
@@ -453,6 +503,44 @@ class TtlListState(ListState[T]):
         self._put([self._ttl.wrap(v) for v in values])  # type: ignore[misc]
 
 
+class ReducingState(Generic[T]):
+    """A key's value folded from everything added (``get()`` is None before the first ``add``)."""
+
+    def __init__(self, value: ValueState[Any], reduce: Callable[[T, T], T]) -> None:
+        self._value, self._reduce = value, reduce
+
+    def get(self) -> T | None:
+        return self._value.value()  # type: ignore[no-any-return]
+
+    def add(self, value: T) -> None:
+        current = self._value.value()
+        self._value.update(value if current is None else self._reduce(current, value))
+
+    def clear(self) -> None:
+        self._value.clear()
+
+
+class AggregatingState(Generic[IN, OUT]):
+    """A key's accumulator of what was added, read through ``get_result`` (``get()``
+    is None before the first ``add``)."""
+
+    def __init__(self, accumulator: ValueState[Any], agg: Any) -> None:
+        self._accumulator, self._agg = accumulator, agg
+
+    def get(self) -> OUT | None:
+        accumulator = self._accumulator.value()
+        return None if accumulator is None else self._agg.get_result(accumulator)  # type: ignore[no-any-return]
+
+    def add(self, value: IN) -> None:
+        accumulator = self._accumulator.value()
+        if accumulator is None:
+            accumulator = self._agg.create_accumulator()
+        self._accumulator.update(self._agg.add(value, accumulator))
+
+    def clear(self) -> None:
+        self._accumulator.clear()
+
+
 @overload
 def keyed_state(backend: KeyedStateBackend, descriptor: ValueStateDescriptor[T]) -> "ValueState[T]": ...
 
@@ -465,9 +553,23 @@ def keyed_state(backend: KeyedStateBackend, descriptor: ListStateDescriptor[T]) 
 def keyed_state(backend: KeyedStateBackend, descriptor: MapStateDescriptor[K, V]) -> "MapState[K, V]": ...
 
 
-def keyed_state(backend: KeyedStateBackend, descriptor: Any) -> "ValueState[Any] | ListState[Any] | MapState[Any, Any]":
+@overload
+def keyed_state(backend: KeyedStateBackend, descriptor: ReducingStateDescriptor[T]) -> "ReducingState[T]": ...
+
+
+@overload
+def keyed_state(backend: KeyedStateBackend, descriptor: AggregatingStateDescriptor) -> "AggregatingState[Any, Any]": ...
+
+
+def keyed_state(backend: KeyedStateBackend, descriptor: Any) -> Any:
     """The state object a descriptor names, reading the backend's current key
     (with the descriptor's time to live, if it has one)."""
+    if isinstance(descriptor, ReducingStateDescriptor):
+        value: ValueStateDescriptor[Any] = ValueStateDescriptor(descriptor.name, descriptor.type_info, ttl_config=descriptor.ttl_config)
+        return ReducingState(keyed_state(backend, value), getattr(descriptor.reduce_function, "reduce", descriptor.reduce_function))
+    if isinstance(descriptor, AggregatingStateDescriptor):
+        accumulator: ValueStateDescriptor[Any] = ValueStateDescriptor(descriptor.name, ttl_config=descriptor.ttl_config)
+        return AggregatingState(keyed_state(backend, accumulator), descriptor.agg_function)
     ttl = backend.ttl(descriptor) if isinstance(descriptor, StateDescriptor) else None
     if isinstance(descriptor, ValueStateDescriptor):
         return ValueState(backend, descriptor) if ttl is None else TtlValueState(backend, descriptor, ttl)
@@ -481,7 +583,9 @@ def keyed_state(backend: KeyedStateBackend, descriptor: Any) -> "ValueState[Any]
         return ListState(*access) if ttl is None else TtlListState(*access, ttl)
     if isinstance(descriptor, MapStateDescriptor):
         return MapState(backend, descriptor) if ttl is None else TtlMapState(backend, descriptor, ttl)
-    raise TypeError(f"{descriptor!r} is not a ValueStateDescriptor, ListStateDescriptor or MapStateDescriptor")
+    raise TypeError(
+        f"{descriptor!r} is not a ValueStateDescriptor, ListStateDescriptor, MapStateDescriptor, "
+        "ReducingStateDescriptor or AggregatingStateDescriptor")
 
 
 class MapState(Generic[K, V]):
@@ -527,6 +631,27 @@ class MapState(Generic[K, V]):
 
     def clear(self) -> None:
         self._table.pop(self._backend.current_key, None)
+
+    def put_all(self, entries: dict[K, V]) -> None:
+        for key, value in entries.items():
+            self.put(key, value)
+
+    # PyFlink's MapState reads as a dict: ``key in state``, ``state[key]`` (None when
+    # absent, as its ``get``), ``state[key] = value``, ``del state[key]``, iteration over keys.
+    def __contains__(self, key: K) -> bool:
+        return self.contains(key)
+
+    def __getitem__(self, key: K) -> V | None:
+        return self.get(key)
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        self.remove(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.keys())
 
 
 class TtlMapState(MapState[K, V]):

@@ -18,6 +18,7 @@ import datetime
 import decimal
 import enum
 import numbers
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +70,14 @@ def _same(value: Any) -> Any:
     return value
 
 
+def float32(value: Any) -> float:
+    """``value`` rounded through 4 bytes, as PyFlink's FLOAT serializer hands it on."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]  # type: ignore[no-any-return]
+    except OverflowError:
+        raise TypeError(f"{value!r} is out of the range of Float (4 bytes)") from None
+
+
 def _day(value: datetime.date) -> datetime.date:
     return value.date() if isinstance(value, datetime.datetime) else value  # PyFlink keeps a date's days
 
@@ -76,12 +85,14 @@ def _day(value: datetime.date) -> datetime.date:
 class _Python(NamedTuple):
     """What a basic type takes: instances of ``accepts``, handed on as ``convert``
     makes them, of type ``exact`` (as PyFlink's serializers do: a numpy int
-    becomes an int, an int a float); fixed-size integers fit ``bits``."""
+    becomes an int, an int a float); fixed-size integers fit ``bits``; a value
+    that ``rounds`` goes through ``convert`` even when it is ``exact`` already."""
 
     exact: type
     accepts: type
     convert: Callable[[Any], Any] = _same
     bits: int = 0
+    rounds: bool = False
 
 
 # None: any object (PyFlink's pickled bytes; PyFlink's Instant class, which weir lacks).
@@ -94,7 +105,7 @@ _PYTHON: dict[BasicType, _Python | None] = {
     BasicType.INT: _Python(int, numbers.Integral, int, 32),
     BasicType.LONG: _Python(int, numbers.Integral, int, 64),
     BasicType.BIG_INT: _Python(int, numbers.Integral, int),
-    BasicType.FLOAT: _Python(float, numbers.Real, float),
+    BasicType.FLOAT: _Python(float, numbers.Real, float32, rounds=True),
     BasicType.DOUBLE: _Python(float, numbers.Real, float),
     BasicType.BIG_DEC: _Python(decimal.Decimal, decimal.Decimal),
     BasicType.SQL_DATE: _Python(datetime.date, datetime.date, _day),
@@ -124,7 +135,7 @@ class BasicTypeInfo(TypeInformation):
         python: _Python | None = self._python  # type: ignore[attr-defined]
         if python is None:
             return value
-        if type(value) is not python.exact:
+        if type(value) is not python.exact or python.rounds:
             if not isinstance(value, python.accepts):
                 raise TypeError(f"{self!r} takes {python.exact.__name__}, got {type(value).__name__} {value!r}")
             value = python.convert(value)

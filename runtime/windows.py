@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
+from weir.runtime.config import _whole
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 from weir.runtime.functions import Function, OutputTag, as_callable
@@ -25,6 +26,9 @@ from weir.runtime.timers import TimeDomain
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
 OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+W = TypeVar("W")  # the window type: TimeWindow or CountWindow
+CW = TypeVar("CW")  # the window type of a window function's context (Context[TimeWindow])
 
 
 @dataclass(frozen=True, order=True)
@@ -44,6 +48,18 @@ class TimeWindow:
         return TimeWindow(min(self.start, other.start), max(self.end, other.end))
 
 
+@dataclass(frozen=True, order=True)
+class CountWindow:
+    """The ``id``-th count window of a key (PyFlink's): ``CountTumblingWindowAssigner``'s
+    and ``CountSlidingWindowAssigner``'s. It never ends in time: it fires, and is
+    dropped, when its trigger says it is full."""
+
+    id: int
+
+    def max_timestamp(self) -> int:
+        return MAX_WATERMARK
+
+
 def _positive_ms(setting: str, value: int) -> int:
     if not isinstance(value, int) or value <= 0:
         raise InvalidConfigurationError(setting, value, "must be a positive number of milliseconds (e.g. Time.seconds(5))")
@@ -51,12 +67,37 @@ def _positive_ms(setting: str, value: int) -> int:
 
 
 # --------------------------------------------------------------------- assigners
+class AssignerContext:
+    """What an assigner sees when it assigns a record: the processing time, and
+    values it keeps for the record's key (a count assigner's count), kept as the
+    window operator's keyed state."""
+
+    def __init__(self, op: "WindowOperator") -> None:
+        self._op = op
+        self.now_ms = 0
+
+    def current_processing_time(self) -> int:
+        return self.now_ms
+
+    def get_state(self, name: str, default: Any = None) -> Any:
+        return self._op.trigger_state().get((name, None), default)
+
+    def set_state(self, name: str, value: Any) -> None:
+        self._op.trigger_state()[(name, None)] = value
+
+
 class WindowAssigner(ABC):
     event_time = True
     merging = False
+    ends_when_fired = False  # a window fires once and is then dropped (a count window: it takes no more records)
 
     @abstractmethod
     def assign(self, timestamp: int | None, now_ms: int) -> list[TimeWindow]: ...
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: AssignerContext) -> list[Any]:
+        """The windows ``element`` belongs to (PyFlink's signature); by default by its
+        timestamp or the processing time alone (:meth:`assign`)."""
+        return self.assign(timestamp, context.current_processing_time())
 
     def default_trigger(self) -> "Trigger":
         return EventTimeTrigger() if self.event_time else ProcessingTimeTrigger()
@@ -105,21 +146,46 @@ class SlidingProcessingTimeWindows(SlidingEventTimeWindows):
     event_time = False
 
 
+class SessionWindowTimeGapExtractor(ABC):
+    """A session gap per record: ``with_dynamic_gap(extractor)`` opens each record a
+    session of ``extract(element)`` milliseconds."""
+
+    @abstractmethod
+    def extract(self, element: Any) -> int: ...
+
+
 class EventTimeSessionWindows(WindowAssigner):
-    """A key's records less than ``gap`` apart fall into one window."""
+    """A key's records less than ``gap`` apart fall into one window; with a
+    :class:`SessionWindowTimeGapExtractor`, each record's own gap."""
 
     merging = True
 
-    def __init__(self, gap: int) -> None:
-        self.gap = _positive_ms("session gap", gap)
+    def __init__(self, gap: int | SessionWindowTimeGapExtractor) -> None:
+        self.extractor: SessionWindowTimeGapExtractor | None = None
+        if isinstance(gap, SessionWindowTimeGapExtractor):
+            self.gap, self.extractor = 0, gap
+        else:
+            self.gap = _positive_ms("session gap", gap)
 
     @classmethod
     def with_gap(cls, gap: int) -> "EventTimeSessionWindows":
         return cls(gap)
 
+    @classmethod
+    def with_dynamic_gap(cls, extractor: SessionWindowTimeGapExtractor) -> "EventTimeSessionWindows":
+        if not isinstance(extractor, SessionWindowTimeGapExtractor):
+            raise InvalidConfigurationError("session gap extractor", extractor, "subclass SessionWindowTimeGapExtractor")
+        return cls(extractor)
+
     def assign(self, timestamp: int | None, now_ms: int) -> list[TimeWindow]:
         t = _event_time(timestamp) if self.event_time else now_ms
         return [TimeWindow(t, t + self.gap)]
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: AssignerContext) -> list[Any]:
+        if self.extractor is None:
+            return super().assign_windows(element, timestamp, context)
+        t = _event_time(timestamp) if self.event_time else context.current_processing_time()
+        return [TimeWindow(t, t + _positive_ms(f"session gap of record {element!r}", self.extractor.extract(element)))]
 
 
 class ProcessingTimeSessionWindows(EventTimeSessionWindows):
@@ -143,6 +209,56 @@ class GlobalWindows(WindowAssigner):
 
     def default_trigger(self) -> "Trigger":
         return NeverTrigger()
+
+
+class CountTumblingWindowAssigner(WindowAssigner):
+    """PyFlink's count windows: a key's records ``0..size-1`` are :class:`CountWindow`
+    0, the next ``size`` window 1, ...; each fires when full, then is dropped."""
+
+    event_time = False
+    ends_when_fired = True
+
+    def __init__(self, size: int) -> None:
+        self.size = _whole("count window size", size)
+
+    @classmethod
+    def of(cls, size: int) -> "CountTumblingWindowAssigner":
+        return cls(size)
+
+    def assign(self, timestamp: int | None, now_ms: int) -> list[TimeWindow]:
+        raise TypeError("a count window assigner assigns by the key's count: call assign_windows")
+
+    def _count(self, context: AssignerContext) -> int:
+        """The record's index among its key's records."""
+        n: int = context.get_state("count", 0)
+        context.set_state("count", n + 1)
+        return n
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: AssignerContext) -> list[Any]:
+        return [CountWindow(self._count(context) // self.size)]
+
+    def default_trigger(self) -> "Trigger":
+        return CountTrigger(self.size)
+
+
+class CountSlidingWindowAssigner(CountTumblingWindowAssigner):
+    """PyFlink's sliding count windows: window ``i`` holds a key's records
+    ``i*slide .. i*slide+size-1`` and fires once it has them all, so a record
+    belongs to up to ``size/slide`` windows and a window not full at the end
+    never fires."""
+
+    def __init__(self, size: int, slide: int) -> None:
+        super().__init__(size)
+        self.slide = _whole("count window slide", slide)
+
+    @classmethod
+    def of(cls, size: int, slide: int) -> "CountSlidingWindowAssigner":  # type: ignore[override]
+        return cls(size, slide)
+
+    def assign_windows(self, element: Any, timestamp: int | None, context: AssignerContext) -> list[Any]:
+        n = self._count(context)
+        first = max(0, -((self.size - 1 - n) // self.slide))  # the oldest window still open at record n
+        return [CountWindow(i) for i in range(n // self.slide, first - 1, -1)]
 
 
 def _event_time(timestamp: int | None) -> int:
@@ -222,6 +338,10 @@ class EventTimeTrigger(Trigger):
     """Fires when the watermark passes the window's end (and again for each late
     record within the allowed lateness)."""
 
+    @classmethod
+    def create(cls) -> "EventTimeTrigger":
+        return cls()
+
     def on_element(self, element: Any, timestamp: int | None, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         if window.max_timestamp() <= ctx.current_watermark():
             return TriggerResult.FIRE
@@ -240,6 +360,10 @@ class EventTimeTrigger(Trigger):
 
 
 class ProcessingTimeTrigger(Trigger):
+    @classmethod
+    def create(cls) -> "ProcessingTimeTrigger":
+        return cls()
+
     def on_element(self, element: Any, timestamp: int | None, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         ctx.register_processing_time_timer(window.max_timestamp())
         return TriggerResult.CONTINUE
@@ -259,6 +383,10 @@ class NeverTrigger(Trigger):
 
     def on_element(self, element: Any, timestamp: int | None, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         return TriggerResult.CONTINUE
+
+    @classmethod
+    def create(cls) -> "NeverTrigger":
+        return cls()
 
 
 class CountTrigger(Trigger):
@@ -331,7 +459,7 @@ class AggregateFunction(Function, Generic[IN, ACC, OUT]):
         raise NotImplementedError("merge() is needed for session windows")
 
 
-class WindowFunction(Function, Generic[IN, OUT]):
+class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """``apply(key, window, inputs)`` when a window fires: all its records
     (``apply``), or its one reduced or aggregated value (``reduce(f, window_function=...)``,
     ``aggregate(agg, window_function=...)``). Yields the records to emit."""
@@ -340,21 +468,21 @@ class WindowFunction(Function, Generic[IN, OUT]):
     def apply(self, key: Any, window: TimeWindow, inputs: Iterable[IN]) -> Iterable[OUT]: ...
 
 
-class AllWindowFunction(Function, Generic[IN, OUT]):
+class AllWindowFunction(Function, Generic[IN, OUT, W]):
     """As a :class:`WindowFunction`, for ``window_all``: ``apply(window, inputs)``."""
 
     @abstractmethod
     def apply(self, window: TimeWindow, inputs: Iterable[IN]) -> Iterable[OUT]: ...
 
 
-class ProcessWindowFunction(Function, Generic[IN, OUT]):
+class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """``process(key, context, elements)`` when a window fires: all its records
     (``process``), or its one reduced or aggregated value (``reduce(f,
     window_function=...)``, ``aggregate(agg, window_function=...)``). Yields the
     records to emit, and ``tag, value`` for a side output. ``clear(context)``
     runs when the window is dropped, at its end plus the allowed lateness."""
 
-    class Context:
+    class Context(Generic[CW]):
         def __init__(self, window: TimeWindow, watermark: int) -> None:
             self._window = window
             self._watermark = watermark
@@ -375,7 +503,7 @@ class ProcessWindowFunction(Function, Generic[IN, OUT]):
         """The window is gone (its cleanup time passed): release what you kept for it."""
 
 
-class ProcessAllWindowFunction(Function, Generic[IN, OUT]):
+class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """``window_all(...).process(f)``: as a :class:`ProcessWindowFunction`, without a key."""
 
     Context = ProcessWindowFunction.Context
@@ -412,7 +540,7 @@ class WindowCall:
     def emit(self, key: Any, window: TimeWindow, watermark: int, elements: list[Any]) -> Iterable[Any] | None:
         if self._call is None:
             return elements
-        where = window if self._with_window else ProcessWindowFunction.Context(window, watermark)
+        where: Any = window if self._with_window else ProcessWindowFunction.Context(window, watermark)
         return self._call(key, where, elements) if self.keyed else self._call(where, elements)
 
     def clear(self, window: TimeWindow, watermark: int) -> None:
@@ -560,6 +688,7 @@ class WindowOperator(TimerOperator):
         self._windows = self.keyed_backend.table(self.WINDOWS)
         self._trigger_state = self.keyed_backend.table(self.TRIGGER_STATE)
         self._tctx = TriggerContext(self)
+        self._actx = AssignerContext(self)
 
     def trigger_state(self) -> dict[Any, Any]:
         key = self.keyed_backend.current_key  # type: ignore[union-attr]
@@ -579,7 +708,7 @@ class WindowOperator(TimerOperator):
         backend = self.keyed_backend
         assert backend is not None
         key_of = self.key_selector
-        now = now_ms()
+        self._actx.now_ms = now_ms()
         emitted = Emitted(timed=True)
         for i, r in enumerate(records):
             t = None if timestamps is None else timestamps[i]
@@ -589,7 +718,12 @@ class WindowOperator(TimerOperator):
             except Exception as exc:
                 raise self._key_failed(exc, r) from exc
             backend.current_key = k
-            windows = self.assigner.assign(t, now)
+            try:
+                windows = self.assigner.assign_windows(r, t, self._actx)
+            except InvalidConfigurationError:
+                raise
+            except Exception as exc:
+                raise self.fail("window assigner", exc, r, True) from exc
             if self.assigner.merging:
                 windows = [self._merge_into_sessions(k, windows[0])]
             kept = False
@@ -655,6 +789,9 @@ class WindowOperator(TimerOperator):
     def _act(self, key: Any, window: TimeWindow, result: TriggerResult, emitted: Emitted) -> None:
         if result.fire:
             self._emit(key, window, emitted)
+            if self.assigner.ends_when_fired:
+                self._clear(key, window)
+                return
         if result.purge:
             per_key = self._windows.get(key)
             if per_key is not None and window in per_key:

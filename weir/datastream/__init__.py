@@ -3,7 +3,9 @@ weir's own classes. A PyFlink program's ``from pyflink.datastream import ...``
 becomes ``from weir.datastream import ...``."""
 
 from weir.runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode
+from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy
 from weir.runtime.datastream import (
+    AsyncDataStream,
     BroadcastConnectedStream,
     BroadcastStream,
     ConnectedStreams,
@@ -32,6 +34,7 @@ from weir.datastream.functions import (  # PyFlink's datastream hands these on f
     TimerService,
     WindowFunction,
 )
+from weir.datastream import async_retry_predicates
 from weir.runtime.functions import OutputTag
 from weir.runtime.timers import TimeDomain
 from weir.runtime.windows import TimeWindow, Trigger, TriggerResult
@@ -45,4 +48,5 @@ __all__ = [
     "BroadcastProcessFunction", "KeyedBroadcastProcessFunction", "RuntimeContext", "TimerService",
     "CheckpointingMode", "CheckpointConfig", "RuntimeExecutionMode",
     "TimeWindow", "TriggerResult", "Trigger", "TimeDomain", "KeySelector", "OutputTag",
+    "AsyncDataStream", "AsyncFunction", "AsyncRetryStrategy",
 ]

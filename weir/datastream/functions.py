@@ -1,6 +1,7 @@
 """PyFlink's ``pyflink.datastream.functions``, on weir: the user function
 classes weir has, as weir's own."""
 
+from weir.runtime.async_io import AsyncFunction
 from weir.runtime.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -31,4 +32,5 @@ __all__ = [
     "AggregateFunction", "KeySelector", "FilterFunction", "ProcessFunction", "CoProcessFunction",
     "KeyedProcessFunction", "KeyedCoProcessFunction", "TimerService", "WindowFunction", "AllWindowFunction",
     "ProcessWindowFunction", "ProcessAllWindowFunction", "BroadcastProcessFunction", "KeyedBroadcastProcessFunction",
+    "AsyncFunction",
 ]

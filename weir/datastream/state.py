@@ -1,13 +1,17 @@
 """PyFlink's ``pyflink.datastream.state``, on weir: state descriptors, the state
-a user function gets back, and state TTL (no reducing or aggregating state)."""
+a user function gets back, and state TTL."""
 
 from weir.runtime.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
     BroadcastState,
     ListState,
     ListStateDescriptor,
     MapState,
     MapStateDescriptor,
     ReadOnlyBroadcastState,
+    ReducingState,
+    ReducingStateDescriptor,
     StateTtlConfig,
     ValueState,
     ValueStateDescriptor,
@@ -15,5 +19,6 @@ from weir.runtime.state import (
 
 __all__ = [
     "ValueStateDescriptor", "ValueState", "ListStateDescriptor", "ListState", "MapStateDescriptor", "MapState",
-    "ReadOnlyBroadcastState", "BroadcastState", "StateTtlConfig",
+    "ReadOnlyBroadcastState", "BroadcastState", "StateTtlConfig", "ReducingStateDescriptor", "ReducingState",
+    "AggregatingStateDescriptor", "AggregatingState",
 ]

@@ -1,10 +1,12 @@
-"""PyFlink's ``pyflink.datastream.window``, on weir: the window assigners and
-triggers weir has. A custom ``Trigger`` subclass keeps PyFlink's methods; weir
-has no ``WindowAssigner`` of PyFlink's shape to subclass, and no count windows
-but ``count_window`` on a keyed stream."""
+"""PyFlink's ``pyflink.datastream.window``, on weir: the window assigners,
+windows and triggers weir has. A custom ``Trigger`` subclass keeps PyFlink's
+methods; weir has no ``WindowAssigner`` of PyFlink's shape to subclass."""
 
 from weir.runtime.windows import (
+    CountSlidingWindowAssigner,
     CountTrigger,
+    CountTumblingWindowAssigner,
+    CountWindow,
     EventTimeSessionWindows,
     EventTimeTrigger,
     GlobalWindows,
@@ -12,6 +14,7 @@ from weir.runtime.windows import (
     ProcessingTimeSessionWindows,
     ProcessingTimeTrigger,
     PurgingTrigger,
+    SessionWindowTimeGapExtractor,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TimeWindow,
@@ -25,5 +28,6 @@ __all__ = [
     "TimeWindow", "TumblingProcessingTimeWindows", "TumblingEventTimeWindows", "SlidingProcessingTimeWindows",
     "SlidingEventTimeWindows", "ProcessingTimeSessionWindows", "EventTimeSessionWindows", "GlobalWindows",
     "TriggerResult", "Trigger", "EventTimeTrigger", "ProcessingTimeTrigger", "NeverTrigger", "PurgingTrigger",
-    "CountTrigger",
+    "CountTrigger", "CountWindow", "CountTumblingWindowAssigner", "CountSlidingWindowAssigner",
+    "SessionWindowTimeGapExtractor",
 ]

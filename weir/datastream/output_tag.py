@@ -1,0 +1,5 @@
+"""PyFlink's ``pyflink.datastream.output_tag``, on weir."""
+
+from weir.runtime.functions import OutputTag
+
+__all__ = ["OutputTag"]
