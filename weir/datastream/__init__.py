@@ -34,7 +34,7 @@ from weir.datastream.functions import (  # PyFlink's datastream hands these on f
     TimerService,
     WindowFunction,
 )
-from weir.datastream import async_retry_predicates
+from weir.datastream import async_retry_predicates  # noqa: F401  (PyFlink has it as an attribute of the package)
 from weir.runtime.functions import OutputTag
 from weir.runtime.timers import TimeDomain
 from weir.runtime.windows import TimeWindow, Trigger, TriggerResult
