@@ -51,7 +51,12 @@ def _client(ctx: click.Context, job: str) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--address", envvar="RAY_ADDRESS", default=None, help="Ray cluster address (default: RAY_ADDRESS, else the local cluster).")
+@click.option(
+    "--address",
+    envvar="RAY_ADDRESS",
+    default=None,
+    help="Ray cluster address (default: RAY_ADDRESS, else the local cluster).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def cli(ctx: click.Context, address: str | None, as_json: bool) -> None:
@@ -64,7 +69,12 @@ def list_cmd(ctx: click.Context) -> None:
     """Jobs whose coordinator is alive on the cluster (running or recently ended)."""
     from weir.actors.executor import list_jobs
 
-    _emit(ctx, list_jobs(ctx.obj["address"]), ["job", "status", "restarts", "completed_checkpoints", "duration_s"], "weir jobs")
+    _emit(
+        ctx,
+        list_jobs(ctx.obj["address"]),
+        ["job", "status", "restarts", "completed_checkpoints", "duration_s"],
+        "weir jobs",
+    )
 
 
 @cli.command()
@@ -77,7 +87,9 @@ def status(ctx: click.Context, job: str) -> None:
     if ctx.obj["json"]:
         _emit(ctx, {**info, "tasks": client.metrics()})
         return
-    _emit(ctx, info, ["job", "status", "restarts", "restarting_tasks", "attempt", "completed_checkpoints", "duration_s"])
+    _emit(
+        ctx, info, ["job", "status", "restarts", "restarting_tasks", "attempt", "completed_checkpoints", "duration_s"]
+    )
     _emit(ctx, client.metrics(), ["task", "state", "records_in", "records_out", "backpressured_s", "node_ip"], "tasks")
 
 
@@ -86,12 +98,19 @@ def status(ctx: click.Context, job: str) -> None:
 @click.pass_context
 def checkpoints(ctx: click.Context, job: str) -> None:
     """Every checkpoint of a job: id, status, duration, size, reason."""
-    _emit(ctx, _client(ctx, job).checkpoints(), ["checkpoint_id", "status", "duration_ms", "size_bytes", "reason", "location"], f"checkpoints of {job}")
+    _emit(
+        ctx,
+        _client(ctx, job).checkpoints(),
+        ["checkpoint_id", "status", "duration_ms", "size_bytes", "reason", "location"],
+        f"checkpoints of {job}",
+    )
 
 
 @cli.command()
 @click.argument("job")
-@click.option("--path", default=None, help="Folder or pyarrow.fs URI for the savepoint (default: a retained checkpoint).")
+@click.option(
+    "--path", default=None, help="Folder or pyarrow.fs URI for the savepoint (default: a retained checkpoint)."
+)
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for it.")
 @click.pass_context
 def savepoint(ctx: click.Context, job: str, path: str | None, timeout_s: float) -> None:
@@ -194,11 +213,20 @@ def pool(ctx: click.Context, action: str) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--parallelism", type=int, default=None, help="Default parallelism for the job's environment.")
 @click.option("--from-savepoint", "savepoint", default=None, help="Start from this savepoint or retained checkpoint.")
-@click.option("--allow-non-restored-state", is_flag=True, help="Drop savepoint state of operators the job no longer has.")
+@click.option(
+    "--allow-non-restored-state", is_flag=True, help="Drop savepoint state of operators the job no longer has."
+)
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx: click.Context, parallelism: int | None, savepoint: str | None, allow_non_restored_state: bool, script: str, args: tuple[str, ...]) -> None:
+def run(
+    ctx: click.Context,
+    parallelism: int | None,
+    savepoint: str | None,
+    allow_non_restored_state: bool,
+    script: str,
+    args: tuple[str, ...],
+) -> None:
     """Run a job script (it calls env.execute()) against the cluster."""
     from weir.actors.cluster import ensure_ray
     from weir.runtime.storage import find_restore_point, read_metadata

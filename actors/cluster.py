@@ -20,10 +20,22 @@ log = logging.getLogger("weir")
 # Every JVM that Ray or Spark starts on Java 17 needs these, or raydp's Java actor
 # dies (java.math is the one raydp's Arrow conversion of a DataFrame trips over).
 _OPENS = [
-    "java.base/java.lang", "java.base/java.lang.invoke", "java.base/java.lang.reflect", "java.base/java.io",
-    "java.base/java.net", "java.base/java.nio", "java.base/java.util", "java.base/java.util.concurrent",
-    "java.base/java.util.concurrent.atomic", "java.base/java.math", "java.base/java.text", "java.base/java.time",
-    "java.base/sun.nio.ch", "java.base/sun.nio.cs", "java.base/sun.security.action", "java.base/sun.util.calendar",
+    "java.base/java.lang",
+    "java.base/java.lang.invoke",
+    "java.base/java.lang.reflect",
+    "java.base/java.io",
+    "java.base/java.net",
+    "java.base/java.nio",
+    "java.base/java.util",
+    "java.base/java.util.concurrent",
+    "java.base/java.util.concurrent.atomic",
+    "java.base/java.math",
+    "java.base/java.text",
+    "java.base/java.time",
+    "java.base/sun.nio.ch",
+    "java.base/sun.nio.cs",
+    "java.base/sun.security.action",
+    "java.base/sun.util.calendar",
 ]
 JDK_JAVA_OPTIONS = " ".join(f"--add-opens={m}=ALL-UNNAMED" for m in _OPENS)
 
@@ -59,7 +71,9 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
     address = address or os.environ.get("RAY_ADDRESS")
     if address and address != "auto":
         if not start and not _listening(address):
-            raise NoClusterError(f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?")
+            raise NoClusterError(
+                f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?"
+            )
         _same_ray(address, start)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
@@ -80,7 +94,8 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
         raise NoClusterError(
             "no Ray cluster found on this machine (RAY_ADDRESS is unset): start one with `ray start --head`, "
             "or point RAY_ADDRESS or --address at yours"
-            if address is None else "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one: "
+            if address is None
+            else "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one: "
             "start one with `ray start --head`, or unset RAY_ADDRESS to have weir start a local one"
         )
 
@@ -127,7 +142,11 @@ def _same_ray(address: str, start: bool) -> None:
         version = _version_of(Path(args[0]))
         if version == ray.__version__:
             return  # another build of the same release, which Ray's own check accepts
-        theirs, fix = (f"Ray {version}", f'uv pip install "ray[default]=={version}"') if version else (f"another Ray build (commit {commit[:12]})", "install its Ray")
+        theirs, fix = (
+            (f"Ray {version}", f'uv pip install "ray[default]=={version}"')
+            if version
+            else (f"another Ray build (commit {commit[:12]})", "install its Ray")
+        )
         raise RayVersionMismatchError(
             f"the Ray cluster at {address} runs {theirs}, and this driver runs Ray {ray.__version__} ({sys.executable}): "
             f"a driver must run its cluster's Ray. Install it here ({fix})"

@@ -21,12 +21,19 @@ from weir.actors.ledger import Application, JobAssignment, Shape
 from weir.actors.metrics import JobMetrics, report_every_second
 from weir.actors.slots import CANCEL_GRACE_S, JobScope, actor_id, find_pool
 from weir.runtime.checkpointing import CheckpointStatus, TaskKey, task_name
-from weir.runtime.errors import InvalidJobGraphError, JobCancelledError, JobForgottenError, NoResourceAvailableError, SlotBusyError, TaskFailedError
 from weir.runtime.config import ExecutionConfig
-from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.deployment import Deployment
+from weir.runtime.errors import (
+    InvalidJobGraphError,
+    JobCancelledError,
+    JobForgottenError,
+    NoResourceAvailableError,
+    SlotBusyError,
+    TaskFailedError,
+)
+from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import AskLetter, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.letters import AskLetter, Request, RescaleJob, StopJob, TriggerSavepoint
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
@@ -108,7 +115,9 @@ class _Unplaced(Exception):
         self.keys = keys
 
 
-def _answers(calls: dict[TaskKey, Any], until: float, stop: threading.Event) -> tuple[dict[TaskKey, Any], list[TaskKey]]:
+def _answers(
+    calls: dict[TaskKey, Any], until: float, stop: threading.Event
+) -> tuple[dict[TaskKey, Any], list[TaskKey]]:
     """Wait for these calls (one per task's slot): the answers, and the tasks
     whose slot was dead. Raises :class:`_Unplaced` with the tasks still waiting
     once ``until`` (a monotonic time) has passed or ``stop`` is set: a slot that
@@ -136,8 +145,15 @@ class RayGateway:
     cancelled, not killed, and their slots are reused once the cancelled task has
     returned: a failover needs new processes only for slots that died."""
 
-    def __init__(self, graph: JobGraph, app: Application, coordinator: Any, pool: Any, runtime_env: dict[str, Any],
-                 env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        graph: JobGraph,
+        app: Application,
+        coordinator: Any,
+        pool: Any,
+        runtime_env: dict[str, Any],
+        env: dict[str, str],
+    ) -> None:
         self._graph = graph
         self._app = app  # the application whose slots the job may use
         self._coordinator = coordinator
@@ -154,7 +170,9 @@ class RayGateway:
         self._shapes: dict[TaskKey, Shape] = {}
         self._events: dict[Any, TaskKey] = {}  # operator events on their way
         self._endpoints: dict[str, Endpoint] = {}  # slot's actor id -> where it takes deliveries
-        self._warming: dict[Any, tuple[str, Any]] = {}  # endpoint() call -> (shape key, slot) of a reserved slot starting
+        self._warming: dict[
+            Any, tuple[str, Any]
+        ] = {}  # endpoint() call -> (shape key, slot) of a reserved slot starting
         self._stopped = threading.Event()  # the job is cancelled: deploys give up
 
     def reserve(self, graph: JobGraph) -> bool:
@@ -163,8 +181,12 @@ class RayGateway:
         spares of the job, and say whether they are all up."""
         for shape, count in slots_wanted(graph, self._runtime_env):
             key = shape.key
-            have = sum(self._shapes[k].key == key for k in self.actors) + len(self._spare.get(key, [])) \
-                + len(self._cancelling.get(key, [])) + sum(k == key for k, _ in self._warming.values())
+            have = (
+                sum(self._shapes[k].key == key for k in self.actors)
+                + len(self._spare.get(key, []))
+                + len(self._cancelling.get(key, []))
+                + sum(k == key for k, _ in self._warming.values())
+            )
             if count > have:
                 for actor in ray.get(self._pool.lease.remote(self._graph.name, self._app, shape, count - have)):
                     self._warming[actor.endpoint.remote()] = (key, actor)
@@ -196,15 +218,26 @@ class RayGateway:
                 endpoints, dead = _answers(asks, until, self._stopped)
                 self._endpoints.update({actor_id(actors[key]): e for key, e in endpoints.items()})
                 if not dead:
-                    routes = {d.key: [[Route(self._endpoints[actor_id(actors[t])], ch, attempts[t]) for t, ch in out] for out in d.routes] for d in deployments}
-                    setups = {d.key: actors[d.key].setup.remote(d, routes[d.key], (self._coordinator, g.run_id), self._env) for d in deployments}
+                    routes = {
+                        d.key: [
+                            [Route(self._endpoints[actor_id(actors[t])], ch, attempts[t]) for t, ch in out]
+                            for out in d.routes
+                        ]
+                        for d in deployments
+                    }
+                    setups = {
+                        d.key: actors[d.key].setup.remote(d, routes[d.key], (self._coordinator, g.run_id), self._env)
+                        for d in deployments
+                    }
                     _, dead = _answers(setups, until, self._stopped)
                 if not dead:
                     break
                 self._pool.forget.remote([actors.pop(k) for k in dead])
                 actors.update(self._slots_for([d for d in deployments if d.key in dead]))
             else:
-                raise TaskFailedError(task_actor_name(g.name, *dead[0]), "its task actor died at every try to set it up")
+                raise TaskFailedError(
+                    task_actor_name(g.name, *dead[0]), "its task actor died at every try to set it up"
+                )
         except _Unplaced as unplaced:
             # Slots that started stay with the job; those still waiting for room go.
             for key, actor in actors.items():
@@ -250,7 +283,7 @@ class RayGateway:
         leases = {}
         for key, ds in wanted.items():
             spare = self._spare.get(key, []) + self._returned(key)
-            take, self._spare[key] = spare[: len(ds)], spare[len(ds):]
+            take, self._spare[key] = spare[: len(ds)], spare[len(ds) :]
             actors.update({d.key: actor for d, actor in zip(ds, take)})
             if len(take) < len(ds):
                 leases[key] = self._pool.lease.remote(self._graph.name, self._app, shapes[key], len(ds) - len(take))
@@ -348,7 +381,9 @@ class RayGateway:
                 result = ray.get(ref)
                 self._ended.add(key)
             except ray.exceptions.RayError as exc:
-                detail = "the actor was killed or crashed" if isinstance(exc, ray.exceptions.RayActorError) else str(exc)
+                detail = (
+                    "the actor was killed or crashed" if isinstance(exc, ray.exceptions.RayActorError) else str(exc)
+                )
                 name = task_actor_name(self._graph.name, *key)
                 result = TaskResult(TaskState.FAILED, TaskFailedError(name, detail), detail)
             out.append((key, result))
@@ -366,7 +401,15 @@ class RayGateway:
                 ray.get(ref)
             except ray.exceptions.RayError as exc:
                 name = task_actor_name(self._graph.name, *key)
-                out.append((key, TaskResult(TaskState.FAILED, TaskFailedError(name, f"an operator event to it was lost ({type(exc).__name__})"))))
+                out.append(
+                    (
+                        key,
+                        TaskResult(
+                            TaskState.FAILED,
+                            TaskFailedError(name, f"an operator event to it was lost ({type(exc).__name__})"),
+                        ),
+                    )
+                )
         # Reported once: the run() call of a task reported here says no more (its
         # slot is counted dead), or the failover would be counted twice.
         lost = {key for key, _ in out}
@@ -435,14 +478,18 @@ class JobCoordinator:
         m = hosted.master
         done = [st for st in list(m.coordinator.history.values()) if st.status is CheckpointStatus.COMPLETED]
         last = max(done, key=lambda st: st.checkpoint_id, default=None)
-        self._metrics.report(hosted.graph.name, m.restarts.count, m.coordinator.completed, None if last is None else vars(last))
+        self._metrics.report(
+            hosted.graph.name, m.restarts.count, m.coordinator.completed, None if last is None else vars(last)
+        )
 
     def start(self, assignment: JobAssignment, recovering: bool = False) -> None:
         """Run a job; ``recovering``: take over one whose coordinator died (its
         old attempt's tasks are stopped first, and it resumes from its latest
         checkpoint, or ends as it had recorded)."""
         if self._running is not None:  # the pool hands a coordinator one job at a time
-            raise SlotBusyError(f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.name}'")
+            raise SlotBusyError(
+                f"job coordinator busy with job '{self._running.graph.name}', asked to start '{assignment.name}'"
+            )
         arrived = self._arriving.setdefault(assignment.name, threading.Event())
         try:
             if recovering:
@@ -458,13 +505,23 @@ class JobCoordinator:
         graph = cloudpickle.loads(assignment.graph)
         for parallelism in assignment.rescales:  # a restart keeps the rescales that completed
             graph = graph.rescaled(parallelism)
-        gateway = RayGateway(graph, assignment.app, context.current_actor, self._pool, context.runtime_env, assignment.faults)
-        master = JobMaster(graph, gateway, recovering=recovering, first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
-                           on_end=lambda status: self._ended(hosted), tick_s=self.TICK_S,
-                           deploy_io=OffLoopThread(graph.name, "task deployment"))
+        gateway = RayGateway(
+            graph, assignment.app, context.current_actor, self._pool, context.runtime_env, assignment.faults
+        )
+        master = JobMaster(
+            graph,
+            gateway,
+            recovering=recovering,
+            first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
+            on_end=lambda status: self._ended(hosted),
+            tick_s=self.TICK_S,
+            deploy_io=OffLoopThread(graph.name, "task deployment"),
+        )
         hosted = _HostedJob(graph, master, gateway)
         self._jobs[graph.name] = self._running = hosted
-        threading.Thread(target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True).start()
+        threading.Thread(
+            target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True
+        ).start()
 
     def _ended(self, hosted: _HostedJob) -> None:
         """Before anyone hears the job ended: the pool no longer counts it as

@@ -177,8 +177,10 @@ class Inbox:
                 raise ChannelRefusedError(f"task attempt {owner[1]} of run '{owner[0]}' is not running there")
             mailbox = self._task[2]
             if not 0 <= channel < mailbox.channels:  # -1 would reach the last channel's queue
-                raise ChannelRefusedError(f"input channel {channel} is out of range: the receiving task "
-                                          f"has input channels 0 to {mailbox.channels - 1}")
+                raise ChannelRefusedError(
+                    f"input channel {channel} is out of range: the receiving task "
+                    f"has input channels 0 to {mailbox.channels - 1}"
+                )
             self._conns[conn] = owner
             return mailbox
 
@@ -271,8 +273,9 @@ class Outbox:
             _tune(conn)
         except BlockingIOError:
             conn.close()
-            raise TimeoutError(f"the receiving slot accepted the connection but did not answer "
-                               f"the handshake within {timeout_s} s") from None
+            raise TimeoutError(
+                f"the receiving slot accepted the connection but did not answer the handshake within {timeout_s} s"
+            ) from None
         except BaseException:
             conn.close()
             raise

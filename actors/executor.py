@@ -17,7 +17,14 @@ from weir.actors.coordinator import check_feasible, slots_wanted
 from weir.actors.ledger import Application, Conflict, JobAssignment
 from weir.actors.pool import get_pool
 from weir.runtime.errors import (
-    JobAlreadyRunningError, JobCancelledError, JobCoordinatorLostError, JobExecutionError, JobForgottenError, OutputInUseError, UnknownTaskError, WeirError,
+    JobAlreadyRunningError,
+    JobCancelledError,
+    JobCoordinatorLostError,
+    JobExecutionError,
+    JobForgottenError,
+    OutputInUseError,
+    UnknownTaskError,
+    WeirError,
 )
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
@@ -60,7 +67,9 @@ class RayJobClient(JobClient):
             except ray.exceptions.RayActorError:
                 self._follow(coordinator, deadline)
             except ray.exceptions.GetTimeoutError:
-                raise TimeoutError(f"the job coordinator of '{self.job_name}' did not answer within {timeout_s}s") from None
+                raise TimeoutError(
+                    f"the job coordinator of '{self.job_name}' did not answer within {timeout_s}s"
+                ) from None
 
     def _follow(self, dead: Any, deadline: float) -> None:
         """The coordinator the pool now names for the job, once it is not ``dead``."""
@@ -73,8 +82,10 @@ class RayJobClient(JobClient):
                 self._coordinator = actor
                 return
             time.sleep(0.05)
-        raise JobCoordinatorLostError(f"the job coordinator of '{self.job_name}' died and no other took the job over within "
-                        f"{self.FOLLOW_S:g} s (is the cluster's weir pool gone?)")
+        raise JobCoordinatorLostError(
+            f"the job coordinator of '{self.job_name}' died and no other took the job over within "
+            f"{self.FOLLOW_S:g} s (is the cluster's weir pool gone?)"
+        )
 
     @staticmethod
     def attach(job_name: str, address: str | None = None) -> "RayJobClient":
@@ -135,8 +146,13 @@ class RayJobClient(JobClient):
                 f"job '{self.job_name}' failed after {recorded.get('restarts', '?')} restart(s): {recorded['detail']} "
                 "(the traceback went with the job's record; see the coordinator's log)"
             )
-        return JobExecutionResult(self.job_name, status, recorded.get("duration_s", 0.0), recorded.get("restarts", 0),
-                                  recorded.get("completed_checkpoints", 0))
+        return JobExecutionResult(
+            self.job_name,
+            status,
+            recorded.get("duration_s", 0.0),
+            recorded.get("restarts", 0),
+            recorded.get("completed_checkpoints", 0),
+        )
 
     def cancel(self, timeout_s: float = 30) -> None:
         self._ask("cancel")
@@ -156,7 +172,9 @@ class RayJobClient(JobClient):
                 break  # deployed (and it has no such task), or ended
             time.sleep(0.05)
         if actor is None:
-            raise UnknownTaskError(f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}")
+            raise UnknownTaskError(
+                f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}"
+            )
         return actor
 
     def kill_task(self, vertex: str, subtask: int) -> str:
@@ -219,19 +237,28 @@ def this_application() -> Application:
 
 
 def _refusal(name: str, conflict: Conflict) -> JobAlreadyRunningError | OutputInUseError:
-    since = datetime.datetime.fromtimestamp(conflict.submitted_at).strftime("%H:%M:%S") if conflict.submitted_at else "?"
+    since = (
+        datetime.datetime.fromtimestamp(conflict.submitted_at).strftime("%H:%M:%S") if conflict.submitted_at else "?"
+    )
     running = f"(run {conflict.run_id}, submitted at {since} by {conflict.where})"
-    reach = (f"watch it with `weir status {conflict.job}` or RayJobClient.attach('{conflict.job}'), "
-             f"end it with `weir cancel {conflict.job}` or `weir stop {conflict.job} --savepoint-path PATH`")
+    reach = (
+        f"watch it with `weir status {conflict.job}` or RayJobClient.attach('{conflict.job}'), "
+        f"end it with `weir cancel {conflict.job}` or `weir stop {conflict.job} --savepoint-path PATH`"
+    )
     if conflict.location is None:
         return JobAlreadyRunningError(
             f"a job named '{name}' is already running on this Ray cluster {running}; one name runs once at a time: "
-            f"{reach}, or submit under another name", job=conflict.job, run_id=conflict.run_id)
+            f"{reach}, or submit under another name",
+            job=conflict.job,
+            run_id=conflict.run_id,
+        )
     return OutputInUseError(
         f"sink '{conflict.operator}' of job '{name}' writes to {conflict.location}, which running job '{conflict.job}' "
         f"{running} writes to; "
         f"an output belongs to one running job, and nothing was written: {reach}, or give the sink an output of its own",
-        job=conflict.job, location=conflict.location)
+        job=conflict.job,
+        location=conflict.location,
+    )
 
 
 class RayExecutor(Executor):
@@ -248,8 +275,17 @@ class RayExecutor(Executor):
         linger_s = float(os.environ.get("WEIR_JOB_LINGER_S", DEFAULT_LINGER_S))
         faults = {k: v for k, v in os.environ.items() if k.startswith("WEIR_FAULT")}  # weir's own failure tests
         runtime_env = actor_runtime_env()
-        assignment = JobAssignment(graph.name, graph.run_id, cloudpickle.dumps(graph), this_application(), graph.outputs,
-                                   linger_s, faults, submitted_at=time.time(), slots=slots_wanted(graph, runtime_env))
+        assignment = JobAssignment(
+            graph.name,
+            graph.run_id,
+            cloudpickle.dumps(graph),
+            this_application(),
+            graph.outputs,
+            linger_s,
+            faults,
+            submitted_at=time.time(),
+            slots=slots_wanted(graph, runtime_env),
+        )
         actor, conflict = ray.get(get_pool().submit.remote(assignment, runtime_env))
         if conflict is not None:
             raise _refusal(graph.name, conflict)

@@ -195,7 +195,9 @@ class PoolLedger:
         self._short_since: dict[str, float] = {}  # shape key -> when it fell short of fresh slots
         self._leased_at: dict[str, float] = {}  # shape key -> its latest lease
         self._largest_lease: dict[str, int] = {}  # shape key -> most slots one lease took lately
-        self._lost: dict[str, tuple[float, int]] = {}  # shape key -> (when it first lost slots, how many): replace them soon
+        self._lost: dict[
+            str, tuple[float, int]
+        ] = {}  # shape key -> (when it first lost slots, how many): replace them soon
         self._scarce_until = 0.0  # idle slots were retired to free CPU: start none before this
 
     # ------------------------------------------------------------ applications
@@ -238,8 +240,14 @@ class PoolLedger:
         idle = [(sid, s) for sid, s in self.slots.items() if s.shape == shape.key and s.job is None]
         own = sorted((x for x in idle if x[1].app == app), key=lambda x: -x[1].idle_since)
         fresh = [x for x in idle if x[1].app is None]
-        taken = [sid for sid, _ in (_spread([x for x in own if x[1].node_id]) + _spread([x for x in fresh if x[1].node_id])
-                                    + [x for x in own + fresh if not x[1].node_id])][:count]
+        taken = [
+            sid
+            for sid, _ in (
+                _spread([x for x in own if x[1].node_id])
+                + _spread([x for x in fresh if x[1].node_id])
+                + [x for x in own + fresh if not x[1].node_id]
+            )
+        ][:count]
         for sid in taken:
             self.slots[sid].job, self.slots[sid].app = job, app
         return taken, count - len(taken)
@@ -283,7 +291,9 @@ class PoolLedger:
             s.node_id = node_id
 
     # ------------------------------------------------------------ jobs
-    def reserve(self, assignment: JobAssignment, env: dict[str, Any], env_key: str, now: float) -> str | Conflict | None:
+    def reserve(
+        self, assignment: JobAssignment, env: dict[str, Any], env_key: str, now: float
+    ) -> str | Conflict | None:
         """The compare-and-set of a job's identity: the running job that holds its
         name or one of its outputs, or else the job is recorded as running on the
         coordinator returned (None: the pool must start one and
@@ -296,12 +306,18 @@ class PoolLedger:
                 return Conflict(name, other.run_id, other.app.where, other.submitted_at, entry.coordinator)
             for location, operator in assignment.outputs.items():
                 if location in other.outputs:
-                    return Conflict(name, other.run_id, other.app.where, other.submitted_at, entry.coordinator, location, operator)
+                    return Conflict(
+                        name, other.run_id, other.app.where, other.submitted_at, entry.coordinator, location, operator
+                    )
         self.envs.setdefault(env_key, env)
         app = assignment.app.id
         self.apps.setdefault(app, False)
-        free = [(cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring]
-        chosen = next((cid for cid, c in free if c.app == app), None) or next((cid for cid, c in free if c.app is None), None)
+        free = [
+            (cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring
+        ]
+        chosen = next((cid for cid, c in free if c.app == app), None) or next(
+            (cid for cid, c in free if c.app is None), None
+        )
         if chosen is not None:
             self.place_job(assignment, chosen)
         return chosen
@@ -338,9 +354,13 @@ class PoolLedger:
         :meth:`place_job` it there)."""
         assignment = self.jobs[name].assignment
         assignment.incarnation += 1
-        free = [(cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring]
+        free = [
+            (cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring
+        ]
         app = assignment.app.id
-        chosen = next((cid for cid, c in free if c.app == app), None) or next((cid for cid, c in free if c.app is None), None)
+        chosen = next((cid for cid, c in free if c.app == app), None) or next(
+            (cid for cid, c in free if c.app is None), None
+        )
         if chosen is not None:
             self.place_job(assignment, chosen)
         return assignment, chosen, env_key
@@ -396,7 +416,10 @@ class PoolLedger:
         plan = RefillPlan()
         booting = any(not s.node_id for s in self.slots.values()) or any(not c.up for c in self.coordinators.values())
         for key, shape in self.shapes.items():
-            idle = sorted(((sid, s) for sid, s in self.slots.items() if s.shape == key and s.job is None), key=lambda x: x[1].idle_since)
+            idle = sorted(
+                ((sid, s) for sid, s in self.slots.items() if s.shape == key and s.job is None),
+                key=lambda x: x[1].idle_since,
+            )
             fresh = [x for x in idle if x[1].app is None]
             in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
             target = max(self.settings.idle_slots, self._largest_lease.get(key, 0)) if in_use else 0
@@ -430,7 +453,11 @@ class PoolLedger:
             fresh_c = sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
             plan.new_coordinators += [env_key] * (self.settings.idle_coordinators - fresh_c)
         for cid, c in self.coordinators.items():  # an application's idle coordinator retires as its slots do
-            if c.app is not None and c.job is None and (c.retiring or now - c.idle_since > self.settings.idle_timeout_s):
+            if (
+                c.app is not None
+                and c.job is None
+                and (c.retiring or now - c.idle_since > self.settings.idle_timeout_s)
+            ):
                 c.retiring = True
                 if not self._has_record(cid):  # else it leaves when its last record is forgotten
                     plan.retire_coordinators.append(cid)
@@ -448,10 +475,14 @@ class PoolLedger:
         shapes = []
         for key, shape in self.shapes.items():
             states = collections.Counter(s.state for s in self.slots.values() if s.shape == key)
-            shapes.append({
-                "shape": ", ".join(f"{k}={v}" for k, v in sorted(shape.options.items()) if k != "scheduling_strategy"),
-                **{state.value: states[state] for state in SlotState},
-            })
+            shapes.append(
+                {
+                    "shape": ", ".join(
+                        f"{k}={v}" for k, v in sorted(shape.options.items()) if k != "scheduling_strategy"
+                    ),
+                    **{state.value: states[state] for state in SlotState},
+                }
+            )
         return {
             "settings": vars(self.settings),
             "shapes": shapes,
@@ -467,5 +498,8 @@ def _spread(slots: list[tuple[str, SlotEntry]]) -> list[tuple[str, SlotEntry]]:
     by_node: dict[str, list[tuple[str, SlotEntry]]] = {}
     for x in slots:
         by_node.setdefault(x[1].node_id, []).append(x)
-    rounds = [[on_node[i] for on_node in by_node.values() if i < len(on_node)] for i in range(max(map(len, by_node.values()), default=0))]
+    rounds = [
+        [on_node[i] for on_node in by_node.values() if i < len(on_node)]
+        for i in range(max(map(len, by_node.values()), default=0))
+    ]
     return [x for r in rounds for x in r]

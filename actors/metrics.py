@@ -42,9 +42,13 @@ class TaskMetrics:
     def __init__(self) -> None:
         self.records_in = Counter("weir_task_records_in", "records a task took in", tag_keys=_TASK)
         self.records_out = Counter("weir_task_records_out", "records a task sent on", tag_keys=_TASK)
-        self.backpressured = Counter("weir_task_backpressured_seconds", "time a task waited for room downstream", tag_keys=_TASK)
+        self.backpressured = Counter(
+            "weir_task_backpressured_seconds", "time a task waited for room downstream", tag_keys=_TASK
+        )
         self.watermark = Gauge("weir_task_watermark_ms", "a task's event-time watermark", tag_keys=_TASK)
-        self.watermark_lag = Gauge("weir_task_watermark_lag_ms", "wall-clock time minus a task's watermark", tag_keys=_TASK)
+        self.watermark_lag = Gauge(
+            "weir_task_watermark_lag_ms", "wall-clock time minus a task's watermark", tag_keys=_TASK
+        )
         self._counters = _Counters()
 
     def report(self, job: str, vertex: str, subtask: int, m: dict[str, Any]) -> None:
@@ -61,8 +65,12 @@ class JobMetrics:
     def __init__(self) -> None:
         self.restarts = Gauge("weir_job_restarts", "restarts of a job (region restarts included)", tag_keys=_JOB)
         self.checkpoints = Counter("weir_job_checkpoints_completed", "checkpoints a job completed", tag_keys=_JOB)
-        self.checkpoint_duration = Gauge("weir_job_last_checkpoint_duration_ms", "how long a job's last checkpoint took", tag_keys=_JOB)
-        self.checkpoint_size = Gauge("weir_job_last_checkpoint_size_bytes", "the state a job's last checkpoint wrote", tag_keys=_JOB)
+        self.checkpoint_duration = Gauge(
+            "weir_job_last_checkpoint_duration_ms", "how long a job's last checkpoint took", tag_keys=_JOB
+        )
+        self.checkpoint_size = Gauge(
+            "weir_job_last_checkpoint_size_bytes", "the state a job's last checkpoint wrote", tag_keys=_JOB
+        )
         self._counters = _Counters()
 
     def report(self, job: str, restarts: int, completed: int, last: dict[str, Any] | None) -> None:

@@ -236,10 +236,18 @@ class SlotPool:
                 cid = self._new_coordinator(env_key)
                 self.ledger.place_job(assignment, cid)
             actor = self._actors[cid]
-        log.warning("job %s: its coordinator died; coordinator %s takes it over (incarnation %d)", assignment.name, cid[:8],
-                    assignment.incarnation)
-        threading.Thread(target=self._hand_over, args=(assignment.name, cid, actor.start.remote(assignment, True)),
-                         name=f"take-over-{assignment.name}", daemon=True).start()
+        log.warning(
+            "job %s: its coordinator died; coordinator %s takes it over (incarnation %d)",
+            assignment.name,
+            cid[:8],
+            assignment.incarnation,
+        )
+        threading.Thread(
+            target=self._hand_over,
+            args=(assignment.name, cid, actor.start.remote(assignment, True)),
+            name=f"take-over-{assignment.name}",
+            daemon=True,
+        ).start()
 
     def _hand_over(self, job: str, cid: str, started: Any) -> None:
         """Once the successor has accepted the job, clients are sent to it. One
@@ -293,13 +301,19 @@ class SlotPool:
         """The idle slots' actors, fresh or an application's (for operators and
         tests: killing one rehearses a slot that dies while it waits)."""
         with self._lock:
-            return [self._actors[sid] for sid, s in self.ledger.slots.items() if s.state in (SlotState.FRESH, SlotState.IDLE)]
+            return [
+                self._actors[sid]
+                for sid, s in self.ledger.slots.items()
+                if s.state in (SlotState.FRESH, SlotState.IDLE)
+            ]
 
     def idle_coordinators(self) -> list[Any]:
         """The idle job coordinators' actors (for operators and tests, as
         :meth:`idle_slots`)."""
         with self._lock:
-            return [self._actors[cid] for cid, c in self.ledger.coordinators.items() if c.job is None and not c.retiring]
+            return [
+                self._actors[cid] for cid, c in self.ledger.coordinators.items() if c.job is None and not c.retiring
+            ]
 
     def slot_ids(self) -> list[str]:
         """Every slot the pool holds, idle or leased (Ray actor ids)."""
@@ -315,7 +329,9 @@ class SlotPool:
 
         # Ray does not restart it: when it dies, its watch tells the pool, which
         # hands its job to a standby coordinator already up.
-        actor = RemoteJobCoordinator.options(num_cpus=0, max_concurrency=64, runtime_env=self.ledger.envs[env_key]).remote()
+        actor = RemoteJobCoordinator.options(
+            num_cpus=0, max_concurrency=64, runtime_env=self.ledger.envs[env_key]
+        ).remote()
         cid = actor_id(actor)
         self.ledger.add_coordinator(cid, env_key)
         self._actors[cid], self._starting[cid] = actor, actor.ready.remote()
@@ -373,8 +389,11 @@ class SlotPool:
                 with self._lock:
                     ended = self.ledger.app_ended(app)
                     del self._alive[app]
-                log.info("application %s has ended: retiring its %d idle process(es)", app,
-                         len(ended.retire_slots) + len(ended.retire_coordinators))
+                log.info(
+                    "application %s has ended: retiring its %d idle process(es)",
+                    app,
+                    len(ended.retire_slots) + len(ended.retire_coordinators),
+                )
                 self._retire(ended.retire_slots + ended.retire_coordinators)
 
     def _came_up(self, aid: str, ref: Any) -> None:
@@ -427,6 +446,12 @@ def get_pool(address: str | None = None, create: bool = True) -> Any:
     if not create:
         return find_pool()
     return RemoteSlotPool.options(
-        name=POOL_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=256,
-        resources={"node:__internal_head__": 0.001}, runtime_env=actor_runtime_env(),
+        name=POOL_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_concurrency=256,
+        resources={"node:__internal_head__": 0.001},
+        runtime_env=actor_runtime_env(),
     ).remote(PoolSettings.from_env())

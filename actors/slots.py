@@ -55,8 +55,10 @@ class JobScope:
             os.environ.pop(name, None)
         self._env = set()
         dropped = [
-            name for name, module in list(sys.modules.items())
-            if name not in self._own_modules and not str(getattr(module, "__file__", None) or "").startswith(_KEPT_PATHS)
+            name
+            for name, module in list(sys.modules.items())
+            if name not in self._own_modules
+            and not str(getattr(module, "__file__", None) or "").startswith(_KEPT_PATHS)
         ]
         for name in dropped:
             del sys.modules[name]

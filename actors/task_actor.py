@@ -25,8 +25,8 @@ from weir.actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
 from weir.actors.metrics import TaskMetrics, report_every_second
 from weir.actors.slots import JobScope
 from weir.runtime.checkpointing import TaskKey
-from weir.runtime.errors import SlotBusyError, TaskFailedError, WeirError
 from weir.runtime.deployment import Deployment
+from weir.runtime.errors import SlotBusyError, TaskFailedError, WeirError
 from weir.runtime.letters import MasterPorts
 from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
 
@@ -58,7 +58,9 @@ class _RayPorts(MasterPorts):
             call(*args)
         except DeliveryError as exc:
             vertex = self._d.task.vertex.outputs[exc.output].target
-            raise TaskFailedError(f"{vertex} (channel {exc.channel} of {self._d.task.name})", f"a delivery to it failed: {exc}") from None
+            raise TaskFailedError(
+                f"{vertex} (channel {exc.channel} of {self._d.task.name})", f"a delivery to it failed: {exc}"
+            ) from None
 
     def post(self, letter: Any) -> None:
         self._coordinator.post.remote(self._run_id, letter)
@@ -69,8 +71,12 @@ def _end_slot(cause: BaseException) -> None:
     stayed up would be leased again and hold up its senders. End the process, as
     a crash would: a job fails the running task over, one setting the slot up
     finds it dead and takes another, and the pool replaces it."""
-    log.critical("task actor (pid %d): its inbox broke (%s: %s); ending the process so that the slot is replaced",
-                 os.getpid(), type(cause).__name__, cause)
+    log.critical(
+        "task actor (pid %d): its inbox broke (%s: %s); ending the process so that the slot is replaced",
+        os.getpid(),
+        type(cause).__name__,
+        cause,
+    )
     os._exit(1)
 
 
@@ -100,7 +106,9 @@ class TaskActor:
         """Where this slot takes deliveries (see :mod:`weir.actors.exchange`)."""
         return self._inbox.endpoint
 
-    def setup(self, deployment: Deployment, routes: list[list[Route]], master: tuple[Any, str], env: dict[str, str]) -> None:
+    def setup(
+        self, deployment: Deployment, routes: list[list[Route]], master: tuple[Any, str], env: dict[str, str]
+    ) -> None:
         """Take on a task (its previous one, if any, has ended). ``routes``: the
         receiver of each output channel; ``master``: the job coordinator and the
         job's run id, where its letters go; ``env``: variables the job sets in its
@@ -149,13 +157,19 @@ class TaskActor:
         try:
             result = self._task.run()
         finally:
-            self._inbox.close(self._run_id, self._attempt, drop_connections=result is None or result.state is not TaskState.FINISHED)
+            self._inbox.close(
+                self._run_id, self._attempt, drop_connections=result is None or result.state is not TaskState.FINISHED
+            )
             if self._outbox is not None:
                 self._outbox.close()
             self._running = False
         if result.error is not None and not isinstance(result.error, WeirError):
             # Only weir's errors are sure to pickle back; keep the text of the rest.
-            result = TaskResult(result.state, TaskFailedError(self._task.deployment.name, f"failed:\n{result.error_text}"), result.error_text)
+            result = TaskResult(
+                result.state,
+                TaskFailedError(self._task.deployment.name, f"failed:\n{result.error_text}"),
+                result.error_text,
+            )
         return result
 
     def letter(self, attempt: int, letter: Any) -> None:

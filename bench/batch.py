@@ -24,8 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from weir.connectors.files import FileSink
 from weir import DiscardingSink, RuntimeExecutionMode, StreamExecutionEnvironment
+from weir.connectors.files import FileSink
 
 
 def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +33,11 @@ def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(
-    rows: list[dict[str, Any]], mode: RuntimeExecutionMode, parallelism: int, sink: str, folder: str,
+    rows: list[dict[str, Any]],
+    mode: RuntimeExecutionMode,
+    parallelism: int,
+    sink: str,
+    folder: str,
 ) -> tuple[float, float, float]:
     """Seconds from building the job (``from_collection`` pickles the rows) to
     ``execute()`` returning, of them those before the first record, and the CPU
@@ -42,11 +46,13 @@ def run(
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     env.set_runtime_mode(mode)
     env.get_checkpoint_config().set_checkpoint_storage(folder + "/checkpoints")
-    (env.from_collection(rows)
+    (
+        env.from_collection(rows)
         .map(lambda r: {"customer": r["customer"], "orders": 1, "total": r["amount"]})
         .key_by(lambda r: r["customer"])
         .reduce(_add)
-        .sink_to(FileSink(folder + "/out", format="parquet") if sink == "parquet" else DiscardingSink()))
+        .sink_to(FileSink(folder + "/out", format="parquet") if sink == "parquet" else DiscardingSink())
+    )
     result = env.execute(f"bench-batch-{mode.name.lower()}", executor="local")
     wall, cpu = time.time() - started, time.process_time() - cpu
     first = min(m["first_record_at"] for m in result.metrics if m.get("first_record_at"))
@@ -70,8 +76,10 @@ def main() -> None:
         for mode in modes if r % 2 == 0 else modes[::-1]:
             with tempfile.TemporaryDirectory(prefix="weir-bench-batch-") as folder:
                 samples[mode].append(run(rows, mode, args.parallelism, args.sink, folder))
-    table = Table(title=f"{args.rows:,} rows -> keyed sum over 1,000 customers -> {args.sink}, "
-                        f"parallelism {args.parallelism}, local executor (best of {args.repeat})")
+    table = Table(
+        title=f"{args.rows:,} rows -> keyed sum over 1,000 customers -> {args.sink}, "
+        f"parallelism {args.parallelism}, local executor (best of {args.repeat})"
+    )
     for col in ("mode", "job s", "of which before the first record", "CPU s", "rows/s", "vs BATCH (wall, CPU)"):
         table.add_column(col, justify="right")
 
@@ -82,8 +90,13 @@ def main() -> None:
     for mode in modes:
         wall, setup, cpu = best(mode, 0), best(mode, 1), best(mode, 2)
         table.add_row(
-            mode.name, f"{wall:.2f}", f"{setup:.2f}", f"{cpu:.2f}", f"{args.rows / wall:,.0f}",
-            f"{wall / best(batch, 0):.2f}x, {cpu / best(batch, 2):.2f}x")
+            mode.name,
+            f"{wall:.2f}",
+            f"{setup:.2f}",
+            f"{cpu:.2f}",
+            f"{args.rows / wall:,.0f}",
+            f"{wall / best(batch, 0):.2f}x, {cpu / best(batch, 2):.2f}x",
+        )
     Console().print(table)
 
 

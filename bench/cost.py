@@ -39,20 +39,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--settle-s", type=float, default=6.0,
-                    help="after each warm-up, wait until the slot pool started no task actor for this long")
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=6.0,
+        help="after each warm-up, wait until the slot pool started no task actor for this long",
+    )
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--side-by-side", type=int, nargs="*", default=[], metavar="JOBS",
-                    help="also run this many W1 jobs at parallelism 1 at once, the records split between them")
+    ap.add_argument(
+        "--side-by-side",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="JOBS",
+        help="also run this many W1 jobs at parallelism 1 at once, the records split between them",
+    )
     args = ap.parse_args()
     table = Table(title=f"W1 cost, {args.records:,} records, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
-    for col in ("run", "busy CPU-s per million records", "vs the first run", "execute() wall (s)", "records/s whole execute()"):
+    for col in (
+        "run",
+        "busy CPU-s per million records",
+        "vs the first run",
+        "execute() wall (s)",
+        "records/s whole execute()",
+    ):
         table.add_column(col, justify="right")
     base = None
     runs = [(f"parallelism {p}", p, 1) for p in args.parallelism]
     runs += [(f"{jobs} jobs at parallelism 1 side by side", 1, jobs) for jobs in args.side_by_side]
     for label, parallelism, jobs in runs:
-        w1(args.records // 10, parallelism * jobs, 1000)  # warm-up: fills the slot pool with as many slots as the run takes
+        w1(
+            args.records // 10, parallelism * jobs, 1000
+        )  # warm-up: fills the slot pool with as many slots as the run takes
         settle_pool(args.settle_s)
         costs, walls = [], []
         for _ in range(args.repeat):
@@ -63,8 +81,11 @@ def main() -> None:
         cost, wall = statistics.median(costs), statistics.median(walls)
         base = base or cost
         table.add_row(label, f"{cost:.2f}", f"{cost / base:.2f}x", f"{wall:.2f}", f"{args.records / wall:,.0f}")
-        print(f"  {label}: {cost:.2f} busy CPU-s per million records ({cost / base:.2f}x), "
-              f"{args.records / wall:,.0f} records/s whole execute()", flush=True)
+        print(
+            f"  {label}: {cost:.2f} busy CPU-s per million records ({cost / base:.2f}x), "
+            f"{args.records / wall:,.0f} records/s whole execute()",
+            flush=True,
+        )
     Console().print(table)
 
 

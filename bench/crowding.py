@@ -76,8 +76,13 @@ def run(records: int, n: int, layout: str) -> tuple[float, float]:
     ctx = multiprocessing.get_context("fork")
     per = records // n
     # wires[s][d]: source s's connection to sum d, and sum d's from source s
-    wires = [[tuple(Connection(end.detach()) for end in socket.socketpair()) if layout != "pipelines" or s == d else None
-              for d in range(n)] for s in range(n)]
+    wires = [
+        [
+            tuple(Connection(end.detach()) for end in socket.socketpair()) if layout != "pipelines" or s == d else None
+            for d in range(n)
+        ]
+        for s in range(n)
+    ]
     outputs = [[w[0] for w in row if w] for row in wires]
     inputs = [[row[d][1] for row in wires if row[d]] for d in range(n)]  # type: ignore[index]
     if layout == "shared":
@@ -109,8 +114,11 @@ def main() -> None:
             cost, wall = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
             base = base or cost
             processes = n if layout == "shared" else 2 * n
-            print(f"  {layout} at {n} ({processes} busy processes, {os.cpu_count()} cores): {cost:.2f} busy CPU-s "
-                  f"per million records ({cost / base:.2f}x), {args.records / wall:,.0f} records/s", flush=True)
+            print(
+                f"  {layout} at {n} ({processes} busy processes, {os.cpu_count()} cores): {cost:.2f} busy CPU-s "
+                f"per million records ({cost / base:.2f}x), {args.records / wall:,.0f} records/s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -94,7 +94,9 @@ def main() -> None:
     n, payload = args.deliveries, os.urandom(args.payload_bytes)
     recv, send = Receiver.remote(), Sender.remote()
     endpoint = ray.get(recv.endpoint.remote())
-    table = Table(title=f"One delivery of {args.payload_bytes:,} bytes between two actors ({os.cpu_count()} cores, warm cluster)")
+    table = Table(
+        title=f"One delivery of {args.payload_bytes:,} bytes between two actors ({os.cpu_count()} cores, warm cluster)"
+    )
     for col in ("transport", "deliveries/s", "sender CPU µs per delivery", "receiver CPU µs per delivery"):
         table.add_column(col, justify="right")
     rows = {}
@@ -112,7 +114,10 @@ def main() -> None:
         # threads handling calls included); the sender's, its whole process too.
         rows[name] = (n / wall, send_cpu / n * 1e6, recv_cpu / n * 1e6)
         table.add_row(name, f"{rows[name][0]:,.0f}", f"{rows[name][1]:,.0f}", f"{rows[name][2]:,.0f}")
-        print(f"  {name}: {rows[name][0]:,.0f} deliveries/s, sender {rows[name][1]:,.0f} µs, receiver {rows[name][2]:,.0f} µs CPU each", flush=True)
+        print(
+            f"  {name}: {rows[name][0]:,.0f} deliveries/s, sender {rows[name][1]:,.0f} µs, receiver {rows[name][2]:,.0f} µs CPU each",
+            flush=True,
+        )
     Console().print(table)
 
 

@@ -16,24 +16,28 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from weir.connectors.files import FileSink
 from weir import StreamExecutionEnvironment
+from weir.connectors.files import FileSink
 
 
 def run(records: int, interval_ms: int) -> tuple[float, float, int]:
     out = tempfile.mkdtemp(prefix="weir-finish-")
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
-    (env.from_sequence(0, records - 1)
+    (
+        env.from_sequence(0, records - 1)
         .map(lambda i: (i % 1000, 2 * i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(FileSink(out)))
+        .sink_to(FileSink(out))
+    )
     started = time.time()
     result = env.execute(f"bench-finish-{interval_ms}")
     returned = time.time()
     shutil.rmtree(out, ignore_errors=True)
-    last = max(m["last_record_at"] for m in result.metrics if m["task"].startswith("source") and m.get("last_record_at"))
+    last = max(
+        m["last_record_at"] for m in result.metrics if m["task"].startswith("source") and m.get("last_record_at")
+    )
     return returned - started, returned - last, result.completed_checkpoints
 
 

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from weir import StreamExecutionEnvironment
 from weir.connectors.kafka import (
     DeliveryGuarantee,
     KafkaOffsetsInitializer,
@@ -29,7 +30,6 @@ from weir.connectors.kafka import (
     KafkaSource,
     SimpleStringSchema,
 )
-from weir import StreamExecutionEnvironment
 
 PARTITIONS = 4
 
@@ -48,7 +48,13 @@ def _fill(bootstrap: str, topic: str, n: int) -> None:
 
 def _output_span(bootstrap: str, topic: str, n: int) -> tuple[int, float]:
     """(records, seconds from the first to the last record's timestamp) of ``topic``, read_committed."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+        }
+    )
     parts = c.list_topics(topic, timeout=10).topics[topic].partitions
     c.assign([TopicPartition(topic, p, 0) for p in parts])
     count, first, last = 0, float("inf"), 0.0
@@ -66,7 +72,9 @@ def _output_span(bootstrap: str, topic: str, n: int) -> tuple[int, float]:
 def plain_loop(bootstrap: str, source: str, sink: str, n: int) -> float:
     """The floor: one process consuming, mapping and producing."""
     started = time.perf_counter()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"floor-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"floor-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False}
+    )
     c.assign([TopicPartition(source, p, 0) for p in range(PARTITIONS)])
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     seen = 0
@@ -86,16 +94,37 @@ def plain_loop(bootstrap: str, source: str, sink: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def weir_job(bootstrap: str, source: str, sink: str, parallelism: int, guarantee: DeliveryGuarantee, executor: str) -> float:
+def weir_job(
+    bootstrap: str, source: str, sink: str, parallelism: int, guarantee: DeliveryGuarantee, executor: str
+) -> float:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     env.enable_checkpointing(1000)
     env.set_progress_bar(False)
-    (env.from_source(KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(source)
-                     .set_value_only_deserializer(SimpleStringSchema()).set_bounded(KafkaOffsetsInitializer.latest()).build(), source_name="kafka")
+    (
+        env.from_source(
+            KafkaSource.builder()
+            .set_bootstrap_servers(bootstrap)
+            .set_topics(source)
+            .set_value_only_deserializer(SimpleStringSchema())
+            .set_bounded(KafkaOffsetsInitializer.latest())
+            .build(),
+            source_name="kafka",
+        )
         .map(lambda s: s.upper())
-        .sink_to(KafkaSink.builder().set_bootstrap_servers(bootstrap)
-                 .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(sink).set_value_serialization_schema(SimpleStringSchema()).build())
-                 .set_delivery_guarantee(guarantee).set_transactional_id_prefix(f"bench-{sink}").build()))
+        .sink_to(
+            KafkaSink.builder()
+            .set_bootstrap_servers(bootstrap)
+            .set_record_serializer(
+                KafkaRecordSerializationSchema.builder()
+                .set_topic(sink)
+                .set_value_serialization_schema(SimpleStringSchema())
+                .build()
+            )
+            .set_delivery_guarantee(guarantee)
+            .set_transactional_id_prefix(f"bench-{sink}")
+            .build()
+        )
+    )
     started = time.perf_counter()
     env.execute(f"bench-kafka-{parallelism}", executor=executor)
     return time.perf_counter() - started
@@ -131,7 +160,9 @@ def main() -> None:
             from weir.actors.cluster import ensure_ray
 
             ensure_ray()
-            weir_job(bootstrap, source, topic(PARTITIONS), 1, DeliveryGuarantee.NONE, args.executor)  # warm the cluster's pool
+            weir_job(
+                bootstrap, source, topic(PARTITIONS), 1, DeliveryGuarantee.NONE, args.executor
+            )  # warm the cluster's pool
         rows = []
         sink = topic(PARTITIONS)
         whole = plain_loop(bootstrap, source, sink, n)

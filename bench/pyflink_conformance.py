@@ -42,7 +42,9 @@ FLINK_TAG = "release-2.3.0"
 TEST_FILES = ["test_data_stream.py", "test_window.py"]
 TESTS_PATH = "flink-python/pyflink/datastream/tests"
 ADAPTED_MODULES = (  # PyFlink's test bases and JVM helpers: the adapter stands in for them
-    "pyflink.testing.test_case_utils", "pyflink.datastream.tests.test_util", "pyflink.java_gateway",
+    "pyflink.testing.test_case_utils",
+    "pyflink.datastream.tests.test_util",
+    "pyflink.java_gateway",
     "pyflink.util.java_utils",
 )
 JVM_MARKERS = ("get_gateway(", "_j_", "get_j_env_configuration(", "invoke_java_object_method", "py4j")
@@ -59,7 +61,10 @@ EXPECTED: dict[str, list[str]] = {
         """(3, '{"name": "world", "tel": 125, "addr": {"country": "USA", "city": "NewYork"}}')""",
         """(4, '{"name": "PyFlink", "tel": 33, "addr": {"country": "China", "city": "Hangzhou"}}')""",
         """(1, '{"name": "Flink", "tel": 124, "addr": {"country": "Germany", "city": "Berlin"}}')""",
-        "('Germany', 123)", "('China', 135)", "('USA', 124)", "('China', 167)",
+        "('Germany', 123)",
+        "('China', 135)",
+        "('USA', 124)",
+        "('China', 167)",
     ],
     # The two records whose country contains "China", tel + 1, the JSON parsed into a dict.
     "process_json_data.py": [
@@ -69,9 +74,14 @@ EXPECTED: dict[str, list[str]] = {
     # A running sum per name of a FLOAT field into FLOAT state: each input and each state
     # value is a float rounded through 4 bytes, the sum itself a Python float.
     "state_access.py": [
-        "('Alice', 110.0999984741211)", "('Bob', 30.200000762939453)", "('Alice', 130.0999984741211)",
-        "('Bob', 83.29999923706055)", "('Alice', 143.20000648498535)", "('Bob', 86.40000295639038)",
-        "('Bob', 102.50000190734863)", "('Alice', 163.30001258850098)",
+        "('Alice', 110.0999984741211)",
+        "('Bob', 30.200000762939453)",
+        "('Alice', 130.0999984741211)",
+        "('Bob', 83.29999923706055)",
+        "('Alice', 143.20000648498535)",
+        "('Bob', 86.40000295639038)",
+        "('Bob', 102.50000190734863)",
+        "('Alice', 163.30001258850098)",
     ],
     # Each record sets a timer 2 s after it; all eight records are in before the watermark passes any
     # timer (the collection is read at once), so each of a name's 4 distinct timers prints its final
@@ -83,8 +93,14 @@ EXPECTED: dict[str, list[str]] = {
     "windowing/tumbling_time_window.py": ["(hi,0,5,4)", "(hi,5,10,3)", "(hi,15,20,1)"],
     # The same in 5 ms windows every 2 ms: every window [s, s+5) with s even that holds a record.
     "windowing/sliding_time_window.py": [
-        "(hi,-2,3,2)", "(hi,0,5,4)", "(hi,2,7,4)", "(hi,4,9,3)", "(hi,6,11,2)", "(hi,8,13,2)",
-        "(hi,12,17,1)", "(hi,14,19,1)",
+        "(hi,-2,3,2)",
+        "(hi,0,5,4)",
+        "(hi,2,7,4)",
+        "(hi,4,9,3)",
+        "(hi,6,11,2)",
+        "(hi,8,13,2)",
+        "(hi,12,17,1)",
+        "(hi,14,19,1)",
     ],
     # hi at 1,2,3,4,8,9,15 with a 5 ms gap: [1,14) holds six, [15,20) one.
     "windowing/session_with_gap_window.py": ["(hi,1,14,6)", "(hi,15,20,1)"],
@@ -125,7 +141,9 @@ def fetch_tests(into: Path, flink_git: str | None) -> list[Path]:
         if flink_git:
             text = subprocess.run(
                 ["git", "--git-dir", flink_git, "show", f"HEAD:{TESTS_PATH}/{name}"],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout
         else:
             url = f"https://raw.githubusercontent.com/apache/flink/{FLINK_TAG}/{TESTS_PATH}/{name}"
@@ -160,13 +178,16 @@ def port_test_module(source: str) -> tuple[str, set[str]]:
         if module in ADAPTED_MODULES:
             new = f"from bench.pyflink_adapter import {', '.join(names)}"
         elif module.startswith("pyflink"):
-            weir_module = "weir" + module[len("pyflink"):]
-            new = f"{bound}, = weir_names({weir_module!r}, {', '.join(map(repr, names))})" if len(names) > 1 \
+            weir_module = "weir" + module[len("pyflink") :]
+            new = (
+                f"{bound}, = weir_names({weir_module!r}, {', '.join(map(repr, names))})"
+                if len(names) > 1
                 else f"{bound} = weir_names({weir_module!r}, {names[0]!r})"
+            )
         else:
             continue
         assert node.end_lineno is not None
-        lines[node.lineno - 1:node.end_lineno] = [new]
+        lines[node.lineno - 1 : node.end_lineno] = [new]
     ported = "from bench.pyflink_adapter import weir_names, java_config\n" + "\n".join(lines) + "\n"
     # The test bases' setUp sets Flink runtime options on the Java configuration.
     ported = ported.replace("get_j_env_configuration(self.env._j_stream_execution_environment)", "java_config()")
@@ -184,15 +205,27 @@ def count_tests(source: str, jvm: set[str]) -> int:
     for cls in (n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)):
         named = [b.id for b in cls.bases if isinstance(b, ast.Name)]
         parents = tuple(made.get(b) or bases[b] for b in named if b in made or b in bases)  # a user function: no test
-        tests = {f.name: f"{cls.name}.{f.name}" for f in cls.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")}
+        tests = {
+            f.name: f"{cls.name}.{f.name}"
+            for f in cls.body
+            if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")
+        }
         made[cls.name] = type(cls.name, parents, tests)
-    return sum(getattr(c, t) not in jvm for c in made.values() if issubclass(c, bases["PyFlinkTestCase"])
-               for t in dir(c) if t.startswith("test_"))
+    return sum(
+        getattr(c, t) not in jvm
+        for c in made.values()
+        if issubclass(c, bases["PyFlinkTestCase"])
+        for t in dir(c)
+        if t.startswith("test_")
+    )
 
 
 def _records(stdout: str) -> list[str]:
-    return sorted(re.sub(r"^\d+> ", "", line) for line in stdout.splitlines()
-                  if line and not line.startswith(("Printing result", "Executing word_count", "Use --input")))
+    return sorted(
+        re.sub(r"^\d+> ", "", line)
+        for line in stdout.splitlines()
+        if line and not line.startswith(("Printing result", "Executing word_count", "Use --input"))
+    )
 
 
 def run_examples(folder: Path, work: Path) -> int:
@@ -213,7 +246,9 @@ def run_examples(folder: Path, work: Path) -> int:
             env = {**os.environ, "WEIR_EXECUTOR": "local", "PYTHONPATH": str(REPO)}
             if parallelism:
                 env["WEIR_DEFAULT_PARALLELISM"] = parallelism
-            run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=work)
+            run = subprocess.run(
+                [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=work
+            )
             if run.returncode != 0:
                 last = (run.stderr.strip().splitlines() or ["?"])[-1]
                 outcomes.append(f"exit {run.returncode}: {last[:160]}")
@@ -225,12 +260,14 @@ def run_examples(folder: Path, work: Path) -> int:
         ok = all(o == "ok" for o in outcomes)
         passed += ok
         print(f"  {'ok  ' if ok else 'FAIL'}  {name}" + ("" if ok else f": {next(o for o in outcomes if o != 'ok')}"))
-    print(f"examples: {passed}/{len(names) - len(TABLE_API)} DataStream-only examples print PyFlink's records "
-          f"({len(names)} need no external service)")
+    print(
+        f"examples: {passed}/{len(names) - len(TABLE_API)} DataStream-only examples print PyFlink's records "
+        f"({len(names)} need no external service)"
+    )
     return passed
 
 
-CONFTEST = textwrap.dedent('''
+CONFTEST = textwrap.dedent("""
     import os
     JVM = set(os.environ["PYFLINK_JVM_TESTS"].split(","))
 
@@ -238,7 +275,7 @@ CONFTEST = textwrap.dedent('''
         kept = [i for i in items if i.function.__qualname__ not in JVM]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept
-''')
+""")
 
 
 def run_tests(paths: list[Path], work: Path, jobs: int) -> None:
@@ -251,12 +288,36 @@ def run_tests(paths: list[Path], work: Path, jobs: int) -> None:
         jvm |= calls_jvm
         counted += count_tests(source, calls_jvm)
     (work / "tests" / "conftest.py").write_text(CONFTEST)
-    env = {**os.environ, "WEIR_EXECUTOR": "local", "PYTHONPATH": str(REPO), "COLUMNS": "250", "PYFLINK_JVM_TESTS": ",".join(sorted(jvm))}
+    env = {
+        **os.environ,
+        "WEIR_EXECUTOR": "local",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "250",
+        "PYFLINK_JVM_TESTS": ",".join(sorted(jvm)),
+    }
     report = work / "report.txt"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", "120", "-n", str(jobs),
-         "-rA", "--tb=line", "--rootdir", str(work / "tests"), str(work / "tests")],
-        env=env, cwd=work / "tests", stdout=report.open("w"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--timeout",
+            "120",
+            "-n",
+            str(jobs),
+            "-rA",
+            "--tb=line",
+            "--rootdir",
+            str(work / "tests"),
+            str(work / "tests"),
+        ],
+        env=env,
+        cwd=work / "tests",
+        stdout=report.open("w"),
+        stderr=subprocess.STDOUT,
     )
     text = report.read_text()
     passed = len(re.findall(r"^PASSED ", text, re.M))
@@ -264,13 +325,17 @@ def run_tests(paths: list[Path], work: Path, jobs: int) -> None:
     reasons = collections.Counter((why or "?")[:110] for _, why in failed)
     for why, n in reasons.most_common(25):
         print(f"  {n:4d}  {why}")
-    print(f"tests: {passed}/{counted} of PyFlink's DataStream tests that do not call the JVM pass "
-          f"({100 * passed / max(counted, 1):.0f} %); full report: {report}")
+    print(
+        f"tests: {passed}/{counted} of PyFlink's DataStream tests that do not call the JVM pass "
+        f"({100 * passed / max(counted, 1):.0f} %); full report: {report}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--flink-git", help="an apache/flink git directory to read the tests from, when GitHub is out of reach")
+    parser.add_argument(
+        "--flink-git", help="an apache/flink git directory to read the tests from, when GitHub is out of reach"
+    )
     parser.add_argument("--only", choices=["examples", "tests"])
     parser.add_argument("--jobs", type=int, default=2, help="pytest workers for the tests")
     parser.add_argument("--keep", help="work in this folder (kept) rather than a temp folder")

@@ -27,23 +27,33 @@ import statistics
 import tempfile
 import time
 
-from weir.connectors.files import FileSink, read_committed
-from weir import StreamExecutionEnvironment
 from tests.chaos import keyed_sum_with_kills, kill_coordinator, kill_random_task
 from tests.checker import check_running_sums
+from weir import StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 
 
 def _dist(samples: list[float]) -> str:
     s = sorted(samples)
-    return (f"n={len(s)} p50 {statistics.median(s):.2f} s, p99 {s[min(len(s) - 1, int(len(s) * 0.99))]:.2f} s, "
-            f"max {s[-1]:.2f} s")
+    return (
+        f"n={len(s)} p50 {statistics.median(s):.2f} s, p99 {s[min(len(s) - 1, int(len(s) * 0.99))]:.2f} s, "
+        f"max {s[-1]:.2f} s"
+    )
 
 
 def recovery(kills: int, seed: int, pause_s: tuple[float, float], victim=kill_random_task) -> list[float]:
     rate = 60_000
-    run = keyed_sum_with_kills(seed, tempfile.mkdtemp(prefix="weir-rec-out-"), "file://" + tempfile.mkdtemp(prefix="weir-rec-chk-"),
-                               records=int(rate * (pause_s[1] + 2) * kills), kills=kills, pause_s=pause_s, rate=rate, victim=victim,
-                               default_restarts=True)
+    run = keyed_sum_with_kills(
+        seed,
+        tempfile.mkdtemp(prefix="weir-rec-out-"),
+        "file://" + tempfile.mkdtemp(prefix="weir-rec-chk-"),
+        records=int(rate * (pause_s[1] + 2) * kills),
+        kills=kills,
+        pause_s=pause_s,
+        rate=rate,
+        victim=victim,
+        default_restarts=True,
+    )
     assert run.verdict is not None and (run.verdict.lost, run.verdict.duplicated) == (0, 0), run.verdict
     return run.recovery_s
 
@@ -59,8 +69,13 @@ def rescales(count: int) -> list[float]:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(500)
     env.get_checkpoint_config().set_checkpoint_storage("file://" + tempfile.mkdtemp(prefix="weir-scale-chk-"))
-    (env.from_generator(lambda i: (i % 1000, i), count=n, records_per_second=40_000)
-        .key_by(lambda kv: kv[0]).sum(1).name("total").sink_to(FileSink(out, format="jsonl")))
+    (
+        env.from_generator(lambda i: (i % 1000, i), count=n, records_per_second=40_000)
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .name("total")
+        .sink_to(FileSink(out, format="jsonl"))
+    )
     client = env.execute_async("bench-rescale")
     pauses = []
     for i in range(count):
@@ -78,22 +93,30 @@ ISOLATED_S, RAPID_S = (3.0, 4.0), (0.5, 1.0)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20, help="kills 3-4 s after the job recovered from the one before")
-    ap.add_argument("--rapid-kills", type=int, default=20, help="kills 0.5-1 s after the job recovered from the one before")
+    ap.add_argument(
+        "--rapid-kills", type=int, default=20, help="kills 0.5-1 s after the job recovered from the one before"
+    )
     ap.add_argument("--coordinator-kills", type=int, default=20, help="job coordinator kills 3-4 s apart")
     ap.add_argument("--rescales", type=int, default=20)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     if args.kills:  # 0 leaves a part out
         isolated = recovery(args.kills, args.seed, ISOLATED_S)
-        print(f"recovery, isolated kills ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output of the new attempt: {_dist(isolated)}")
+        print(
+            f"recovery, isolated kills ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output of the new attempt: {_dist(isolated)}"
+        )
     if args.rapid_kills:
         rapid = recovery(args.rapid_kills, args.seed, RAPID_S)
-        print(f"recovery, rapid kills ({RAPID_S[0]:g}-{RAPID_S[1]:g} s apart: the pool's replacement process for the last one "
-              f"is still starting on the same cores): {_dist(rapid)}")
+        print(
+            f"recovery, rapid kills ({RAPID_S[0]:g}-{RAPID_S[1]:g} s apart: the pool's replacement process for the last one "
+            f"is still starting on the same cores): {_dist(rapid)}"
+        )
     if args.coordinator_kills:
         coordinator = coordinator_recovery(args.coordinator_kills, args.seed)
-        print(f"recovery, job coordinator killed ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output "
-              f"of the recovered job: {_dist(coordinator)}")
+        print(
+            f"recovery, job coordinator killed ({ISOLATED_S[0]:g}-{ISOLATED_S[1]:g} s apart), kill -> first committed output "
+            f"of the recovered job: {_dist(coordinator)}"
+        )
     if args.rescales:
         pauses = rescales(args.rescales)
         print(f"rescale pause (parallelism 2 <-> 3, client.rescale): {_dist(pauses)}")

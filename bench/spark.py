@@ -29,12 +29,14 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from weir.connectors.spark import ParquetTableSink, from_spark, spark_session
 from weir import RuntimeExecutionMode, StreamExecutionEnvironment
+from weir.connectors.spark import ParquetTableSink, from_spark, spark_session
 
 
 def orders(spark: Any, rows: int) -> Any:
-    df = spark.range(rows).selectExpr("concat('c', cast(id % 1000 as string)) AS customer", "cast(id % 97 AS bigint) AS amount")
+    df = spark.range(rows).selectExpr(
+        "concat('c', cast(id % 1000 as string)) AS customer", "cast(id % 97 AS bigint) AS amount"
+    )
     df = df.cache()
     df.count()
     return df
@@ -52,11 +54,18 @@ def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _partial_sums(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     sums = pa.Table.from_batches([batch]).group_by("customer").aggregate([("amount", "sum"), ("amount", "count")])
-    return [{"customer": c, "orders": n, "total": t} for c, t, n in zip(*(sums.column(i).to_pylist() for i in range(3)))]
+    return [
+        {"customer": c, "orders": n, "total": t} for c, t, n in zip(*(sums.column(i).to_pylist() for i in range(3)))
+    ]
 
 
 def weir_run(
-    df: Any, out: str, parallelism: int, arrow: bool, mode: RuntimeExecutionMode, name: str,
+    df: Any,
+    out: str,
+    parallelism: int,
+    arrow: bool,
+    mode: RuntimeExecutionMode,
+    name: str,
 ) -> tuple[float, float]:
     started = time.perf_counter()
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
@@ -92,7 +101,9 @@ def main() -> None:
         for r in range(args.repeat):
             runs["plain Spark"].append((spark_run(df, f"{tmp}/spark-{r}"), None))
             for i, (name, (arrow, mode)) in enumerate(weir.items()):
-                runs[name].append(weir_run(df, f"{tmp}/weir-{i}-{r}", args.parallelism, arrow, mode, f"bench-spark-{i}-{r}"))
+                runs[name].append(
+                    weir_run(df, f"{tmp}/weir-{i}-{r}", args.parallelism, arrow, mode, f"bench-spark-{i}-{r}")
+                )
     table = Table(title=f"{args.rows:,} rows -> keyed sum over 1,000 customers -> Parquet (median of {args.repeat})")
     for col in ("pipeline", "wall s", "vs plain Spark", "rows/s (whole run)", "rows/s (streaming)"):
         table.add_column(col, justify="right")
@@ -101,7 +112,10 @@ def main() -> None:
         wall = statistics.median(w for w, _ in samples)
         streaming = [s for _, s in samples if s]
         table.add_row(
-            name, f"{wall:.2f}", f"{wall / spark_wall:.1f}x", f"{args.rows / wall:,.0f}",
+            name,
+            f"{wall:.2f}",
+            f"{wall / spark_wall:.1f}x",
+            f"{args.rows / wall:,.0f}",
             f"{args.rows / statistics.median(streaming):,.0f}" if streaming else "-",
         )
     Console().print(table)

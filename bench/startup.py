@@ -33,8 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.w1 import settle_pool
-from weir.connectors.files import FileSink, read_committed
 from weir import StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 
 
 def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000) -> tuple[float, float]:
@@ -44,11 +44,13 @@ def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000)
     env.set_parallelism(parallelism)
     env.set_task_cpus(task_cpus)
     env.enable_checkpointing(1000)
-    (env.from_sequence(0, records - 1)
+    (
+        env.from_sequence(0, records - 1)
         .map(lambda i: (i % 10, 2 * i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(FileSink(out, format="jsonl")))
+        .sink_to(FileSink(out, format="jsonl"))
+    )
     started = time.perf_counter()
     result = env.execute(name)
     wall = time.perf_counter() - started
@@ -71,14 +73,25 @@ print("BENCH-RESULT", json.dumps({"ray": joined - started, "execute": wall}))
 def driver_process(name: str, env: dict[str, str], task_cpus: float) -> dict[str, float]:
     """A driver of its own: seconds to join (or start) Ray, and its first execute()."""
     root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, "-c", _DRIVER, name, str(task_cpus)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", _DRIVER, name, str(task_cpus)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if run.returncode != 0:
         raise RuntimeError(run.stderr[-3000:])
-    return json.loads(next(line for line in run.stdout.splitlines() if line.startswith("BENCH-RESULT")).split(" ", 1)[1])
+    return json.loads(
+        next(line for line in run.stdout.splitlines() if line.startswith("BENCH-RESULT")).split(" ", 1)[1]
+    )
 
 
 def _spread(label: str, samples: list[float]) -> str:
-    return f"{label} median {statistics.median(samples):.2f} s ({min(samples):.2f}-{max(samples):.2f}, n={len(samples)})"
+    return (
+        f"{label} median {statistics.median(samples):.2f} s ({min(samples):.2f}-{max(samples):.2f}, n={len(samples)})"
+    )
 
 
 def new_drivers(count: int, address: str, task_cpus: float) -> None:
@@ -88,8 +101,13 @@ def new_drivers(count: int, address: str, task_cpus: float) -> None:
     for i in range(count):
         settle_pool()  # warm: the pool has started its fresh processes
         runs.append(driver_process(f"bench-new-driver-{i}", env, task_cpus))
-    print("new driver on a warm cluster, p=2: " + _spread("first execute()", [r["execute"] for r in runs])
-          + "; " + _spread("joining Ray", [r["ray"] for r in runs]), flush=True)
+    print(
+        "new driver on a warm cluster, p=2: "
+        + _spread("first execute()", [r["execute"] for r in runs])
+        + "; "
+        + _spread("joining Ray", [r["ray"] for r in runs]),
+        flush=True,
+    )
 
 
 def cold(count: int, task_cpus: float) -> None:
@@ -98,26 +116,46 @@ def cold(count: int, task_cpus: float) -> None:
     runs = []
     for i in range(count):
         with own_ray_tmpdir() as own:  # a Ray of its own, stopped afterwards; the benchmark's own cluster stays
-            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own, "RAY_ADDRESS": "local"}
+            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+                "RAY_TMPDIR": own,
+                "RAY_ADDRESS": "local",
+            }
             runs.append(driver_process(f"bench-cold-{i}", env, task_cpus))
-    print("cold start, p=2: " + _spread("Ray's start (ray.init)", [r["ray"] for r in runs]) + "; "
-          + _spread("then the first execute()", [r["execute"] for r in runs]), flush=True)
+    print(
+        "cold start, p=2: "
+        + _spread("Ray's start (ray.init)", [r["ray"] for r in runs])
+        + "; "
+        + _spread("then the first execute()", [r["execute"] for r in runs]),
+        flush=True,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--task-cpus", type=float, default=0.03,
-                    help="Ray CPUs per task: 32 tasks (p=16) take 0.96 of 2 cores, leaving the 1 CPU the pool keeps free")
-    ap.add_argument("--settle-s", type=float, default=6.0,
-                    help="after each warm-up, wait until the slot pool started no task actor for this long")
-    ap.add_argument("--new-drivers", type=int, default=5, help="driver processes joining the warm cluster, one after another")
+    ap.add_argument(
+        "--task-cpus",
+        type=float,
+        default=0.03,
+        help="Ray CPUs per task: 32 tasks (p=16) take 0.96 of 2 cores, leaving the 1 CPU the pool keeps free",
+    )
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=6.0,
+        help="after each warm-up, wait until the slot pool started no task actor for this long",
+    )
+    ap.add_argument(
+        "--new-drivers", type=int, default=5, help="driver processes joining the warm cluster, one after another"
+    )
     ap.add_argument("--cold", type=int, default=3, help="drivers that each start a Ray cluster of their own")
     args = ap.parse_args()
     if args.cold:
         cold(args.cold, args.task_cpus)
-    table = Table(title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)")
+    table = Table(
+        title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)"
+    )
     for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
         table.add_column(col, justify="right")
     for p in args.parallelism:
@@ -126,8 +164,14 @@ def main() -> None:
         runs = [tiny_job(p, f"bench-startup-p{p}-{i}", args.task_cpus) for i in range(args.repeat)]
         walls = [w for w, _ in runs]
         print(f"  parallelism {p}: execute() median {statistics.median(walls):.3f} s", flush=True)
-        table.add_row(str(p), str(2 * p), f"{statistics.median(walls):.3f}", f"{min(walls):.3f}", f"{max(walls):.3f}",
-                      f"{statistics.median(d for _, d in runs):.3f}")
+        table.add_row(
+            str(p),
+            str(2 * p),
+            f"{statistics.median(walls):.3f}",
+            f"{min(walls):.3f}",
+            f"{max(walls):.3f}",
+            f"{statistics.median(d for _, d in runs):.3f}",
+        )
     Console().print(table)
     if args.new_drivers:
         import ray

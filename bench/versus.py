@@ -40,7 +40,10 @@ def bytewax(python: str, n: int, processes: int, snapshots: bool) -> float:
             subprocess.run(args, check=True, env=env)
         else:
             ports = ADDRESSES.format(*(20_000 + os.getpid() % 10_000 + i for i in range(2)))
-            procs = [subprocess.Popen([*args, "-i", str(i), "-a", ports], env=env, stderr=subprocess.DEVNULL) for i in range(processes)]
+            procs = [
+                subprocess.Popen([*args, "-i", str(i), "-a", ports], env=env, stderr=subprocess.DEVNULL)
+                for i in range(processes)
+            ]
             assert all(p.wait() == 0 for p in procs), "a Bytewax process failed"
         return time.perf_counter() - started
 
@@ -59,8 +62,12 @@ def main() -> None:
         for snapshots in (True, False):
             every = "every 1 s" if snapshots else "off"
             for p in (1, 2):
-                runs.setdefault(f"weir, parallelism {p}, checkpoints {every}", []).append(w1(n, p, 1000 if snapshots else None)[1])
-                runs.setdefault(f"Bytewax 0.21, {p} process(es), snapshots {every}", []).append(bytewax(args.bytewax_python, n, p, snapshots))
+                runs.setdefault(f"weir, parallelism {p}, checkpoints {every}", []).append(
+                    w1(n, p, 1000 if snapshots else None)[1]
+                )
+                runs.setdefault(f"Bytewax 0.21, {p} process(es), snapshots {every}", []).append(
+                    bytewax(args.bytewax_python, n, p, snapshots)
+                )
     table = Table(title=f"W1, {n:,} records, whole run (median of {args.repeat})")
     for col in ("run", "wall s", "records/s"):
         table.add_column(col, justify="right")

@@ -67,11 +67,13 @@ def w1_job(n: int, parallelism: int, checkpoint_ms: int | None) -> StreamExecuti
     env.set_parallelism(parallelism)
     if checkpoint_ms:
         env.enable_checkpointing(checkpoint_ms)
-    (env.from_sequence(0, n - 1)
+    (
+        env.from_sequence(0, n - 1)
         .map(lambda i: (i % 1000, 2 * i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(DiscardingSink()))
+        .sink_to(DiscardingSink())
+    )
     return env
 
 
@@ -114,10 +116,12 @@ def latency(n: int, rate: float, parallelism: int) -> tuple[float, float]:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     env.enable_checkpointing(1000)
-    (env.from_generator(lambda i: (i % 1000, time.time()), count=n, records_per_second=rate)
+    (
+        env.from_generator(lambda i: (i % 1000, time.time()), count=n, records_per_second=rate)
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: b)
-        .sink_to(_LatencySink(folder)))
+        .sink_to(_LatencySink(folder))
+    )
     env.execute("bench-w1-latency")
     lat: list[float] = []
     for name in os.listdir(folder):
@@ -133,16 +137,28 @@ def main() -> None:
     ap.add_argument("--latency-records", type=int, default=1_000_000, help="0: no latency run")
     ap.add_argument("--rate", type=float, default=100_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--settle-s", type=float, default=6.0,
-                    help="after each warm-up, wait until the slot pool started no task actor for this long")
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=6.0,
+        help="after each warm-up, wait until the slot pool started no task actor for this long",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration; the median is printed")
-    ap.add_argument("--checkpoints", choices=["both", "on"], default="both", help="also without checkpoints, or only every 1 s")
+    ap.add_argument(
+        "--checkpoints", choices=["both", "on"], default="both", help="also without checkpoints, or only every 1 s"
+    )
     args = ap.parse_args()
     console = Console()
     baseline = plain_python(args.records)
     table = Table(title=f"W1 keyed running sum, {args.records:,} records ({os.cpu_count()} cores)")
-    for col in ("parallelism", "checkpoints", "records/s steady (median)", "vs plain Python loop",
-                "execute() wall (s)", "records/s whole execute()"):
+    for col in (
+        "parallelism",
+        "checkpoints",
+        "records/s steady (median)",
+        "vs plain Python loop",
+        "execute() wall (s)",
+        "records/s whole execute()",
+    ):
         table.add_column(col, justify="right")
     table.add_row("-", "-", f"{baseline:,.0f}", "1.00", "-", "-")
     checkpointed: dict[int, tuple[float, float]] = {}
@@ -152,15 +168,23 @@ def main() -> None:
         for cp in (None, 1000) if args.checkpoints == "both" else (1000,):
             runs = sorted(w1(args.records, p, cp) for _ in range(args.repeat))
             rate, wall = runs[len(runs) // 2]
-            row = (str(p), "every 1 s" if cp else "off", f"{rate:,.0f}", f"{rate / baseline:.2f}", f"{wall:.2f}",
-                   f"{args.records / wall:,.0f}")
+            row = (
+                str(p),
+                "every 1 s" if cp else "off",
+                f"{rate:,.0f}",
+                f"{rate / baseline:.2f}",
+                f"{wall:.2f}",
+                f"{args.records / wall:,.0f}",
+            )
             table.add_row(*row)
             print("  row:", " | ".join(row), flush=True)  # as it comes: a long run that is cut off keeps its rows
             if cp:
                 checkpointed[p] = (rate, args.records / wall)
     console.print(table)
     low = min(checkpointed)
-    console.print(f"scaling, checkpoints every 1 s, against parallelism {low} ({os.cpu_count()} cores): steady | whole execute()")
+    console.print(
+        f"scaling, checkpoints every 1 s, against parallelism {low} ({os.cpu_count()} cores): steady | whole execute()"
+    )
     for p, (rate, whole) in checkpointed.items():
         speedup, whole_up = rate / checkpointed[low][0], whole / checkpointed[low][1]
         console.print(f"  parallelism {p:>3}  {speedup:5.2f}x | {whole_up:5.2f}x  {'#' * max(1, round(whole_up * 10))}")

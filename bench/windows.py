@@ -11,7 +11,14 @@ import time
 
 from rich.console import Console
 
-from weir import AggregateFunction, DiscardingSink, StreamExecutionEnvironment, Time, TumblingEventTimeWindows, WatermarkStrategy
+from weir import (
+    AggregateFunction,
+    DiscardingSink,
+    StreamExecutionEnvironment,
+    Time,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
 
 
 class Count(AggregateFunction):
@@ -34,11 +41,13 @@ def main() -> None:
     env.enable_checkpointing(1000)
     ws = WatermarkStrategy.for_bounded_out_of_orderness(Time.seconds(1)).with_timestamp_assigner(lambda e: e[1])
     # 1,000 events per millisecond of event time: each 1 s window of a key holds 1,000 events.
-    (env.from_generator(lambda i: (i % 1000, i // 1000), count=args.events, watermark_strategy=ws)
+    (
+        env.from_generator(lambda i: (i % 1000, i // 1000), count=args.events, watermark_strategy=ws)
         .key_by(lambda e: e[0])
         .window(TumblingEventTimeWindows.of(Time.seconds(1)))
         .aggregate(Count())
-        .sink_to(DiscardingSink()))
+        .sink_to(DiscardingSink())
+    )
     started = time.perf_counter()
     result = env.execute("bench-windows")
     wall = time.perf_counter() - started

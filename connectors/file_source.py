@@ -155,13 +155,13 @@ class Lines:
         while end < 0 and not self._eof:
             chunk = self._stream.read(_CHUNK_BYTES)
             self._eof = not chunk
-            self._buffer, self._start = self._buffer[self._start:] + chunk, 0
+            self._buffer, self._start = self._buffer[self._start :] + chunk, 0
             end = self._buffer.find(b"\n")
         if end < 0:
             if self._start >= len(self._buffer):
                 raise StopIteration
             end = len(self._buffer) - 1  # the last line, without a terminator
-        raw = self._buffer[self._start:end + 1]
+        raw = self._buffer[self._start : end + 1]
         self._start = end + 1
         self.offset += len(raw)
         self.number += 1
@@ -206,8 +206,10 @@ class StreamFormat(ReaderFormat):
             raise InvalidConfigurationError("charset_name", charset_name, "Python knows no such codec") from None
         if newline != b"\n":
             raise InvalidConfigurationError(
-                "charset_name", charset_name,
-                "lines are split at the byte \\n: use a charset that encodes it so (UTF-8, ISO-8859-1, ...)")
+                "charset_name",
+                charset_name,
+                "lines are split at the byte \\n: use a charset that encodes it so (UTF-8, ISO-8859-1, ...)",
+            )
         self.charset_name = charset_name
 
     @staticmethod
@@ -286,8 +288,7 @@ class FileSourceBuilder:
         self._discovery_interval_ms: int | None = None
         self._settle_ms = DEFAULT_SETTLE_MS
 
-    def monitor_continuously(self, discovery_interval: int,
-                             settle_time: int = DEFAULT_SETTLE_MS) -> FileSourceBuilder:
+    def monitor_continuously(self, discovery_interval: int, settle_time: int = DEFAULT_SETTLE_MS) -> FileSourceBuilder:
         """Watch the paths for new files every ``discovery_interval`` milliseconds
         (``Duration.of_seconds(10)``): the source never ends (stop or cancel the job).
         A new file is taken once its size and modification time have not changed
@@ -295,12 +296,16 @@ class FileSourceBuilder:
         producers that rename complete files in)."""
         if isinstance(discovery_interval, bool) or not isinstance(discovery_interval, int) or discovery_interval <= 0:
             raise InvalidConfigurationError(
-                "FileSource discovery_interval", discovery_interval,
-                "must be a positive int of milliseconds, e.g. Duration.of_seconds(10)")
+                "FileSource discovery_interval",
+                discovery_interval,
+                "must be a positive int of milliseconds, e.g. Duration.of_seconds(10)",
+            )
         if isinstance(settle_time, bool) or not isinstance(settle_time, int) or settle_time < 0:
             raise InvalidConfigurationError(
-                "FileSource settle_time", settle_time,
-                "must be an int of milliseconds, 0 or more, e.g. Duration.of_seconds(1)")
+                "FileSource settle_time",
+                settle_time,
+                "must be an int of milliseconds, 0 or more, e.g. Duration.of_seconds(1)",
+            )
         self._discovery_interval_ms = discovery_interval
         self._settle_ms = settle_time
         return self
@@ -319,8 +324,13 @@ class FileSource(Source[Any]):
     across failures, restarts, savepoints and rescales (see the module's doc).
     Build one with :meth:`for_record_stream_format` or :meth:`for_bulk_file_format`."""
 
-    def __init__(self, fmt: ReaderFormat, paths: Sequence[str], discovery_interval_ms: int | None = None,
-                 settle_ms: int = DEFAULT_SETTLE_MS) -> None:
+    def __init__(
+        self,
+        fmt: ReaderFormat,
+        paths: Sequence[str],
+        discovery_interval_ms: int | None = None,
+        settle_ms: int = DEFAULT_SETTLE_MS,
+    ) -> None:
         if not paths:
             raise InvalidConfigurationError("FileSource paths", tuple(paths), "give at least one file or folder")
         for path in paths:
@@ -334,20 +344,25 @@ class FileSource(Source[Any]):
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> FileSourceBuilder:
         if not isinstance(stream_format, StreamFormat):
-            raise TypeError("for_record_stream_format() takes a StreamFormat (e.g. StreamFormat.text_line_format()), "
-                            f"got {type(stream_format).__name__}")
+            raise TypeError(
+                "for_record_stream_format() takes a StreamFormat (e.g. StreamFormat.text_line_format()), "
+                f"got {type(stream_format).__name__}"
+            )
         return FileSourceBuilder(stream_format, paths)
 
     @staticmethod
     def for_bulk_file_format(bulk_format: BulkFormat, *paths: str) -> FileSourceBuilder:
         if not isinstance(bulk_format, BulkFormat):
-            raise TypeError("for_bulk_file_format() takes a BulkFormat (e.g. ParquetColumnarRowInputFormat()), "
-                            f"got {type(bulk_format).__name__}")
+            raise TypeError(
+                "for_bulk_file_format() takes a BulkFormat (e.g. ParquetColumnarRowInputFormat()), "
+                f"got {type(bulk_format).__name__}"
+            )
         return FileSourceBuilder(bulk_format, paths)
 
     def create_enumerator(self, parallelism: int, restored: Any | None) -> SplitEnumerator:
-        return FileEnumerator(self.paths, self.discovery_interval_ms, restored or FileEnumeratorState(),
-                              settle_ms=self.settle_ms)
+        return FileEnumerator(
+            self.paths, self.discovery_interval_ms, restored or FileEnumeratorState(), settle_ms=self.settle_ms
+        )
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
         return FileReader(self.format)
@@ -360,7 +375,7 @@ class FileEnumeratorState:
 
     seen: frozenset[str] = frozenset()  # the path of every file taken so far: never taken again
     pending: tuple[FileSplit, ...] = ()  # taken, not handed out yet
-    listed: bool = False                # a bounded source's one listing is done
+    listed: bool = False  # a bounded source's one listing is done
     seen_files: frozenset[FileId] = frozenset()  # the identity of every local file taken: renamed, not new
 
 
@@ -399,8 +414,14 @@ class FileEnumerator(SplitEnumerator):
     settled yet are not checkpointed: after a restore their settle time starts
     again."""
 
-    def __init__(self, paths: tuple[str, ...], discovery_interval_ms: int | None, state: FileEnumeratorState,
-                 settle_ms: int = DEFAULT_SETTLE_MS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        paths: tuple[str, ...],
+        discovery_interval_ms: int | None,
+        state: FileEnumeratorState,
+        settle_ms: int = DEFAULT_SETTLE_MS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._paths = paths
         self._discovery_interval_ms = discovery_interval_ms
         # A bounded source reads the files there are, as they are.
@@ -452,8 +473,9 @@ class FileEnumerator(SplitEnumerator):
         """``split`` is a file taken before under another path: if its turn has not
         come, it is read under its new path (the old one is gone)."""
         self._seen.add(split.path)
-        self._pending = [replace(p, root=split.root, path=split.path) if p.file_id == split.file_id else p
-                         for p in self._pending]
+        self._pending = [
+            replace(p, root=split.root, path=split.path) if p.file_id == split.file_id else p for p in self._pending
+        ]
 
     def _settled(self, files: list[ListedFile], listing: Listing) -> list[ListedFile]:
         """Those of ``files`` whose version has held for the settle time; the
@@ -482,8 +504,9 @@ class FileEnumerator(SplitEnumerator):
             self._waiting.add(subtask)
 
     def snapshot_state(self) -> Any:
-        return FileEnumeratorState(frozenset(self._seen), tuple(self._pending), self._listed,
-                                   frozenset(self._seen_files))
+        return FileEnumeratorState(
+            frozenset(self._seen), tuple(self._pending), self._listed, frozenset(self._seen_files)
+        )
 
     def add_splits_back(self, splits: list[Any], subtask: int) -> None:
         self._pending[:0] = splits
@@ -507,8 +530,11 @@ def list_files(paths: Sequence[str]) -> list[ListedFile]:
         if info.type == pafs.FileType.File:
             infos = [info]
         elif info.type == pafs.FileType.Directory:
-            infos = [f for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
-                     if f.type == pafs.FileType.File and not _in_progress(posixpath.relpath(f.path, base))]
+            infos = [
+                f
+                for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+                if f.type == pafs.FileType.File and not _in_progress(posixpath.relpath(f.path, base))
+            ]
         else:
             raise FileNotFoundError(f"FileSource path {root} does not exist")
         for f in infos:
@@ -526,13 +552,23 @@ def _listed(root: str, info: pafs.FileInfo, local: bool) -> ListedFile | None:
         st = os.stat(info.path)
     except FileNotFoundError:
         return None
-    return ListedFile(FileSplit(root, info.path, file_id=(st.st_ino, st.st_size, st.st_mtime_ns)),
-                      (st.st_size, st.st_mtime_ns))
+    return ListedFile(
+        FileSplit(root, info.path, file_id=(st.st_ino, st.st_size, st.st_mtime_ns)), (st.st_size, st.st_mtime_ns)
+    )
 
 
 # What producers and copy tools name files they are still writing.
-_IN_PROGRESS_SUFFIXES = (".tmp", ".temp", ".part", ".partial", ".inprogress", ".crdownload", ".filepart",
-                         "._copying_", "~")
+_IN_PROGRESS_SUFFIXES = (
+    ".tmp",
+    ".temp",
+    ".part",
+    ".partial",
+    ".inprogress",
+    ".crdownload",
+    ".filepart",
+    "._copying_",
+    "~",
+)
 
 
 def _in_progress(relative: str) -> bool:
@@ -561,8 +597,11 @@ class FileReader(SourceReader):
                     self._open = self._format.open(self._filesystem(split.root), split)
                 except FileNotFoundError:  # only that: any other reason (no permission) fails the task
                     begun = split.offset > 0 or split.records > 0  # a restore resumes it mid-file
-                    log.warning("FileSource: file %s is gone (deleted or moved out) before it was read%s", split.path,
-                                " to its end: skipping the rest of it" if begun else ": skipping it")
+                    log.warning(
+                        "FileSource: file %s is gone (deleted or moved out) before it was read%s",
+                        split.path,
+                        " to its end: skipping the rest of it" if begun else ": skipping it",
+                    )
                     self._splits.pop(0)
                     continue
             records, done = self._open.read(max_records)

@@ -176,8 +176,10 @@ class OutputFileConfig:
     def __post_init__(self) -> None:
         if not self.part_prefix or self.part_prefix.startswith((".", "_")) or "/" in self.part_prefix:
             raise InvalidConfigurationError(
-                "OutputFileConfig part_prefix", self.part_prefix,
-                "must be a non-empty name without / that does not start with . or _ (those are hidden)")
+                "OutputFileConfig part_prefix",
+                self.part_prefix,
+                "must be a non-empty name without / that does not start with . or _ (those are hidden)",
+            )
         if "/" in self.part_suffix:
             raise InvalidConfigurationError("OutputFileConfig part_suffix", self.part_suffix, "must not contain /")
 
@@ -218,8 +220,9 @@ class RollingPolicy:
     part_size: int | None = None
 
     @staticmethod
-    def default_rolling_policy(part_size: int = 1024 * 1024 * 128, rollover_interval: int = 60 * 1000,
-                               inactivity_interval: int = 60 * 1000) -> RollingPolicy:
+    def default_rolling_policy(
+        part_size: int = 1024 * 1024 * 128, rollover_interval: int = 60 * 1000, inactivity_interval: int = 60 * 1000
+    ) -> RollingPolicy:
         """Roll at ``part_size`` bytes. ``rollover_interval`` and
         ``inactivity_interval`` (ms) are accepted and not used: weir rolls at every
         checkpoint, so a file is open one checkpoint interval at most."""
@@ -246,8 +249,10 @@ class RowFormatBuilder:
 
     def __init__(self, base_path: str, encoder: Encoder) -> None:
         if not isinstance(encoder, Encoder):
-            raise TypeError("for_row_format() takes an Encoder (e.g. Encoder.simple_string_encoder()), "
-                            f"got {type(encoder).__name__}")
+            raise TypeError(
+                "for_row_format() takes an Encoder (e.g. Encoder.simple_string_encoder()), "
+                f"got {type(encoder).__name__}"
+            )
         self._path = base_path
         self._encoder = encoder
         self._config = OutputFileConfig()
@@ -272,8 +277,10 @@ class BulkFormatBuilder:
 
     def __init__(self, base_path: str, writer_factory: BulkWriterFactory) -> None:
         if not isinstance(writer_factory, BulkWriterFactory):
-            raise TypeError("for_bulk_format() takes a BulkWriterFactory (e.g. ParquetBulkWriters.for_row_type()), "
-                            f"got {type(writer_factory).__name__}")
+            raise TypeError(
+                "for_bulk_format() takes a BulkWriterFactory (e.g. ParquetBulkWriters.for_row_type()), "
+                f"got {type(writer_factory).__name__}"
+            )
         self._path = base_path
         self._factory = writer_factory
         self._config = OutputFileConfig()
@@ -285,8 +292,10 @@ class BulkFormatBuilder:
     def with_rolling_policy(self, rolling_policy: RollingPolicy) -> BulkFormatBuilder:
         if not isinstance(rolling_policy, OnCheckpointRollingPolicy):
             raise InvalidConfigurationError(
-                "FileSink rolling policy", rolling_policy,
-                "a bulk format rolls at checkpoints only: use RollingPolicy.on_checkpoint_rolling_policy()")
+                "FileSink rolling policy",
+                rolling_policy,
+                "a bulk format rolls at checkpoints only: use RollingPolicy.on_checkpoint_rolling_policy()",
+            )
         return self
 
     def build(self) -> FileSink:
@@ -305,8 +314,9 @@ class FileSink(Sink):
         writes = JsonLinesEncoder() if format == "jsonl" else ParquetWriterFactory(schema)
         self._setup(path, writes, OutputFileConfig("part", _FORMATS[format]), OnCheckpointRollingPolicy())
 
-    def _setup(self, path: str, writes: Encoder | BulkWriterFactory, config: OutputFileConfig,
-               policy: RollingPolicy) -> None:
+    def _setup(
+        self, path: str, writes: Encoder | BulkWriterFactory, config: OutputFileConfig, policy: RollingPolicy
+    ) -> None:
         resolve(path, "FileSink path")
         self.path = path
         self.writes = writes
@@ -314,8 +324,9 @@ class FileSink(Sink):
         self.rolling_policy = policy
 
     @classmethod
-    def _built(cls, path: str, writes: Encoder | BulkWriterFactory, config: OutputFileConfig,
-               policy: RollingPolicy) -> FileSink:
+    def _built(
+        cls, path: str, writes: Encoder | BulkWriterFactory, config: OutputFileConfig, policy: RollingPolicy
+    ) -> FileSink:
         sink = cls.__new__(cls)
         sink._setup(path, writes, config, policy)
         return sink
@@ -353,7 +364,9 @@ class _FileWriter(SinkWriter):
         self._bulk = sink.writes.create() if isinstance(sink.writes, BulkWriterFactory) else None
         prefix, suffix = re.escape(self._config.part_prefix), re.escape(self._config.part_suffix)
         self._run = ctx.run_id
-        self._hidden = re.compile(rf"^\.{prefix}-([0-9a-f]+)-(\d+)-\d+{suffix}\.{re.escape(self._run)}\.(inprogress|pending)$")
+        self._hidden = re.compile(
+            rf"^\.{prefix}-([0-9a-f]+)-(\d+)-\d+{suffix}\.{re.escape(self._run)}\.(inprogress|pending)$"
+        )
         self._counter = 0
         self._stream: Any = None
         self._name = ""
@@ -429,7 +442,11 @@ class _FileWriter(SinkWriter):
         ctx = self._ctx
         for info in self._fs.get_file_info(pafs.FileSelector(self._base)):
             m = self._hidden.match(info.base_name)
-            if m and m.group(1) != ctx.attempt_id and (int(m.group(2)) == ctx.subtask or (ctx.subtask == 0 and int(m.group(2)) >= ctx.parallelism)):
+            if (
+                m
+                and m.group(1) != ctx.attempt_id
+                and (int(m.group(2)) == ctx.subtask or (ctx.subtask == 0 and int(m.group(2)) >= ctx.parallelism))
+            ):
                 self._fs.delete_file(info.path)
 
     def close(self) -> None:
@@ -465,8 +482,13 @@ def committed_files(target: str | FileSink) -> list[str]:
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     except FileNotFoundError:  # being created right now
         return []
-    return sorted(i.path for i in infos if i.type == pafs.FileType.File
-                  and i.base_name.startswith(config.part_prefix + "-") and i.base_name.endswith(config.part_suffix))
+    return sorted(
+        i.path
+        for i in infos
+        if i.type == pafs.FileType.File
+        and i.base_name.startswith(config.part_prefix + "-")
+        and i.base_name.endswith(config.part_suffix)
+    )
 
 
 def read_committed(target: str | FileSink) -> list[Any]:
@@ -490,9 +512,25 @@ def read_committed(target: str | FileSink) -> list[Any]:
 
 __all__ = [
     # PyFlink's pyflink.datastream.connectors.file_system, with weir's Encoder and read-back helpers
-    "BulkFormat", "FileSource", "FileSourceBuilder", "StreamFormat",
-    "FileSink", "RowFormatBuilder", "BulkFormatBuilder", "OutputFileConfig", "OutputFileConfigBuilder",
-    "RollingPolicy", "DefaultRollingPolicy", "OnCheckpointRollingPolicy",
-    "Encoder", "SimpleStringEncoder", "JsonLinesEncoder", "BulkWriter", "BulkWriterFactory", "ParquetWriterFactory",
-    "committed_files", "read_committed", "resolve",
+    "BulkFormat",
+    "FileSource",
+    "FileSourceBuilder",
+    "StreamFormat",
+    "FileSink",
+    "RowFormatBuilder",
+    "BulkFormatBuilder",
+    "OutputFileConfig",
+    "OutputFileConfigBuilder",
+    "RollingPolicy",
+    "DefaultRollingPolicy",
+    "OnCheckpointRollingPolicy",
+    "Encoder",
+    "SimpleStringEncoder",
+    "JsonLinesEncoder",
+    "BulkWriter",
+    "BulkWriterFactory",
+    "ParquetWriterFactory",
+    "committed_files",
+    "read_committed",
+    "resolve",
 ]

@@ -177,8 +177,14 @@ class CsvReaderFormat(StreamFormat):
         at_start = lines.number == 0  # else a restore resumed past the header
         header, skip = s.use_header and at_start, s.skip_first_data_row and at_start
         source = (line for line in lines if not line.startswith("#")) if s.allow_comments else lines
-        rows = csv.reader(source, delimiter=s.column_separator, quotechar=s.quote_char, escapechar=s.escape_char,
-                          quoting=csv.QUOTE_MINIMAL if s.quote_char else csv.QUOTE_NONE, strict=True)
+        rows = csv.reader(
+            source,
+            delimiter=s.column_separator,
+            quotechar=s.quote_char,
+            escapechar=s.escape_char,
+            quoting=csv.QUOTE_MINIMAL if s.quote_char else csv.QUOTE_NONE,
+            strict=True,
+        )
         while True:
             try:
                 row = next(rows)
@@ -219,7 +225,9 @@ class ParquetColumnarRowInputFormat(BulkFormat):
 
     def __init__(self, row_type: pa.Schema | None = None, batch_size: int = 2048) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise InvalidConfigurationError("ParquetColumnarRowInputFormat batch_size", batch_size, "must be a positive int")
+            raise InvalidConfigurationError(
+                "ParquetColumnarRowInputFormat batch_size", batch_size, "must be a positive int"
+            )
         self.row_type = row_type
         self.batch_size = batch_size
 

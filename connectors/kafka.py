@@ -48,7 +48,13 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("weir.connectors.kafka needs the kafka extra: pip install 'weir[kafka]'") from exc
 
-from weir.connectors.serialization import DeserializationSchema, JsonRowDeserializationSchema, JsonRowSerializationSchema, SerializationSchema, SimpleStringSchema
+from weir.connectors.serialization import (
+    DeserializationSchema,
+    JsonRowDeserializationSchema,
+    JsonRowSerializationSchema,
+    SerializationSchema,
+    SimpleStringSchema,
+)
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.functions import OutputTag
 from weir.runtime.operators import OperatorContext
@@ -56,8 +62,17 @@ from weir.runtime.sinks import Sink, SinkWriter
 from weir.runtime.sources import Poll, Source, SourceReader, SplitEnumerator, SplitEnumeratorContext
 
 __all__ = [
-    "DeliveryGuarantee", "KafkaMessage", "KafkaOffsetResetStrategy", "KafkaOffsetsInitializer", "KafkaRecordSerializationSchema",
-    "KafkaSink", "KafkaSource", "KafkaTopicPartition", "SimpleStringSchema", "JsonRowDeserializationSchema", "JsonRowSerializationSchema",
+    "DeliveryGuarantee",
+    "KafkaMessage",
+    "KafkaOffsetResetStrategy",
+    "KafkaOffsetsInitializer",
+    "KafkaRecordSerializationSchema",
+    "KafkaSink",
+    "KafkaSource",
+    "KafkaTopicPartition",
+    "SimpleStringSchema",
+    "JsonRowDeserializationSchema",
+    "JsonRowSerializationSchema",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,7 +112,9 @@ class KafkaOffsetsInitializer:
         return KafkaOffsetsInitializer("latest")
 
     @staticmethod
-    def committed_offsets(offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.NONE) -> "KafkaOffsetsInitializer":
+    def committed_offsets(
+        offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.NONE,
+    ) -> "KafkaOffsetsInitializer":
         return KafkaOffsetsInitializer("committed", reset=offset_reset_strategy)
 
     @staticmethod
@@ -105,23 +122,38 @@ class KafkaOffsetsInitializer:
         return KafkaOffsetsInitializer("timestamp", timestamp_ms=timestamp)
 
     @staticmethod
-    def offsets(offsets: dict[KafkaTopicPartition, int], offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.EARLIEST) -> "KafkaOffsetsInitializer":
+    def offsets(
+        offsets: dict[KafkaTopicPartition, int],
+        offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.EARLIEST,
+    ) -> "KafkaOffsetsInitializer":
         return KafkaOffsetsInitializer("offsets", specific=dict(offsets), reset=offset_reset_strategy)
 
-    def resolve(self, consumer: Consumer, partitions: list[KafkaTopicPartition], group_id: str | None) -> dict[KafkaTopicPartition, int]:
+    def resolve(
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition], group_id: str | None
+    ) -> dict[KafkaTopicPartition, int]:
         """Each partition's offset; runs on the enumerator's async call (it asks the broker)."""
-        ranges = {p: consumer.get_watermark_offsets(TopicPartition(p.topic, p.partition), timeout=METADATA_TIMEOUT_S) for p in partitions}
+        ranges = {
+            p: consumer.get_watermark_offsets(TopicPartition(p.topic, p.partition), timeout=METADATA_TIMEOUT_S)
+            for p in partitions
+        }
         if self.kind == "earliest":
             return {p: lo for p, (lo, _) in ranges.items()}
         if self.kind == "latest":
             return {p: hi for p, (_, hi) in ranges.items()}
         if self.kind == "timestamp":
-            found = consumer.offsets_for_times([TopicPartition(p.topic, p.partition, self.timestamp_ms or 0) for p in partitions], timeout=METADATA_TIMEOUT_S)
+            found = consumer.offsets_for_times(
+                [TopicPartition(p.topic, p.partition, self.timestamp_ms or 0) for p in partitions],
+                timeout=METADATA_TIMEOUT_S,
+            )
             return {p: (tp.offset if tp.offset >= 0 else ranges[p][1]) for p, tp in zip(partitions, found)}
         if self.kind == "committed":
             if group_id is None:
-                raise InvalidConfigurationError("KafkaSource starting offsets", "committed_offsets()", "it needs set_group_id(...)")
-            got = consumer.committed([TopicPartition(p.topic, p.partition) for p in partitions], timeout=METADATA_TIMEOUT_S)
+                raise InvalidConfigurationError(
+                    "KafkaSource starting offsets", "committed_offsets()", "it needs set_group_id(...)"
+                )
+            got = consumer.committed(
+                [TopicPartition(p.topic, p.partition) for p in partitions], timeout=METADATA_TIMEOUT_S
+            )
             known = {p: tp.offset for p, tp in zip(partitions, got) if tp.offset != OFFSET_INVALID}
         else:
             known = {p: o for p, o in (self.specific or {}).items() if p in ranges}
@@ -131,8 +163,10 @@ class KafkaOffsetsInitializer:
                 out[p] = known[p]
             elif self.reset is KafkaOffsetResetStrategy.NONE:
                 raise InvalidConfigurationError(
-                    "KafkaSource starting offsets", self.kind,
-                    f"partition {p.topic}-{p.partition} has no committed offset in group '{group_id}': give committed_offsets() a KafkaOffsetResetStrategy")
+                    "KafkaSource starting offsets",
+                    self.kind,
+                    f"partition {p.topic}-{p.partition} has no committed offset in group '{group_id}': give committed_offsets() a KafkaOffsetResetStrategy",
+                )
             else:
                 out[p] = ranges[p][0] if self.reset is KafkaOffsetResetStrategy.EARLIEST else ranges[p][1]
         return out
@@ -155,7 +189,9 @@ class KafkaMessage:
     def of(m: Any) -> "KafkaMessage":
         """From a confluent-kafka ``Message``."""
         kind, ts = m.timestamp()
-        return KafkaMessage(m.topic(), m.partition(), m.offset(), ts if kind else None, m.key(), m.value(), list(m.headers() or []))
+        return KafkaMessage(
+            m.topic(), m.partition(), m.offset(), ts if kind else None, m.key(), m.value(), list(m.headers() or [])
+        )
 
 
 class _ValueOnly:
@@ -182,8 +218,8 @@ class _WholeMessage:
 class KafkaPartitionSplit:
     topic: str
     partition: int
-    offset: int                # the next record to read
-    stop: int | None = None    # bounded: read below this offset
+    offset: int  # the next record to read
+    stop: int | None = None  # bounded: read below this offset
 
     @property
     def split_id(self) -> str:
@@ -221,11 +257,17 @@ class _Config:
 
     def consumer(self, purpose: str) -> Consumer:
         # librdkafka wants a group id even for a consumer that never joins a group.
-        return Consumer(self.client(**{
-            "group.id": self.group_id or f"weir-{purpose}", "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "isolation.level": self.properties.get("isolation.level", "read_committed"),
-            **({"client.id": f"{self.client_id_prefix}-{purpose}"} if self.client_id_prefix else {}),
-        }))
+        return Consumer(
+            self.client(
+                **{
+                    "group.id": self.group_id or f"weir-{purpose}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": self.properties.get("isolation.level", "read_committed"),
+                    **({"client.id": f"{self.client_id_prefix}-{purpose}"} if self.client_id_prefix else {}),
+                }
+            )
+        )
 
 
 class KafkaSource(Source[Any]):
@@ -299,7 +341,11 @@ class KafkaSourceBuilder:
         return self
 
     def set_unbounded(self, stopping_offsets_initializer: KafkaOffsetsInitializer) -> "KafkaSourceBuilder":
-        raise InvalidConfigurationError("KafkaSource", "set_unbounded()", "weir does not stop an unbounded Kafka source at offsets; use set_bounded()")
+        raise InvalidConfigurationError(
+            "KafkaSource",
+            "set_unbounded()",
+            "weir does not stop an unbounded Kafka source at offsets; use set_bounded()",
+        )
 
     def set_value_only_deserializer(self, deserialization_schema: DeserializationSchema) -> "KafkaSourceBuilder":
         self._deserializer = _ValueOnly(deserialization_schema)
@@ -329,18 +375,41 @@ class KafkaSourceBuilder:
 
     def build(self) -> KafkaSource:
         if not self._bootstrap:
-            raise InvalidConfigurationError("KafkaSource", "bootstrap servers", "call set_bootstrap_servers('host:9092')")
+            raise InvalidConfigurationError(
+                "KafkaSource", "bootstrap servers", "call set_bootstrap_servers('host:9092')"
+            )
         if sum(x is not None and x != [] for x in (self._topics, self._pattern, self._partitions)) != 1:
-            raise InvalidConfigurationError("KafkaSource", "topics", "call exactly one of set_topics, set_topic_pattern or set_partitions")
+            raise InvalidConfigurationError(
+                "KafkaSource", "topics", "call exactly one of set_topics, set_topic_pattern or set_partitions"
+            )
         if self._deserializer is None:
-            raise InvalidConfigurationError("KafkaSource", "deserializer", "call set_value_only_deserializer(SimpleStringSchema()) or set_deserializer(fn)")
+            raise InvalidConfigurationError(
+                "KafkaSource",
+                "deserializer",
+                "call set_value_only_deserializer(SimpleStringSchema()) or set_deserializer(fn)",
+            )
         interval = self._properties.get("partition.discovery.interval.ms", str(DISCOVERY_INTERVAL_MS))
         if not interval.lstrip("-").isdigit():
-            raise InvalidConfigurationError("KafkaSource property", "partition.discovery.interval.ms", f"{interval!r} is not a number of milliseconds")
-        return KafkaSource(_Config(
-            self._bootstrap, self._topics, self._pattern, self._partitions, self._group_id, self._starting, self._stopping,
-            self._deserializer, dict(self._properties), self._dead_letter, self._client_id_prefix,
-        ))
+            raise InvalidConfigurationError(
+                "KafkaSource property",
+                "partition.discovery.interval.ms",
+                f"{interval!r} is not a number of milliseconds",
+            )
+        return KafkaSource(
+            _Config(
+                self._bootstrap,
+                self._topics,
+                self._pattern,
+                self._partitions,
+                self._group_id,
+                self._starting,
+                self._stopping,
+                self._deserializer,
+                dict(self._properties),
+                self._dead_letter,
+                self._client_id_prefix,
+            )
+        )
 
 
 class _KafkaEnumerator(SplitEnumerator):
@@ -380,7 +449,9 @@ class _KafkaEnumerator(SplitEnumerator):
                 names = [t for t in meta.topics if (re.fullmatch(c.pattern, t) if c.pattern else t in c.topics)]
                 missing = [] if c.pattern else sorted(set(c.topics) - set(names))
                 if missing:
-                    raise InvalidConfigurationError("KafkaSource topics", ", ".join(missing), f"no such topic on the brokers at {c.bootstrap}")
+                    raise InvalidConfigurationError(
+                        "KafkaSource topics", ", ".join(missing), f"no such topic on the brokers at {c.bootstrap}"
+                    )
                 found = [KafkaTopicPartition(t, p) for t in names for p in meta.topics[t].partitions]
             new = sorted(p for p in found if p not in self._seen)
             if not new:
@@ -392,7 +463,9 @@ class _KafkaEnumerator(SplitEnumerator):
             finally:
                 consumer.close()
         except KafkaException as exc:
-            raise ConnectionError(f"KafkaSource could not reach the brokers at {c.bootstrap} within {METADATA_TIMEOUT_S:g} s: {exc}") from None
+            raise ConnectionError(
+                f"KafkaSource could not reach the brokers at {c.bootstrap} within {METADATA_TIMEOUT_S:g} s: {exc}"
+            ) from None
         return [KafkaPartitionSplit(p.topic, p.partition, start[p], stop.get(p)) for p in new]
 
     def _on_discovered(self, splits: list[KafkaPartitionSplit] | None, error: BaseException | None) -> None:
@@ -495,7 +568,9 @@ class _KafkaReader(SourceReader):
                 record = decode(m)
             except Exception as exc:
                 if tag is None:
-                    raise ValueError(f"the deserializer refused the record at {m.topic()}-{m.partition()} offset {offset} ({type(exc).__name__}: {exc})") from exc
+                    raise ValueError(
+                        f"the deserializer refused the record at {m.topic()}-{m.partition()} offset {offset} ({type(exc).__name__}: {exc})"
+                    ) from exc
                 dead.append(KafkaMessage.of(m))
                 continue
             if record is not None:
@@ -504,7 +579,12 @@ class _KafkaReader(SourceReader):
         self._splits[split.split_id] = replace(split, offset=last + 1)
         if not queue:
             self._finish_drained()
-        return Poll(records, split_id=split.split_id, timestamps=timestamps, side={tag.tag_id: dead} if tag is not None and dead else None)
+        return Poll(
+            records,
+            split_id=split.split_id,
+            timestamps=timestamps,
+            side={tag.tag_id: dead} if tag is not None and dead else None,
+        )
 
     def _finish_drained(self) -> None:
         """Bounded: a partition whose next offset passed its stop ends. The
@@ -543,7 +623,12 @@ class _KafkaReader(SourceReader):
             try:
                 self._client().commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
-                log.warning("committing offsets of checkpoint %d to group %s failed: %s", checkpoint_id, self._config.group_id, exc)
+                log.warning(
+                    "committing offsets of checkpoint %d to group %s failed: %s",
+                    checkpoint_id,
+                    self._config.group_id,
+                    exc,
+                )
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -593,19 +678,29 @@ class KafkaRecordSerializationSchemaBuilder:
         self._selector = topic_selector
         return self
 
-    def set_value_serialization_schema(self, value_serialization_schema: SerializationSchema) -> "KafkaRecordSerializationSchemaBuilder":
+    def set_value_serialization_schema(
+        self, value_serialization_schema: SerializationSchema
+    ) -> "KafkaRecordSerializationSchemaBuilder":
         self._value = value_serialization_schema
         return self
 
-    def set_key_serialization_schema(self, key_serialization_schema: SerializationSchema) -> "KafkaRecordSerializationSchemaBuilder":
+    def set_key_serialization_schema(
+        self, key_serialization_schema: SerializationSchema
+    ) -> "KafkaRecordSerializationSchemaBuilder":
         self._key = key_serialization_schema
         return self
 
     def build(self) -> KafkaRecordSerializationSchema:
         if (self._topic is None) == (self._selector is None):
-            raise InvalidConfigurationError("KafkaRecordSerializationSchema", "topic", "call exactly one of set_topic or set_topic_selector")
+            raise InvalidConfigurationError(
+                "KafkaRecordSerializationSchema", "topic", "call exactly one of set_topic or set_topic_selector"
+            )
         if self._value is None:
-            raise InvalidConfigurationError("KafkaRecordSerializationSchema", "value schema", "call set_value_serialization_schema(SimpleStringSchema())")
+            raise InvalidConfigurationError(
+                "KafkaRecordSerializationSchema",
+                "value schema",
+                "call set_value_serialization_schema(SimpleStringSchema())",
+            )
         return KafkaRecordSerializationSchema(self._topic, self._selector, self._value, self._key)
 
 
@@ -613,7 +708,14 @@ class KafkaSink(Sink):
     """Build with ``KafkaSink.builder()``; use with ``stream.sink_to(sink)``. See
     the module docstring for what each delivery guarantee does."""
 
-    def __init__(self, bootstrap: str, serializer: KafkaRecordSerializationSchema, guarantee: DeliveryGuarantee, prefix: str | None, properties: dict[str, str]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        serializer: KafkaRecordSerializationSchema,
+        guarantee: DeliveryGuarantee,
+        prefix: str | None,
+        properties: dict[str, str],
+    ) -> None:
         self.bootstrap = bootstrap
         self.serializer = serializer
         self.guarantee = guarantee
@@ -673,11 +775,17 @@ class KafkaSinkBuilder:
         if not self._bootstrap:
             raise InvalidConfigurationError("KafkaSink", "bootstrap servers", "call set_bootstrap_servers('host:9092')")
         if self._serializer is None:
-            raise InvalidConfigurationError("KafkaSink", "record serializer", "call set_record_serializer(KafkaRecordSerializationSchema.builder()...build())")
+            raise InvalidConfigurationError(
+                "KafkaSink",
+                "record serializer",
+                "call set_record_serializer(KafkaRecordSerializationSchema.builder()...build())",
+            )
         if self._guarantee is DeliveryGuarantee.EXACTLY_ONCE and not self._prefix:
             raise InvalidConfigurationError(
-                "KafkaSink", "transactional id prefix",
-                "EXACTLY_ONCE needs set_transactional_id_prefix(...), unique to this sink among all jobs writing to the cluster")
+                "KafkaSink",
+                "transactional id prefix",
+                "EXACTLY_ONCE needs set_transactional_id_prefix(...), unique to this sink among all jobs writing to the cluster",
+            )
         return KafkaSink(self._bootstrap, self._serializer, self._guarantee, self._prefix, dict(self._properties))
 
 
@@ -700,7 +808,9 @@ class _TransactionalWriter(SinkWriter):
 
     TIMEOUT_S = 60.0
 
-    def __init__(self, config: dict[str, Any], serializer: KafkaRecordSerializationSchema, transactional_id: str) -> None:
+    def __init__(
+        self, config: dict[str, Any], serializer: KafkaRecordSerializationSchema, transactional_id: str
+    ) -> None:
         self._config = config
         self._serializer = serializer
         self._id = transactional_id
@@ -730,19 +840,35 @@ class _TransactionalWriter(SinkWriter):
         for c in sorted(committables, key=lambda c: c.checkpoint_id):
             by_id.setdefault(c.transactional_id, []).append(c)
         for cs in by_id.values():
-            (tp,) = self._client(cs[0].transactional_id)[1].committed([TopicPartition(cs[0].marker_topic, 0)], timeout=self.TIMEOUT_S)
+            (tp,) = self._client(cs[0].transactional_id)[1].committed(
+                [TopicPartition(cs[0].marker_topic, 0)], timeout=self.TIMEOUT_S
+            )
             tokens = [c.token for c in cs]
-            for c in cs[tokens.index(tp.metadata) + 1 if tp.metadata in tokens else 0:]:
+            for c in cs[tokens.index(tp.metadata) + 1 if tp.metadata in tokens else 0 :]:
                 self._publish(c)
 
     def _client(self, transactional_id: str) -> tuple[Producer, Consumer]:
         client = self._clients.get(transactional_id)
         if client is None:
             # A new producer with this id fences an older one and aborts its open transaction.
-            producer = Producer({"linger.ms": 5, "queue.buffering.max.messages": 1_000_000, **self._config, "transactional.id": transactional_id})
+            producer = Producer(
+                {
+                    "linger.ms": 5,
+                    "queue.buffering.max.messages": 1_000_000,
+                    **self._config,
+                    "transactional.id": transactional_id,
+                }
+            )
             producer.init_transactions(self.TIMEOUT_S)
             # The marker's group: never joined, only committed to within transactions and read.
-            marker = Consumer({**self._config, "group.id": transactional_id, "isolation.level": "read_committed", "enable.auto.commit": False})
+            marker = Consumer(
+                {
+                    **self._config,
+                    "group.id": transactional_id,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                }
+            )
             client = self._clients[transactional_id] = (producer, marker)
         return client
 
@@ -766,7 +892,9 @@ class _TransactionalWriter(SinkWriter):
 
 
 class _StreamingWriter(SinkWriter):
-    def __init__(self, config: dict[str, Any], serializer: KafkaRecordSerializationSchema, flush_at_checkpoints: bool) -> None:
+    def __init__(
+        self, config: dict[str, Any], serializer: KafkaRecordSerializationSchema, flush_at_checkpoints: bool
+    ) -> None:
         self._producer = Producer({"linger.ms": 5, **config, "enable.idempotence": flush_at_checkpoints})
         self._serializer = serializer
         self._flush = flush_at_checkpoints
@@ -794,13 +922,17 @@ class _StreamingWriter(SinkWriter):
         """A record the client gave up on (after librdkafka's ``delivery.timeout.ms``,
         5 minutes unless set: brokers down, a topic missing) fails the task."""
         if self._error is not None:
-            raise ConnectionError(f"KafkaSink could not deliver to the brokers at {self._bootstrap}: {self._error.str()}")
+            raise ConnectionError(
+                f"KafkaSink could not deliver to the brokers at {self._bootstrap}: {self._error.str()}"
+            )
 
     def close(self) -> None:
         self._producer.flush(10)
 
 
-def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes, on_delivery: Callable[..., None] | None = None) -> None:
+def _produce(
+    producer: Producer, topic: str, key: bytes | None, value: bytes, on_delivery: Callable[..., None] | None = None
+) -> None:
     while True:
         try:
             producer.produce(topic, value, key, on_delivery=on_delivery)

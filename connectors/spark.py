@@ -78,8 +78,12 @@ def _java() -> str:
 
 
 def spark_session(
-    executors: int = 1, cores: int = 1, memory: str | int = "1g", app_name: str = "weir",
-    executor_cpus: float | None = None, configs: dict[str, str] | None = None,
+    executors: int = 1,
+    cores: int = 1,
+    memory: str | int = "1g",
+    app_name: str = "weir",
+    executor_cpus: float | None = None,
+    configs: dict[str, str] | None = None,
 ) -> "SparkSession":
     """A Spark session whose executors are Ray actors (raydp) on weir's Ray cluster.
     Java 17's module flags are set for every JVM involved. ``executor_cpus`` is the
@@ -158,7 +162,11 @@ class SparkPartition:
     def load(self) -> pa.Table:
         try:
             executor = ray.get_actor(self.executor, namespace=self.namespace)
-            ipc = ray.get(_java_call(lambda: executor.getRDDPartition.remote(self.rdd_id, self.index, self.schema_json, self.driver_url)))
+            ipc = ray.get(
+                _java_call(
+                    lambda: executor.getRDDPartition.remote(self.rdd_id, self.index, self.schema_json, self.driver_url)
+                )
+            )
         except (ValueError, ray.exceptions.RayError) as exc:
             raise SparkBridgeError(
                 f"partition {self.index} of the DataFrame could not be fetched from Spark executor {self.executor} "
@@ -191,7 +199,9 @@ def _cache_in_spark(df: "DataFrame") -> tuple[list[SparkPartition], Any]:
     namespace = ray.get_runtime_context().namespace
     locations = list(info.locations())
     partitions = [
-        SparkPartition(f"raydp-executor-{locations[i]}", namespace, info.rddId(), i, info.schemaJson(), info.driverAgentUrl())
+        SparkPartition(
+            f"raydp-executor-{locations[i]}", namespace, info.rddId(), i, info.schemaJson(), info.driverAgentUrl()
+        )
         for i in range(info.numPartitions())
     ]
     return partitions, lambda: writer.releaseRecoverableRDD(info.rddId())
@@ -219,11 +229,15 @@ class ArrowBlockSource(Source[Any]):
         self.records_per_second = records_per_second
 
     @classmethod
-    def from_ray_dataset(cls, dataset: Any, arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
+    def from_ray_dataset(
+        cls, dataset: Any, arrow_batches: bool = False, records_per_second: float | None = None
+    ) -> "ArrowBlockSource":
         return cls(dataset.to_arrow_refs(), arrow_batches, records_per_second)
 
     @classmethod
-    def from_spark(cls, df: "DataFrame", arrow_batches: bool = False, records_per_second: float | None = None) -> "ArrowBlockSource":
+    def from_spark(
+        cls, df: "DataFrame", arrow_batches: bool = False, records_per_second: float | None = None
+    ) -> "ArrowBlockSource":
         _require_raydp_session(df)
         partitions, release = _cache_in_spark(df)
         source = cls(partitions, arrow_batches, records_per_second)
@@ -282,20 +296,34 @@ class _BlockReader(SourceReader):
         return Poll(records, split_id=s.split_id)
 
 
-def from_spark(env: "StreamExecutionEnvironment", df: "DataFrame", watermark_strategy: "WatermarkStrategy | None" = None,
-               arrow_batches: bool = False, records_per_second: float | None = None) -> "DataStream":
+def from_spark(
+    env: "StreamExecutionEnvironment",
+    df: "DataFrame",
+    watermark_strategy: "WatermarkStrategy | None" = None,
+    arrow_batches: bool = False,
+    records_per_second: float | None = None,
+) -> "DataStream":
     """The rows of a Spark DataFrame as a stream of ``env``: dicts keyed by column
     name (or, with ``arrow_batches``, ``pyarrow.RecordBatch`` es). The DataFrame
     goes to Ray through raydp, so its session must be raydp's (:func:`spark_session`).
     ``records_per_second`` replays the rows at that rate (over all source tasks),
     as a live stream would bring them: for demos, rehearsals and tests."""
-    return env.from_source(ArrowBlockSource.from_spark(df, arrow_batches, records_per_second), watermark_strategy, "spark")
+    return env.from_source(
+        ArrowBlockSource.from_spark(df, arrow_batches, records_per_second), watermark_strategy, "spark"
+    )
 
 
-def from_ray_dataset(env: "StreamExecutionEnvironment", dataset: Any, watermark_strategy: "WatermarkStrategy | None" = None,
-                     arrow_batches: bool = False, records_per_second: float | None = None) -> "DataStream":
+def from_ray_dataset(
+    env: "StreamExecutionEnvironment",
+    dataset: Any,
+    watermark_strategy: "WatermarkStrategy | None" = None,
+    arrow_batches: bool = False,
+    records_per_second: float | None = None,
+) -> "DataStream":
     """The rows of a Ray Dataset as a stream of ``env``, as :func:`from_spark` gives them."""
-    return env.from_source(ArrowBlockSource.from_ray_dataset(dataset, arrow_batches, records_per_second), watermark_strategy, "ray dataset")
+    return env.from_source(
+        ArrowBlockSource.from_ray_dataset(dataset, arrow_batches, records_per_second), watermark_strategy, "ray dataset"
+    )
 
 
 # ---------------------------------------------------------------------- out
@@ -344,7 +372,9 @@ def _collect(stream: "DataStream", job_name: str, path: str | None) -> ParquetTa
     return sink
 
 
-def collect_to_spark(stream: "DataStream", job_name: str, spark: "SparkSession | None" = None, path: str | None = None) -> "DataFrame":
+def collect_to_spark(
+    stream: "DataStream", job_name: str, spark: "SparkSession | None" = None, path: str | None = None
+) -> "DataFrame":
     """Run this bounded job to its end and return its records as a Spark DataFrame
     (raydp's session unless ``spark`` is given). They are written exactly once
     into a Parquet table at ``path`` (default: under the checkpoint storage),

@@ -18,6 +18,7 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from weir import StreamExecutionEnvironment, WatermarkStrategy
 from weir.connectors.kafka import (
     DeliveryGuarantee,
     JsonRowSerializationSchema,
@@ -27,7 +28,6 @@ from weir.connectors.kafka import (
     KafkaSource,
     SimpleStringSchema,
 )
-from weir import StreamExecutionEnvironment, WatermarkStrategy
 
 LINES = ["to be or not to be", "that is the question", "to stream or to batch"]
 
@@ -37,41 +37,57 @@ def word_count(bootstrap: str, input_topic: str, output_topic: str) -> None:
     env.set_parallelism(2)
     env.enable_checkpointing(1000)
 
-    source = (KafkaSource.builder()
-              .set_bootstrap_servers(bootstrap)
-              .set_topics(input_topic)
-              .set_group_id("word-count")
-              .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-              .set_value_only_deserializer(SimpleStringSchema())
-              .set_bounded(KafkaOffsetsInitializer.latest())
-              .build())
-    sink = (KafkaSink.builder()
-            .set_bootstrap_servers(bootstrap)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder()
-                                   .set_topic(output_topic)
-                                   .set_value_serialization_schema(JsonRowSerializationSchema.builder().build())
-                                   .build())
-            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-            .set_transactional_id_prefix(f"word-count-{output_topic}")
-            .build())
+    source = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(bootstrap)
+        .set_topics(input_topic)
+        .set_group_id("word-count")
+        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+        .set_value_only_deserializer(SimpleStringSchema())
+        .set_bounded(KafkaOffsetsInitializer.latest())
+        .build()
+    )
+    sink = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(bootstrap)
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic(output_topic)
+            .set_value_serialization_schema(JsonRowSerializationSchema.builder().build())
+            .build()
+        )
+        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+        .set_transactional_id_prefix(f"word-count-{output_topic}")
+        .build()
+    )
 
-    (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+    (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
         .flat_map(lambda line: [(word, 1) for word in line.split()])
         .key_by(lambda wc: wc[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
         .map(lambda wc: {"word": wc[0], "count": wc[1]})
-        .sink_to(sink))
+        .sink_to(sink)
+    )
     env.execute("kafka-word-count")
 
 
 def final_counts(bootstrap: str, topic: str) -> dict[str, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     counts: dict[str, int] = {}
-    while any(tp.offset < ends[tp.partition] for tp in consumer.position([TopicPartition(topic, p) for p in partitions])):
+    while any(
+        tp.offset < ends[tp.partition] for tp in consumer.position([TopicPartition(topic, p) for p in partitions])
+    ):
         for message in consumer.consume(1000, timeout=1):
             if message.error() is None:
                 update = json.loads(message.value())

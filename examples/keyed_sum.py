@@ -27,11 +27,13 @@ def main() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(args.parallelism)
     env.enable_checkpointing(500)  # ms; storage: a local folder by default, any pyarrow.fs URI
-    (env.from_sequence(0, args.records - 1)
+    (
+        env.from_sequence(0, args.records - 1)
         .map(lambda i: (i % 1000, 2 * i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(FileSink(args.output, format="jsonl")))
+        .sink_to(FileSink(args.output, format="jsonl"))
+    )
     result = env.execute("keyed-sum")  # blocks; execute_async() returns a JobClient
 
     final: dict[int, int] = {}
@@ -40,8 +42,10 @@ def main() -> None:
     expected: dict[int, int] = collections.defaultdict(int)
     for i in range(args.records):
         expected[i % 1000] += 2 * i
-    print(f"job {result.job_name}: {result.status.value} in {result.duration_s:.1f}s, "
-          f"{result.completed_checkpoints} checkpoints, {result.restarts} restarts")
+    print(
+        f"job {result.job_name}: {result.status.value} in {result.duration_s:.1f}s, "
+        f"{result.completed_checkpoints} checkpoints, {result.restarts} restarts"
+    )
     print(f"final sums of {len(final)} keys match plain Python: {final == dict(expected)}")
     if final != dict(expected):
         raise SystemExit(1)

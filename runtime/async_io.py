@@ -51,12 +51,16 @@ class AsyncRetryStrategy:
     ``backoff_ms(attempt)`` milliseconds after attempt number ``attempt``."""
 
     def __init__(
-        self, max_attempts: int, backoff_ms: Callable[[int], float],
+        self,
+        max_attempts: int,
+        backoff_ms: Callable[[int], float],
         result_predicate: Callable[[list[Any]], bool] | None = None,
         exception_predicate: Callable[[Exception], bool] | None = None,
     ) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidConfigurationError("async retry max_attempts", max_attempts, "must be a whole number of at least 1")
+            raise InvalidConfigurationError(
+                "async retry max_attempts", max_attempts, "must be a whole number of at least 1"
+            )
         self.max_attempts = max_attempts
         self.backoff_ms = backoff_ms
         self.result_predicate = result_predicate
@@ -68,23 +72,37 @@ class AsyncRetryStrategy:
 
     @staticmethod
     def fixed_delay(
-        max_attempts: int, backoff_time_millis: int, result_predicate: Callable[[list[Any]], bool] | None = None,
-        exception_predicate: Callable[[Exception], bool] | None = None,
-    ) -> "AsyncRetryStrategy":
-        _positive("async retry backoff_time_millis", backoff_time_millis)
-        return AsyncRetryStrategy(max_attempts, lambda attempt: backoff_time_millis, result_predicate, exception_predicate)
-
-    @staticmethod
-    def exponential_backoff(
-        max_attempts: int, initial_delay: int, max_retry_delay: int, multiplier: float,
+        max_attempts: int,
+        backoff_time_millis: int,
         result_predicate: Callable[[list[Any]], bool] | None = None,
         exception_predicate: Callable[[Exception], bool] | None = None,
     ) -> "AsyncRetryStrategy":
-        for setting, value in (("initial_delay", initial_delay), ("max_retry_delay", max_retry_delay), ("multiplier", multiplier)):
+        _positive("async retry backoff_time_millis", backoff_time_millis)
+        return AsyncRetryStrategy(
+            max_attempts, lambda attempt: backoff_time_millis, result_predicate, exception_predicate
+        )
+
+    @staticmethod
+    def exponential_backoff(
+        max_attempts: int,
+        initial_delay: int,
+        max_retry_delay: int,
+        multiplier: float,
+        result_predicate: Callable[[list[Any]], bool] | None = None,
+        exception_predicate: Callable[[Exception], bool] | None = None,
+    ) -> "AsyncRetryStrategy":
+        for setting, value in (
+            ("initial_delay", initial_delay),
+            ("max_retry_delay", max_retry_delay),
+            ("multiplier", multiplier),
+        ):
             _positive(f"async retry {setting}", value)
         return AsyncRetryStrategy(
-            max_attempts, lambda attempt: min(initial_delay * multiplier ** (attempt - 1), max_retry_delay),
-            result_predicate, exception_predicate)
+            max_attempts,
+            lambda attempt: min(initial_delay * multiplier ** (attempt - 1), max_retry_delay),
+            result_predicate,
+            exception_predicate,
+        )
 
     def retries(self, attempt: int, result: list[Any] | None, error: Exception | None) -> bool:
         """Whether attempt number ``attempt``, which gave ``result`` or failed with ``error``, is tried again."""
@@ -109,8 +127,14 @@ class AsyncWaitOperator(UdfOperator):
     per subtask, used only by the task's loop thread."""
 
     def __init__(
-        self, name: str, uid: str, function: AsyncFunction[Any, Any], timeout_ms: int, capacity: int,
-        retry: AsyncRetryStrategy, ordered: bool,
+        self,
+        name: str,
+        uid: str,
+        function: AsyncFunction[Any, Any],
+        timeout_ms: int,
+        capacity: int,
+        retry: AsyncRetryStrategy,
+        ordered: bool,
     ) -> None:
         super().__init__(name, uid, function, function.async_invoke)
         self.timeout_ms, self.capacity, self.retry, self.ordered = timeout_ms, capacity, retry, ordered
@@ -178,12 +202,16 @@ class AsyncWaitOperator(UdfOperator):
 def checked(async_function: Any, timeout_ms: int, capacity: int, retry: AsyncRetryStrategy) -> None:
     """Refuses, naming the setting, what ``AsyncDataStream`` cannot run."""
     if not isinstance(async_function, AsyncFunction) or not inspect.iscoroutinefunction(async_function.async_invoke):
-        raise InvalidConfigurationError("async function", async_function, "subclass AsyncFunction with `async def async_invoke(self, value)`")
+        raise InvalidConfigurationError(
+            "async function", async_function, "subclass AsyncFunction with `async def async_invoke(self, value)`"
+        )
     _positive("async timeout (ms)", timeout_ms)
     if not isinstance(capacity, int) or capacity < 1:
         raise InvalidConfigurationError("async capacity", capacity, "must be a whole number of at least 1")
     if not isinstance(retry, AsyncRetryStrategy):
-        raise InvalidConfigurationError("async retry strategy", retry, "use AsyncRetryStrategy.fixed_delay(...) or no_restart()")
+        raise InvalidConfigurationError(
+            "async retry strategy", retry, "use AsyncRetryStrategy.fixed_delay(...) or no_restart()"
+        )
 
 
 # PyFlink's async_retry_predicates: what a retry strategy's predicates are usually made of.

@@ -118,12 +118,14 @@ class BarrierHandler:
 
     def on_end_of_partition(self, channel: int) -> list[Action]:
         """The channel's producer exited: aligned for pending and later checkpoints."""
+
         def step(s: _State) -> _State:
             if channel not in self.live_channels:
                 raise BarrierProtocolError(f"channel {channel} ended twice")
             self.live_channels.discard(channel)
             self.blocked.discard(channel)
             return s.channel_closed(self)
+
         return self._step(step)
 
     def _step(self, event) -> list[Action]:  # type: ignore[no-untyped-def]

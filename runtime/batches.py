@@ -70,7 +70,9 @@ def _numpy_rows(batch: Any) -> list[dict[str, Any]] | None:
 
 
 # batch_format -> (rows -> batch, batch -> rows or None when it is not one, what a batch is, module needed)
-FORMATS: dict[str, tuple[Callable[[list[dict[str, Any]]], Any], Callable[[Any], list[dict[str, Any]] | None], str, str]] = {
+FORMATS: dict[
+    str, tuple[Callable[[list[dict[str, Any]]], Any], Callable[[Any], list[dict[str, Any]] | None], str, str]
+] = {
     "pyarrow": (_arrow_batch, _arrow_rows, "a pyarrow.Table", "pyarrow"),
     "pandas": (_pandas_batch, _pandas_rows, "a pandas.DataFrame", "pandas"),
     "numpy": (_numpy_batch, _numpy_rows, "a dict of numpy arrays of one length", "numpy"),
@@ -96,8 +98,15 @@ class MapBatchesOperator(StreamOperator):
     returns as many rows as it got; otherwise each takes the batch's latest."""
 
     def __init__(
-        self, name: str, uid: str, fn: Any, batch_size: int, format_name: str, batch_timeout_ms: int | None,
-        constructor_args: tuple[Any, ...] = (), constructor_kwargs: dict[str, Any] | None = None,
+        self,
+        name: str,
+        uid: str,
+        fn: Any,
+        batch_size: int,
+        format_name: str,
+        batch_timeout_ms: int | None,
+        constructor_args: tuple[Any, ...] = (),
+        constructor_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, uid)
         self.fn = fn
@@ -130,7 +139,7 @@ class MapBatchesOperator(StreamOperator):
             self._rows = rows[full:]
             self._timestamps = None if stamps is None else stamps[full:]
             for i in range(0, full, size):
-                self._run(rows[i:i + size], None if stamps is None else stamps[i:i + size])
+                self._run(rows[i : i + size], None if stamps is None else stamps[i : i + size])
         if not self._rows:
             self._due_ms = None
         elif self._due_ms is None and self.batch_timeout_ms is not None:
@@ -139,17 +148,27 @@ class MapBatchesOperator(StreamOperator):
     def _run(self, rows: list[Any], stamps: list[int] | None) -> None:
         for r in rows:
             if type(r) is not dict:
-                raise self.fail("map_batches function", TypeError(
-                    f"map_batches takes rows (dicts), got {type(r).__name__}: make them dicts first, "
-                    "e.g. .map(lambda v: {'value': v})"), r, True)
+                raise self.fail(
+                    "map_batches function",
+                    TypeError(
+                        f"map_batches takes rows (dicts), got {type(r).__name__}: make them dicts first, "
+                        "e.g. .map(lambda v: {'value': v})"
+                    ),
+                    r,
+                    True,
+                )
         try:
             produced = self._call(self._to_batch(rows))
         except Exception as exc:
             raise self.fail("map_batches function", exc) from exc
         out = self._to_rows(produced)
         if out is None:
-            raise self.fail("map_batches function", TypeError(
-                f'returned {type(produced).__name__}, not a batch of batch_format="{self.format_name}" ({self._batch_is})'))
+            raise self.fail(
+                "map_batches function",
+                TypeError(
+                    f'returned {type(produced).__name__}, not a batch of batch_format="{self.format_name}" ({self._batch_is})'
+                ),
+            )
         if stamps is not None and len(out) != len(stamps):
             stamps = [max(stamps)] * len(out)
         if out:

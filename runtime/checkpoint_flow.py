@@ -16,19 +16,42 @@ import logging
 from typing import Any, Callable, Protocol
 
 from weir.runtime import faults
-from weir.runtime.checkpointing import NOT_FAILURES, STORAGE_FAILURES, AckResult, CheckpointCoordinator, PendingCheckpoint, TaskKey, plan_checkpoint, task_name
+from weir.runtime.checkpointing import (
+    NOT_FAILURES,
+    STORAGE_FAILURES,
+    AckResult,
+    CheckpointCoordinator,
+    PendingCheckpoint,
+    TaskKey,
+    plan_checkpoint,
+    task_name,
+)
 from weir.runtime.coordinators import OperatorCoordinators
 from weir.runtime.deployment import DeployedTasks
-from weir.runtime.errors import CheckpointDeclinedError, CheckpointFailureReason, CheckpointStorageError, JobRequestError, TooManyCheckpointFailuresError, WeirError
+from weir.runtime.errors import (
+    CheckpointDeclinedError,
+    CheckpointFailureReason,
+    CheckpointStorageError,
+    JobRequestError,
+    TooManyCheckpointFailuresError,
+    WeirError,
+)
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
-from weir.runtime.restore import RestorePoints
 from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, StopJob, TriggerSavepoint
+from weir.runtime.off_loop import OffLoopThread
+from weir.runtime.restore import RestorePoints
 from weir.runtime.stopping import Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
-    CheckpointStorage, discard, handle_to_json, parent, prepare_location, savepoint_location, write_metadata, write_state,
+    CheckpointStorage,
+    discard,
+    handle_to_json,
+    parent,
+    prepare_location,
+    savepoint_location,
+    write_metadata,
+    write_state,
 )
-from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TaskLetter, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
@@ -46,12 +69,26 @@ class CheckpointFlow:
     off the loop, and ``post`` brings their answers back as letters."""
 
     def __init__(
-        self, graph: JobGraph, tasks: DeployedTasks, send: Callable[[TaskKey, TaskLetter], None], coordinators: OperatorCoordinators,
-        stop: StopProtocol, storage: CheckpointStorage, storage_io: Callable[[Work], None],
-        clock: Callable[[], float], fail: Fail, post: Callable[[Any], None],
+        self,
+        graph: JobGraph,
+        tasks: DeployedTasks,
+        send: Callable[[TaskKey, TaskLetter], None],
+        coordinators: OperatorCoordinators,
+        stop: StopProtocol,
+        storage: CheckpointStorage,
+        storage_io: Callable[[Work], None],
+        clock: Callable[[], float],
+        fail: Fail,
+        post: Callable[[Any], None],
     ) -> None:
         self.coordinator = CheckpointCoordinator(graph)
-        self._tasks, self._send, self._coordinators, self._stop, self._storage = tasks, send, coordinators, stop, storage
+        self._tasks, self._send, self._coordinators, self._stop, self._storage = (
+            tasks,
+            send,
+            coordinators,
+            stop,
+            storage,
+        )
         self.storage_io, self._clock, self._fail, self._post = storage_io, clock, fail, post
         self.requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self.final: int | None = None  # the final checkpoint, once every source has ended
@@ -77,8 +114,11 @@ class CheckpointFlow:
             self.trigger(now)
 
     def trigger(
-        self, now: float, location: str | None = None,
-        kind: CheckpointKind = CheckpointKind.CHECKPOINT, stop_drain: bool | None = None,
+        self,
+        now: float,
+        location: str | None = None,
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+        stop_drain: bool | None = None,
     ) -> int | None:
         """Start a checkpoint (or a savepoint into ``location``; ``stop_drain``: one
         that stops the sources); None: no task is left to snapshot, or a coordinator failed."""
@@ -92,9 +132,13 @@ class CheckpointFlow:
             return None  # a coordinator failed, and so does the job
         pending.coordinator_states.update(states)
         barrier = CheckpointBarrier(cid, pending.timestamp_ms, kind, pending.location)
-        self._coordinators.trigger(barrier, [
-            (key, TriggerCheckpoint(barrier, stop_drain if self.graph.vertices[key[0]].is_source else None)) for key in plan.to_trigger
-        ])
+        self._coordinators.trigger(
+            barrier,
+            [
+                (key, TriggerCheckpoint(barrier, stop_drain if self.graph.vertices[key[0]].is_source else None))
+                for key in plan.to_trigger
+            ],
+        )
         return cid
 
     def savepoint_requested(self, now: float, letter: TriggerSavepoint | StopJob) -> bool:
@@ -103,7 +147,11 @@ class CheckpointFlow:
         started. The request hears the savepoint's location once it completed."""
         request, stop = letter.request, isinstance(letter, StopJob)
         try:
-            folder = savepoint_location(prepare_location(letter.location), self.graph.run_id) if letter.location is not None else None
+            folder = (
+                savepoint_location(prepare_location(letter.location), self.graph.run_id)
+                if letter.location is not None
+                else None
+            )
         except WeirError as exc:  # a location that cannot be written
             request.reply(error=exc)
             return False
@@ -130,7 +178,11 @@ class CheckpointFlow:
 
     def _not_started(self) -> str:
         """Why :meth:`trigger` started nothing."""
-        return "its tasks have finished" if self._tasks.all_exited(self.graph) else "an operator coordinator failed, and the job fails over"
+        return (
+            "its tasks have finished"
+            if self._tasks.all_exited(self.graph)
+            else "an operator coordinator failed, and the job fails over"
+        )
 
     def _abort_expired(self, now: float) -> None:
         for cid in self.coordinator.expired(now):
@@ -138,8 +190,13 @@ class CheckpointFlow:
             pending = self.coordinator.pending[cid]
             late = sorted(pending.not_yet_acknowledged)
             names = ", ".join(f"{task_name(k)} ({self.graph.vertices[k[0]].name})" for k in late[:5])
-            self.abort(cid, CheckpointFailureReason.TIMEOUT, f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}"
-                       if late else f"every task acknowledged it, but its metadata was still being written to {pending.location}")
+            self.abort(
+                cid,
+                CheckpointFailureReason.TIMEOUT,
+                f"not acknowledged by {names}{' and more' if len(late) > 5 else ''}"
+                if late
+                else f"every task acknowledged it, but its metadata was still being written to {pending.location}",
+            )
 
     # ------------------------------------------------------------ completing
     def on_decline(self, decline: Decline) -> None:
@@ -164,7 +221,11 @@ class CheckpointFlow:
             return
         metadata = self.coordinator.metadata(checkpoint_id, self._tasks.exited)
         pending = self.coordinator.pending[checkpoint_id]
-        self.storage_io(functools.partial(_write, pending.location, metadata, dict(pending.coordinator_states), checkpoint_id, self._post))
+        self.storage_io(
+            functools.partial(
+                _write, pending.location, metadata, dict(pending.coordinator_states), checkpoint_id, self._post
+            )
+        )
 
     def on_metadata_written(self, letter: MetadataWritten) -> float | None:
         """A checkpoint's metadata is on storage (or failed to be written); returns
@@ -172,7 +233,9 @@ class CheckpointFlow:
         on progress), else None."""
         checkpoint_id = letter.checkpoint_id
         if checkpoint_id not in self.coordinator.pending:
-            return None  # aborted while it was written (timed out, a failover): its location is discarded after the write
+            return (
+                None  # aborted while it was written (timed out, a failover): its location is discarded after the write
+            )
         if letter.error is not None:
             self.abort(checkpoint_id, CheckpointFailureReason.STORAGE_FAILURE, letter.error)
             return None
@@ -235,8 +298,12 @@ class CheckpointFlow:
         if too_many is not None:
             last = f"{too_many}; last: {reason.message} ({detail})"
             storage = reason in STORAGE_FAILURES
-            self._fail(CheckpointStorageError(self._storage.root, f"cannot be written: {last}") if storage else TooManyCheckpointFailuresError(last),
-                       restartable=False)
+            self._fail(
+                CheckpointStorageError(self._storage.root, f"cannot be written: {last}")
+                if storage
+                else TooManyCheckpointFailuresError(last),
+                restartable=False,
+            )
 
     def _log_abort(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
         if reason in NOT_FAILURES:
@@ -245,7 +312,12 @@ class CheckpointFlow:
         failures = self.coordinator.failures
         log.warning(
             "checkpoint %d of %s failed (%d in a row; the next begins in %.1fs at the earliest): %s %s",
-            checkpoint_id, self.graph.name, failures.failed, max(0.0, failures.retry_at - self._clock()), reason.message, detail,
+            checkpoint_id,
+            self.graph.name,
+            failures.failed,
+            max(0.0, failures.retry_at - self._clock()),
+            reason.message,
+            detail,
         )
 
     def _retried(self, pending: PendingCheckpoint, request: Request | None) -> bool:
@@ -259,7 +331,9 @@ class CheckpointFlow:
             return False
         retry = self.trigger(
             self._clock(),
-            savepoint_location(parent(pending.location), self.graph.run_id) if pending.kind is CheckpointKind.SAVEPOINT else None,
+            savepoint_location(parent(pending.location), self.graph.run_id)
+            if pending.kind is CheckpointKind.SAVEPOINT
+            else None,
             pending.kind,
             stopping.drain if stopping is not None else None,
         )
@@ -278,16 +352,22 @@ class CheckpointFlow:
     def job_ended(self, status: str) -> None:
         """Savepoints still waiting fail: the job ended ``status`` first."""
         for request in self.requests.values():
-            request.reply(error=JobRequestError(f"job '{self.graph.name}' ended {status} before the savepoint completed"))
+            request.reply(
+                error=JobRequestError(f"job '{self.graph.name}' ended {status} before the savepoint completed")
+            )
         self.requests.clear()
 
 
-def _write(location: str, metadata: dict[str, Any], states: dict[str, bytes], checkpoint_id: int, post: Callable[[Any], None]) -> None:
+def _write(
+    location: str, metadata: dict[str, Any], states: dict[str, bytes], checkpoint_id: int, post: Callable[[Any], None]
+) -> None:
     """On the storage thread: write a checkpoint's coordinator states and its
     metadata (which completes it on storage), and tell the loop how it went."""
     error = None
     try:
-        metadata["coordinators"] = {uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload)) for uid, payload in states.items()}
+        metadata["coordinators"] = {
+            uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload)) for uid, payload in states.items()
+        }
         faults.point("checkpoint-before-metadata")
         write_metadata(location, metadata)
     except Exception as exc:

@@ -26,9 +26,9 @@ def task_name(key: TaskKey) -> str:
 
 class AckResult(enum.Enum):
     SUCCESS = "success"
-    DUPLICATE = "duplicate"      # this task already acknowledged
-    UNKNOWN = "unknown"          # no such pending checkpoint (aborted, or never was)
-    DISCARDED = "discarded"      # the task was not asked to acknowledge
+    DUPLICATE = "duplicate"  # this task already acknowledged
+    UNKNOWN = "unknown"  # no such pending checkpoint (aborted, or never was)
+    DISCARDED = "discarded"  # the task was not asked to acknowledge
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,9 @@ class PendingCheckpoint:
     kind: CheckpointKind
     location: str
     acks: dict[TaskKey, tuple[StateHandle, dict[str, SnapshotSummary]]] = field(default_factory=dict)
-    coordinator_states: dict[str, bytes] = field(default_factory=dict)  # operator uid -> pickled, taken before the trigger
+    coordinator_states: dict[str, bytes] = field(
+        default_factory=dict
+    )  # operator uid -> pickled, taken before the trigger
 
     @property
     def not_yet_acknowledged(self) -> set[TaskKey]:
@@ -92,21 +94,29 @@ class CheckpointStats:
     @property
     def is_retained(self) -> bool:
         """A completed checkpoint (not a savepoint) still on storage."""
-        return self.status is CheckpointStatus.COMPLETED and self.kind == CheckpointKind.CHECKPOINT.value and not self.discarded
+        return (
+            self.status is CheckpointStatus.COMPLETED
+            and self.kind == CheckpointKind.CHECKPOINT.value
+            and not self.discarded
+        )
 
 
 # Aborts that are no failure: a newer checkpoint took over, the job is stopping,
 # the next plan skips a task that finished, or the restart strategy counts it.
-NOT_FAILURES = frozenset({
-    CheckpointFailureReason.DECLINED_SUBSUMED,
-    CheckpointFailureReason.JOB_STOPPING,
-    CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,
-    CheckpointFailureReason.TASK_FAILURE,
-})
-STORAGE_FAILURES = frozenset({
-    CheckpointFailureReason.STORAGE_FAILURE,
-    CheckpointFailureReason.DECLINED_STORAGE_FAILED,
-})
+NOT_FAILURES = frozenset(
+    {
+        CheckpointFailureReason.DECLINED_SUBSUMED,
+        CheckpointFailureReason.JOB_STOPPING,
+        CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,
+        CheckpointFailureReason.TASK_FAILURE,
+    }
+)
+STORAGE_FAILURES = frozenset(
+    {
+        CheckpointFailureReason.STORAGE_FAILURE,
+        CheckpointFailureReason.DECLINED_STORAGE_FAILED,
+    }
+)
 # Storage failures in a row a job survives when no tolerable number is set: a
 # full or read-only store must fail the job, not loop on its final checkpoint.
 DEFAULT_TOLERABLE_STORAGE_FAILURES = 10
@@ -133,9 +143,7 @@ class FailedCheckpoints:
     storage_failed: int = 0
     retry_at: float = -math.inf
 
-    def aborted(
-        self, reason: CheckpointFailureReason, now: float, interval_s: float | None
-    ) -> "FailedCheckpoints":
+    def aborted(self, reason: CheckpointFailureReason, now: float, interval_s: float | None) -> "FailedCheckpoints":
         """After a checkpoint aborted at ``now`` for ``reason``."""
         if reason in NOT_FAILURES:
             return self
@@ -150,7 +158,11 @@ class FailedCheckpoints:
         number), or, with none set, more storage failures in a row than
         ``DEFAULT_TOLERABLE_STORAGE_FAILURES``."""
         if tolerable is not None:
-            return None if self.failed <= tolerable else f"{self.failed} checkpoints failed in a row (tolerable: {tolerable})"
+            return (
+                None
+                if self.failed <= tolerable
+                else f"{self.failed} checkpoints failed in a row (tolerable: {tolerable})"
+            )
         if self.storage_failed > DEFAULT_TOLERABLE_STORAGE_FAILURES:
             return (
                 f"{self.storage_failed} checkpoints failed in a row writing to it (tolerable: "
@@ -189,18 +201,28 @@ class CheckpointCoordinator:
         """The backoff after failed checkpoints has passed (see :class:`FailedCheckpoints`)."""
         return now >= self.failures.retry_at
 
-    def start(self, plan: CheckpointPlan, now: float, location: Callable[[int], str], kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> PendingCheckpoint:
+    def start(
+        self,
+        plan: CheckpointPlan,
+        now: float,
+        location: Callable[[int], str],
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    ) -> PendingCheckpoint:
         """A new pending checkpoint; ``location(id)`` says where it is written."""
         cid = self.next_id
         self.next_id += 1
         p = PendingCheckpoint(cid, int(time.time() * 1000), now, plan, kind, location(cid))
         self.pending[cid] = p
-        self.history[cid] = CheckpointStats(cid, CheckpointStatus.PENDING, p.timestamp_ms, kind.value, location=p.location)
+        self.history[cid] = CheckpointStats(
+            cid, CheckpointStatus.PENDING, p.timestamp_ms, kind.value, location=p.location
+        )
         if kind is CheckpointKind.CHECKPOINT:
             self.last_trigger = now
         return p
 
-    def acknowledge(self, checkpoint_id: int, task: TaskKey, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> AckResult:
+    def acknowledge(
+        self, checkpoint_id: int, task: TaskKey, handle: StateHandle, operators: dict[str, SnapshotSummary]
+    ) -> AckResult:
         p = self.pending.get(checkpoint_id)
         if p is None:
             return AckResult.UNKNOWN
@@ -224,7 +246,11 @@ class CheckpointCoordinator:
         takes its savepoint then, and a restore from it reads on from the sources'
         positions."""
         p = self.pending[checkpoint_id]
-        operators = {spec.uid: _operator_entry(v, spec.uid, spec.name, p, exited) for v in self.graph.vertices.values() for spec in v.operators}
+        operators = {
+            spec.uid: _operator_entry(v, spec.uid, spec.name, p, exited)
+            for v in self.graph.vertices.values()
+            for spec in v.operators
+        }
         return {
             "format": 1,
             "job": self.graph.name,
@@ -269,8 +295,7 @@ class CheckpointCoordinator:
         or a completed checkpoint still on storage (its discard needs its location)
         stays."""
         ended = [
-            cid for cid, st in self.history.items()
-            if st.status is not CheckpointStatus.PENDING and not st.is_retained
+            cid for cid, st in self.history.items() if st.status is not CheckpointStatus.PENDING and not st.is_retained
         ]
         for cid in sorted(ended)[: max(0, len(ended) - self.HISTORY_LIMIT)]:
             del self.history[cid]
@@ -308,7 +333,9 @@ class CheckpointCoordinator:
 
     def stats(self) -> list[dict[str, Any]]:
         """Every checkpoint in the history, oldest first, as clients read them."""
-        return [{**vars(s), "status": s.status.value} for s in sorted(self.history.values(), key=lambda s: s.checkpoint_id)]
+        return [
+            {**vars(s), "status": s.status.value} for s in sorted(self.history.values(), key=lambda s: s.checkpoint_id)
+        ]
 
     def waiting_on(self, task: TaskKey) -> list[int]:
         """Pending checkpoints that still need ``task``'s acknowledgement."""
@@ -332,6 +359,11 @@ def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exi
             handles.append(None)
             finished += key in exited or key in p.plan.finished
     return {
-        "vertex": v.id, "name": name, "parallelism": v.parallelism, "max_parallelism": v.max_parallelism,
-        "fully_finished": finished == v.parallelism, "has_state": has_state, "handles": handles,
+        "vertex": v.id,
+        "name": name,
+        "parallelism": v.parallelism,
+        "max_parallelism": v.max_parallelism,
+        "fully_finished": finished == v.parallelism,
+        "has_state": has_state,
+        "handles": handles,
     }

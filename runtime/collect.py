@@ -135,8 +135,10 @@ def _cancel_if_running(client: "JobClient", channel: CollectChannel) -> None:
 
 def _cancel_dropped(client: "JobClient", channel: CollectChannel) -> None:
     """An iterator was collected unclosed; also at the driver's exit."""
-    log.warning("the execute_and_collect() iterator of job '%s' was dropped without close(): cancelling the job",
-                client.job_name)
+    log.warning(
+        "the execute_and_collect() iterator of job '%s' was dropped without close(): cancelling the job",
+        client.job_name,
+    )
     try:
         _cancel_if_running(client, channel)
     except Exception as exc:  # e.g. Ray already shut down at the driver's exit

@@ -217,7 +217,9 @@ class CheckpointConfig:
 
     def set_checkpointing_mode(self, mode: CheckpointingMode) -> "CheckpointConfig":
         if not isinstance(mode, CheckpointingMode):
-            raise InvalidConfigurationError("checkpointing mode", mode, "use CheckpointingMode.EXACTLY_ONCE or AT_LEAST_ONCE")
+            raise InvalidConfigurationError(
+                "checkpointing mode", mode, "use CheckpointingMode.EXACTLY_ONCE or AT_LEAST_ONCE"
+            )
         self.mode = mode
         return self
 
@@ -262,8 +264,13 @@ class RestartStrategy:
 
     @staticmethod
     def exponential_delay(
-        max_attempts: int | None = 10, initial_delay_s: float = 0.5, multiplier: float = 2.0, max_delay_s: float = 30.0,
-        *, jitter: float = 0.1, reset_backoff_threshold_s: float = 3600.0,
+        max_attempts: int | None = 10,
+        initial_delay_s: float = 0.5,
+        multiplier: float = 2.0,
+        max_delay_s: float = 30.0,
+        *,
+        jitter: float = 0.1,
+        reset_backoff_threshold_s: float = 3600.0,
     ) -> "RestartStrategy":
         """Flink's exponential-delay: the n-th restart since the last reset waits
         ``initial_delay_s * multiplier ** (n - 1)``, moved by up to ``jitter`` of it
@@ -292,7 +299,9 @@ class RestartStrategy:
         if jitter > 1:
             raise InvalidConfigurationError("restart jitter", jitter, "must be between 0 and 1")
         reset_backoff_threshold_s = _number("restart reset_backoff_threshold_s", reset_backoff_threshold_s)
-        return RestartStrategy(max_attempts, initial_delay_s, multiplier, max_delay_s, jitter, reset_backoff_threshold_s)
+        return RestartStrategy(
+            max_attempts, initial_delay_s, multiplier, max_delay_s, jitter, reset_backoff_threshold_s
+        )
 
     @staticmethod
     def no_restart() -> "RestartStrategy":
@@ -354,8 +363,8 @@ class TransportConfig:
     # pickled, like Flink's 32 KB network buffers) stay in the CPU's caches: W1
     # cost 20% less CPU per record than with 4,096, side by side on 2 cores.
     batch_size: int = 1024
-    buffer_timeout_ms: int = 5      # a non-empty buffer is sent at the latest after this
-    mailbox_capacity: int = 4       # queued deliveries per input channel before senders block
+    buffer_timeout_ms: int = 5  # a non-empty buffer is sent at the latest after this
+    mailbox_capacity: int = 4  # queued deliveries per input channel before senders block
 
 
 @dataclass
@@ -367,10 +376,12 @@ class ExecutionConfig:
     failover_strategy: str = "region"  # restart a failed task's pipelined region, or "full": every task
     restart_strategy: RestartStrategy | None = None  # None: restart_strategy_for's default
     transport: TransportConfig = field(default_factory=TransportConfig)
-    watermark_interval_ms: int = 200         # how often sources emit watermarks
-    restore_from: str | None = None          # a savepoint or retained checkpoint to start from
-    allow_non_restored_state: bool = False   # drop its state of operators the job no longer has
-    slot_request_timeout_ms: int = 300_000   # how long a deployment waits for room on the cluster (Flink's slot.request.timeout)
+    watermark_interval_ms: int = 200  # how often sources emit watermarks
+    restore_from: str | None = None  # a savepoint or retained checkpoint to start from
+    allow_non_restored_state: bool = False  # drop its state of operators the job no longer has
+    slot_request_timeout_ms: int = (
+        300_000  # how long a deployment waits for room on the cluster (Flink's slot.request.timeout)
+    )
     runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # as set; the job graph has it resolved
 
     # PyFlink's ``env.get_config()`` setters and getters.

@@ -37,7 +37,12 @@ class CoordinatorContext(Protocol):
     def send_event(self, subtask: int, event: Any) -> None:
         """Send ``event`` to the operator's subtask (through the valve)."""
 
-    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+    def call_async(
+        self,
+        call: Callable[[], Any],
+        handler: Callable[[Any, BaseException | None], None],
+        period_s: float | None = None,
+    ) -> None:
         """Run ``call`` off the job master's loop (it may block: a partition
         discovery asks a broker), then ``handler(result, error)`` on the loop, as
         the coordinator's other methods run. ``period_s``: again that long after
@@ -94,13 +99,13 @@ class _Valve:
     """One subtask's side of the gateway."""
 
     queue: collections.deque[tuple[int, Any]] = field(default_factory=collections.deque)
-    last_id: int = -1                 # the last event queued for the subtask
-    in_flight: int | None = None      # the event on its way, not yet acknowledged
-    acked_up_to: int = -1             # every event up to this id was handled
+    last_id: int = -1  # the last event queued for the subtask
+    in_flight: int | None = None  # the event on its way, not yet acknowledged
+    acked_up_to: int = -1  # every event up to this id was handled
     closed_for: set[int] = field(default_factory=set)  # checkpoints the subtask has not snapshotted yet
-    boundary: int | None = None       # while closed, events after this id wait
-    gone: bool = False                # the subtask exited: nothing more goes to it
-    down: bool = False                # the subtask is being redeployed: events wait
+    boundary: int | None = None  # while closed, events after this id wait
+    gone: bool = False  # the subtask exited: nothing more goes to it
+    down: bool = False  # the subtask is being redeployed: events wait
 
 
 class CoordinatorHolder:
@@ -108,7 +113,15 @@ class CoordinatorHolder:
     gateway per subtask. ``valve=False`` switches the FLINK-16986 protection off
     (for tests that show what it prevents)."""
 
-    def __init__(self, uid: str, name: str, parallelism: int, coordinator: OperatorCoordinator, send: EventSender, valve: bool = True) -> None:
+    def __init__(
+        self,
+        uid: str,
+        name: str,
+        parallelism: int,
+        coordinator: OperatorCoordinator,
+        send: EventSender,
+        valve: bool = True,
+    ) -> None:
         self.uid = uid
         self.name = name
         self._parallelism = parallelism
@@ -134,7 +147,12 @@ class CoordinatorHolder:
         self._next_id += 1
         self._pump(subtask)
 
-    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+    def call_async(
+        self,
+        call: Callable[[], Any],
+        handler: Callable[[Any, BaseException | None], None],
+        period_s: float | None = None,
+    ) -> None:
         if period_s is not None and period_s <= 0:
             raise ValueError(f"call_async: period_s must be positive, got {period_s}")
         self._calls.append(AsyncCall(call, handler, period_s))
@@ -155,6 +173,7 @@ class CoordinatorHolder:
         else:
             call.at = now + call.period_s
         call.handler(result, error)
+
     def start(self, restored: Any | None) -> None:
         self.coordinator.start(self, restored)
 

@@ -37,17 +37,26 @@ class OperatorCoordinators:
     ``valve=False`` switches off the FLINK-16986 protection (tests only)."""
 
     def __init__(
-        self, job: str, send: Callable[[TaskKey, TaskLetter], None], post: Callable[[Any], None],
-        fail: Callable[[BaseException], None], valve: bool = True, io: Callable[[Work], None] | None = None,
+        self,
+        job: str,
+        send: Callable[[TaskKey, TaskLetter], None],
+        post: Callable[[Any], None],
+        fail: Callable[[BaseException], None],
+        valve: bool = True,
+        io: Callable[[Work], None] | None = None,
     ) -> None:
         self._job, self._send, self._post, self._fail, self._valve = job, send, post, fail, valve
         self._io = io or self._in_pool
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._holders: dict[str, tuple[str, CoordinatorHolder]] = {}  # operator uid -> (vertex id, holder)
-        self._held: dict[int, list[tuple[TaskKey, TriggerCheckpoint]]] = {}  # a checkpoint's triggers, until events settle
+        self._held: dict[
+            int, list[tuple[TaskKey, TriggerCheckpoint]]
+        ] = {}  # a checkpoint's triggers, until events settle
 
     # ------------------------------------------------------------ lifecycle
-    def start(self, graph: JobGraph, saved: dict[str, Any], region: frozenset[TaskKey] | None = None) -> CorruptCheckpointError | None:
+    def start(
+        self, graph: JobGraph, saved: dict[str, Any], region: frozenset[TaskKey] | None = None
+    ) -> CorruptCheckpointError | None:
         """Fresh coordinators from their ``saved`` state: all of them for a new
         deployment, or those whose every subtask is in a redeployed ``region``
         (and the region's subtasks of the others run again). Returns the error
@@ -63,7 +72,9 @@ class OperatorCoordinators:
                 except CorruptCheckpointError as exc:
                     return exc
                 assert spec.make_coordinator is not None
-                holder = CoordinatorHolder(spec.uid, spec.name, v.parallelism, spec.make_coordinator(), self._sender(v.id), self._valve)
+                holder = CoordinatorHolder(
+                    spec.uid, spec.name, v.parallelism, spec.make_coordinator(), self._sender(v.id), self._valve
+                )
                 self._holders[spec.uid] = (v.id, holder)
                 self._call(holder, "start", holder.start, state)
         if region is not None:
@@ -99,7 +110,8 @@ class OperatorCoordinators:
             _close(self._holders.pop(uid)[1])
         return all(
             self._call(self._holders[uid][1], "subtask_reset", self._holders[uid][1].reset_subtask, i) is True
-            for uid, subtasks in plan.reset.items() for i in subtasks
+            for uid, subtasks in plan.reset.items()
+            for i in subtasks
         )
 
     # ------------------------------------------------------------ letters and ticks
@@ -115,7 +127,9 @@ class OperatorCoordinators:
 
     def on_call_done(self, letter: CoordinatorCallDone, now: float) -> None:
         if any(holder is letter.holder for _, holder in self._holders.values()):  # else: from a closed one
-            self._call(letter.holder, "async call", letter.holder.call_done, letter.call, letter.result, letter.error, now)
+            self._call(
+                letter.holder, "async call", letter.holder.call_done, letter.call, letter.result, letter.error, now
+            )
 
     def run_due_calls(self, now: float) -> None:
         for _, holder in list(self._holders.values()):

@@ -22,10 +22,14 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 
 from weir.runtime import progress
+from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy, AsyncWaitOperator, checked
+from weir.runtime.batches import MapBatchesOperator
+from weir.runtime.batches import batch_format as checked_batch_format
+from weir.runtime.collect import CloseableIterator, CollectSink
 from weir.runtime.config import (
     CheckpointConfig,
-    Configuration,
     CheckpointingMode,
+    Configuration,
     ExecutionConfig,
     RestartStrategy,
     RuntimeExecutionMode,
@@ -42,12 +46,8 @@ from weir.runtime.functions import (
     OutputTag,
     as_callable,
 )
-from weir.runtime.async_io import AsyncFunction, AsyncRetryStrategy, AsyncWaitOperator, checked
-from weir.runtime.batches import MapBatchesOperator
-from weir.runtime.batches import batch_format as checked_batch_format
-from weir.runtime.collect import CloseableIterator, CollectSink
-from weir.runtime.joins import IntervalJoinFunction, SidesOfAWindow, pairing
 from weir.runtime.graph import JobGraph, PartitionSpec, Transformation, build_job_graph, topological
+from weir.runtime.joins import IntervalJoinFunction, SidesOfAWindow, pairing
 from weir.runtime.operators import (
     Calls,
     CoProcessOperator,
@@ -61,10 +61,17 @@ from weir.runtime.operators import (
     StreamOperator,
 )
 from weir.runtime.row import Row, _make_row
+from weir.runtime.sinks import PrintSink, Sink, SinkOperator
+from weir.runtime.sources import (
+    CollectionSource,
+    GeneratorSource,
+    SequenceSource,
+    Source,
+    SourceCoordinator,
+    SourceOperator,
+)
 from weir.runtime.state import MapStateDescriptor
 from weir.runtime.typeinfo import TupleTypeInfo, TypeInformation, Types, output_type_arg, type_arg
-from weir.runtime.sinks import PrintSink, Sink, SinkOperator
-from weir.runtime.sources import CollectionSource, GeneratorSource, SequenceSource, Source, SourceCoordinator, SourceOperator
 from weir.runtime.windows import (
     AggregateContents,
     AggregateFunction,
@@ -97,7 +104,9 @@ class StreamExecutionEnvironment:
         if os.environ.get("WEIR_DEFAULT_PARALLELISM"):
             self.set_parallelism(int(os.environ["WEIR_DEFAULT_PARALLELISM"]))
         if os.environ.get("WEIR_RESTORE_FROM"):
-            self.restore_from_savepoint(os.environ["WEIR_RESTORE_FROM"], bool(os.environ.get("WEIR_ALLOW_NON_RESTORED_STATE")))
+            self.restore_from_savepoint(
+                os.environ["WEIR_RESTORE_FROM"], bool(os.environ.get("WEIR_ALLOW_NON_RESTORED_STATE"))
+            )
         self._ids = itertools.count(1)
         self._sinks: list[Transformation] = []  # built since the last execute: what the next one runs
         self._sink_locations: dict[str, str] = {}  # a sink's exclusive location -> its operator's name
@@ -129,7 +138,10 @@ class StreamExecutionEnvironment:
             env.set_runtime_mode(RuntimeExecutionMode[mode.upper()])
         ignored = sorted(settings.keys() - {"parallelism.default", "execution.runtime-mode"})
         if ignored:
-            log.warning("configuration keys weir does not apply: %s (set weir's settings on the environment)", ", ".join(ignored))
+            log.warning(
+                "configuration keys weir does not apply: %s (set weir's settings on the environment)",
+                ", ".join(ignored),
+            )
         return env
 
     # ---------------------------------------------------------------- settings
@@ -156,11 +168,14 @@ class StreamExecutionEnvironment:
         checked against the sources, when the job is submitted."""
         if not isinstance(execution_mode, RuntimeExecutionMode):
             raise InvalidConfigurationError(
-                "runtime_mode", execution_mode, "use RuntimeExecutionMode.STREAMING, BATCH or AUTOMATIC")
+                "runtime_mode", execution_mode, "use RuntimeExecutionMode.STREAMING, BATCH or AUTOMATIC"
+            )
         self.config.runtime_mode = execution_mode
         return self
 
-    def enable_checkpointing(self, interval_ms: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE) -> "StreamExecutionEnvironment":
+    def enable_checkpointing(
+        self, interval_ms: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
+    ) -> "StreamExecutionEnvironment":
         self.checkpoint_config.set_checkpoint_interval(interval_ms)
         self.checkpoint_config.set_checkpointing_mode(mode)
         return self
@@ -173,7 +188,11 @@ class StreamExecutionEnvironment:
         checkpointing restarts without limit at growing delays, and one without
         restarts 3 times (see :func:`weir.runtime.config.restart_strategy_for`)."""
         if not isinstance(strategy, RestartStrategy):
-            raise InvalidConfigurationError("restart strategy", strategy, "use RestartStrategy.fixed_delay(...), exponential_delay(...) or no_restart()")
+            raise InvalidConfigurationError(
+                "restart strategy",
+                strategy,
+                "use RestartStrategy.fixed_delay(...), exponential_delay(...) or no_restart()",
+            )
         self.config.restart_strategy = strategy
         return self
 
@@ -244,7 +263,10 @@ class StreamExecutionEnvironment:
 
     # ---------------------------------------------------------------- sources
     def from_source(
-        self, source: Source[Any], watermark_strategy: WatermarkStrategy | None = None, source_name: str = "source",
+        self,
+        source: Source[Any],
+        watermark_strategy: WatermarkStrategy | None = None,
+        source_name: str = "source",
         type_info: TypeInformation | None = None,
     ) -> "DataStream":
         """Records of ``source``; with a :class:`WatermarkStrategy` they carry event
@@ -255,10 +277,19 @@ class StreamExecutionEnvironment:
             raise TypeError(f"from_source() takes a weir.runtime.sources.Source, got {type(source).__name__}")
         if watermark_strategy is not None:
             if not isinstance(watermark_strategy, WatermarkStrategy):
-                raise InvalidConfigurationError("watermark strategy", watermark_strategy, "use WatermarkStrategy.for_...()")
-            if watermark_strategy.generator_factory is not None and watermark_strategy.timestamp_assigner is None and not source.has_timestamps:
                 raise InvalidConfigurationError(
-                    "watermark strategy", watermark_strategy, f"source '{source_name}' needs .with_timestamp_assigner(...)")
+                    "watermark strategy", watermark_strategy, "use WatermarkStrategy.for_...()"
+                )
+            if (
+                watermark_strategy.generator_factory is not None
+                and watermark_strategy.timestamp_assigner is None
+                and not source.has_timestamps
+            ):
+                raise InvalidConfigurationError(
+                    "watermark strategy",
+                    watermark_strategy,
+                    f"source '{source_name}' needs .with_timestamp_assigner(...)",
+                )
         config = self.config
         t = self._add(
             f"Source: {source_name}",
@@ -274,7 +305,9 @@ class StreamExecutionEnvironment:
         return DataStream(self, [(t, None)], t)
 
     def from_collection(
-        self, collection: Sequence[Any] | Iterable[Any], type_info: TypeInformation | WatermarkStrategy | None = None,
+        self,
+        collection: Sequence[Any] | Iterable[Any],
+        type_info: TypeInformation | WatermarkStrategy | None = None,
         watermark_strategy: WatermarkStrategy | None = None,
     ) -> "DataStream":
         """The elements of ``collection``. ``type_info`` (PyFlink's) is their type:
@@ -286,7 +319,10 @@ class StreamExecutionEnvironment:
         if isinstance(type_info, WatermarkStrategy):
             if watermark_strategy is not None:
                 raise InvalidConfigurationError(
-                    "from_collection() type_info", type_info, "is a WatermarkStrategy, and so is watermark_strategy: give one")
+                    "from_collection() type_info",
+                    type_info,
+                    "is a WatermarkStrategy, and so is watermark_strategy: give one",
+                )
             type_info, watermark_strategy = None, type_info
         return self.from_source(CollectionSource(list(collection)), watermark_strategy, "collection", type_info)
 
@@ -295,7 +331,10 @@ class StreamExecutionEnvironment:
         return self.from_source(SequenceSource(start, end), source_name="sequence")
 
     def from_generator(
-        self, generator: Callable[[int], Any], count: int | None = None, records_per_second: float | None = None,
+        self,
+        generator: Callable[[int], Any],
+        count: int | None = None,
+        records_per_second: float | None = None,
         watermark_strategy: WatermarkStrategy | None = None,
     ) -> "DataStream":
         """``generator(i)`` for ``i = 0, 1, ...``; ``count=None`` runs forever (stop or
@@ -323,11 +362,16 @@ class StreamExecutionEnvironment:
 
     def add_jars(self, *jars_path: str) -> None:
         """Accepted and ignored, with a warning: weir runs no JVM."""
-        log.warning("add_jars(%s) ignored: weir runs no JVM, so Java jars have nothing to load them", ", ".join(jars_path))
+        log.warning(
+            "add_jars(%s) ignored: weir runs no JVM, so Java jars have nothing to load them", ", ".join(jars_path)
+        )
 
     def add_classpaths(self, *classpaths: str) -> None:
         """Accepted and ignored, with a warning: weir runs no JVM."""
-        log.warning("add_classpaths(%s) ignored: weir runs no JVM, so Java classpaths have nothing to load them", ", ".join(classpaths))
+        log.warning(
+            "add_classpaths(%s) ignored: weir runs no JVM, so Java classpaths have nothing to load them",
+            ", ".join(classpaths),
+        )
 
     # ---------------------------------------------------------------- running
     def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
@@ -353,12 +397,24 @@ class StreamExecutionEnvironment:
                 kind = "forward" if parallelism(u) == parallelism(t) else "rebalance"
             return kind.upper()
 
-        nodes = [{
-            "id": t.id, "type": t.name, "contents": t.name, "parallelism": parallelism(t),
-            "pact": "Data Source" if t.is_source else "Data Sink" if t.id in sinks else "Operator",
-            "predecessors": [{"id": u.id, "ship_strategy": ship_strategy(u, t, spec), "side": "second" if spec is not None and spec.input_index else "first"}
-                             for u, spec in t.inputs],
-        } for t in order]
+        nodes = [
+            {
+                "id": t.id,
+                "type": t.name,
+                "contents": t.name,
+                "parallelism": parallelism(t),
+                "pact": "Data Source" if t.is_source else "Data Sink" if t.id in sinks else "Operator",
+                "predecessors": [
+                    {
+                        "id": u.id,
+                        "ship_strategy": ship_strategy(u, t, spec),
+                        "side": "second" if spec is not None and spec.input_index else "first",
+                    }
+                    for u, spec in t.inputs
+                ],
+            }
+            for t in order
+        ]
         return json.dumps({"nodes": nodes}, indent=2)
 
     def _job_graph(self, job_name: str, sinks: list[Transformation]) -> JobGraph:
@@ -369,7 +425,8 @@ class StreamExecutionEnvironment:
                 f"the job has no sink: the execute() of job '{self._last_run}' already ran the operators "
                 "built before it, and no sink was added since (each execute() runs what was built after "
                 "the last one, as in PyFlink): build the next pipeline, ending in sink_to(...) or print(), "
-                "then execute()")
+                "then execute()"
+            )
         return build_job_graph(job_name, list(sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
 
     def _ran(self, graph: JobGraph) -> None:
@@ -406,16 +463,27 @@ class StreamExecutionEnvironment:
                 raise KeyboardInterrupt
             if progress.wanted(self._progress_bar):
                 sizes = [self._source_sizes[t.id] for t in topological(graph.sinks) if t.is_source]
-                return progress.watch(client, graph, sum(n for n in sizes if n is not None) if None not in sizes else None)
+                return progress.watch(
+                    client, graph, sum(n for n in sizes if n is not None) if None not in sizes else None
+                )
             return client.wait()
         except KeyboardInterrupt:
             print(f"weir: Ctrl-C: cancelling job '{job_name}' ...", file=sys.stderr, flush=True)
             client.cancel()
-            print(f"weir: job '{job_name}' cancelled (use execute_async() for a job that runs on without you)", file=sys.stderr, flush=True)
+            print(
+                f"weir: job '{job_name}' cancelled (use execute_async() for a job that runs on without you)",
+                file=sys.stderr,
+                flush=True,
+            )
             raise
 
     # ---------------------------------------------------------------- internals
-    def _add(self, name: str, make: Callable[[str, str], StreamOperator], inputs: list[tuple[Transformation, PartitionSpec | None]]) -> Transformation:
+    def _add(
+        self,
+        name: str,
+        make: Callable[[str, str], StreamOperator],
+        inputs: list[tuple[Transformation, PartitionSpec | None]],
+    ) -> Transformation:
         return Transformation(next(self._ids), name, make, inputs)
 
 
@@ -435,8 +503,12 @@ def _interrupt_held(job_name: str) -> Iterator[list[int]]:
         if caught:
             raise KeyboardInterrupt
         caught.append(signum)
-        print(f"weir: Ctrl-C while job '{job_name}' is being submitted: it will be cancelled once it is "
-              "(Ctrl-C again to stop waiting)", file=sys.stderr, flush=True)
+        print(
+            f"weir: Ctrl-C while job '{job_name}' is being submitted: it will be cancelled once it is "
+            "(Ctrl-C again to stop waiting)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     signal.signal(signal.SIGINT, hold)
     try:
@@ -446,7 +518,12 @@ def _interrupt_held(job_name: str) -> Iterator[list[int]]:
 
 
 class DataStream:
-    def __init__(self, env: StreamExecutionEnvironment, inputs: list[tuple[Transformation, PartitionSpec | None]], transformation: Transformation | None) -> None:
+    def __init__(
+        self,
+        env: StreamExecutionEnvironment,
+        inputs: list[tuple[Transformation, PartitionSpec | None]],
+        transformation: Transformation | None,
+    ) -> None:
         self._env = env
         self._inputs = inputs
         self._t = transformation
@@ -454,7 +531,9 @@ class DataStream:
     # ------------------------------------------------------------ operator settings
     def _own(self, what: str) -> Transformation:
         if self._t is None:
-            raise InvalidJobGraphError(f"{what} applies to an operator; call it right after map/filter/reduce/..., not after key_by/union/rebalance")
+            raise InvalidJobGraphError(
+                f"{what} applies to an operator; call it right after map/filter/reduce/..., not after key_by/union/rebalance"
+            )
         return self._t
 
     def set_parallelism(self, parallelism: int) -> "DataStream":
@@ -477,7 +556,10 @@ class DataStream:
         return self
 
     def with_resources(
-        self, num_cpus: float | None = None, num_gpus: float | None = None, memory: int | None = None,
+        self,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        memory: int | None = None,
         resources: dict[str, float] | None = None,
     ) -> "DataStream":
         """Ray resources for each task actor running this operator (fractions
@@ -522,7 +604,9 @@ class DataStream:
         call = as_callable(func, "map", "map()")
         return self._then("Map", lambda n, u: MapOperator(n, u, func, call), output_type)
 
-    def flat_map(self, func: Callable[[Any], Iterable[Any]] | Any, output_type: TypeInformation | None = None) -> "DataStream":
+    def flat_map(
+        self, func: Callable[[Any], Iterable[Any]] | Any, output_type: TypeInformation | None = None
+    ) -> "DataStream":
         call = as_callable(func, "flat_map", "flat_map()")
         return self._then("FlatMap", lambda n, u: FlatMapOperator(n, u, func, call), output_type)
 
@@ -536,9 +620,15 @@ class DataStream:
         return self._then("Process", lambda n, u: ProcessOperator(n, u, func, call), output_type)
 
     def map_batches(
-        self, fn: Callable[[Any], Any] | type, batch_size: int = 1024, batch_format: str = "default",
-        batch_timeout_ms: int | None = 100, fn_constructor_args: Iterable[Any] | None = None,
-        fn_constructor_kwargs: dict[str, Any] | None = None, num_cpus: float | None = None, num_gpus: float | None = None,
+        self,
+        fn: Callable[[Any], Any] | type,
+        batch_size: int = 1024,
+        batch_format: str = "default",
+        batch_timeout_ms: int | None = 100,
+        fn_constructor_args: Iterable[Any] | None = None,
+        fn_constructor_kwargs: dict[str, Any] | None = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
     ) -> "DataStream":
         """Ray Data's ``map_batches``: ``fn`` over batches of ``batch_size`` rows
         (dict records), given as ``batch_format`` ``"pyarrow"`` (a Table),
@@ -557,9 +647,10 @@ class DataStream:
         timeout = None if batch_timeout_ms is None else _whole("map_batches batch_timeout_ms", batch_timeout_ms)
         args, kwargs = tuple(fn_constructor_args or ()), dict(fn_constructor_kwargs or {})
         if (args or kwargs) and not isinstance(fn, type):
-            raise InvalidConfigurationError("map_batches fn_constructor_args", args or kwargs, "fn is not a class to construct")
-        result = self._then(
-            "MapBatches", lambda n, u: MapBatchesOperator(n, u, fn, size, fmt, timeout, args, kwargs))
+            raise InvalidConfigurationError(
+                "map_batches fn_constructor_args", args or kwargs, "fn is not a class to construct"
+            )
+        result = self._then("MapBatches", lambda n, u: MapBatchesOperator(n, u, fn, size, fmt, timeout, args, kwargs))
         if num_cpus is not None or num_gpus is not None:
             result.with_resources(num_cpus=num_cpus, num_gpus=num_gpus)
         return result
@@ -572,7 +663,8 @@ class DataStream:
         interval, and watermarks from upstream are replaced by this strategy's."""
         if not isinstance(watermark_strategy, WatermarkStrategy):
             raise InvalidConfigurationError(
-                "assign_timestamps_and_watermarks() strategy", watermark_strategy, "use WatermarkStrategy.for_...()")
+                "assign_timestamps_and_watermarks() strategy", watermark_strategy, "use WatermarkStrategy.for_...()"
+            )
         config = self._env.config
         return self._then(
             "Timestamps/Watermarks",
@@ -584,7 +676,9 @@ class DataStream:
         subtask, on the task. The operator sees the whole lifecycle, watermarks included."""
         return self._then(name, make_operator)
 
-    def key_by(self, key_selector: Callable[[Any], Any] | Any, key_type: TypeInformation | None = None) -> "KeyedStream":
+    def key_by(
+        self, key_selector: Callable[[Any], Any] | Any, key_type: TypeInformation | None = None
+    ) -> "KeyedStream":
         """Partition by ``key_selector(record)``. ``key_type`` (PyFlink's) is checked to be a
         type and not used: keys are hashed as Python values (see the key rules)."""
         type_arg(key_type, "key_by() key_type")
@@ -608,7 +702,11 @@ class DataStream:
         return ConnectedStreams(self, stream)
 
     def _two_inputs(
-        self, second: "DataStream", name: str, make: Callable[[str, str], StreamOperator], output_type: Any = None,
+        self,
+        second: "DataStream",
+        name: str,
+        make: Callable[[str, str], StreamOperator],
+        output_type: Any = None,
     ) -> "DataStream":
         """An operator whose first input is this stream and whose second is ``second``."""
         if second._env is not self._env:
@@ -647,11 +745,14 @@ class DataStream:
 
     @overload
     def broadcast(
-        self, broadcast_state_descriptor: MapStateDescriptor[Any, Any], *other_broadcast_state_descriptors: MapStateDescriptor[Any, Any],
+        self,
+        broadcast_state_descriptor: MapStateDescriptor[Any, Any],
+        *other_broadcast_state_descriptors: MapStateDescriptor[Any, Any],
     ) -> "BroadcastStream": ...
 
     def broadcast(
-        self, broadcast_state_descriptor: MapStateDescriptor[Any, Any] | None = None,
+        self,
+        broadcast_state_descriptor: MapStateDescriptor[Any, Any] | None = None,
         *other_broadcast_state_descriptors: MapStateDescriptor[Any, Any],
     ) -> "DataStream | BroadcastStream":
         """Every record to every subtask downstream. With descriptors, a
@@ -662,10 +763,15 @@ class DataStream:
         descriptors = (broadcast_state_descriptor, *other_broadcast_state_descriptors)
         for d in descriptors:
             if not isinstance(d, MapStateDescriptor):
-                raise InvalidConfigurationError("broadcast state descriptor", d, "use MapStateDescriptor('name', key_type, value_type)")
+                raise InvalidConfigurationError(
+                    "broadcast state descriptor", d, "use MapStateDescriptor('name', key_type, value_type)"
+                )
             if d.ttl_config is not None:
                 raise InvalidConfigurationError(
-                    f"time to live of broadcast state '{d.name}'", d.ttl_config, "broadcast state has none, as in Flink: only keyed state expires")
+                    f"time to live of broadcast state '{d.name}'",
+                    d.ttl_config,
+                    "broadcast state has none, as in Flink: only keyed state expires",
+                )
         names = [d.name for d in descriptors]
         if len(set(names)) != len(names):
             raise InvalidConfigurationError("broadcast state descriptors", names, "each needs a name of its own")
@@ -688,18 +794,24 @@ class DataStream:
         choose = as_callable(partitioner, "partition", "partition_custom()")
         select = as_callable(key_selector, "get_key", "partition_custom() key_selector")
         return DataStream(
-            self._env, [(t, PartitionSpec("custom", select, _tag(s), custom=choose)) for t, s in self._inputs], None)
+            self._env, [(t, PartitionSpec("custom", select, _tag(s), custom=choose)) for t, s in self._inputs], None
+        )
 
     def project(self, *field_indexes: int) -> "DataStream":
         """The fields at ``field_indexes`` of each record of a TUPLE stream, as PyFlink's."""
         declared = self._declared_type()
         if not isinstance(declared, TupleTypeInfo):
-            raise InvalidJobGraphError(f"project{field_indexes}: only a stream of a declared Types.TUPLE can be projected, this one is {declared!r}")
+            raise InvalidJobGraphError(
+                f"project{field_indexes}: only a stream of a declared Types.TUPLE can be projected, this one is {declared!r}"
+            )
         fields = declared.get_field_types()
         if not field_indexes or any(not isinstance(i, int) or not 0 <= i < len(fields) for i in field_indexes):
-            raise InvalidConfigurationError("project() field indexes", field_indexes, f"give fields of the tuple, 0..{len(fields) - 1}")
-        return self.map(lambda record: tuple(record[i] for i in field_indexes), Types.TUPLE([fields[i] for i in field_indexes])) \
-            .name("Projection")
+            raise InvalidConfigurationError(
+                "project() field indexes", field_indexes, f"give fields of the tuple, 0..{len(fields) - 1}"
+            )
+        return self.map(
+            lambda record: tuple(record[i] for i in field_indexes), Types.TUPLE([fields[i] for i in field_indexes])
+        ).name("Projection")
 
     def force_non_parallel(self) -> "DataStream":
         """Run this operator as one subtask, now and after any rescale."""
@@ -709,7 +821,9 @@ class DataStream:
         """Windows over the whole stream, not per key: one subtask sees every record
         (parallelism 1, as in Flink)."""
         if not isinstance(window_assigner, WindowAssigner):
-            raise InvalidConfigurationError("window assigner", window_assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))")
+            raise InvalidConfigurationError(
+                "window assigner", window_assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))"
+            )
         return AllWindowedStream(self.key_by(_all_records), window_assigner)
 
     def count_window_all(self, size: int, slide: int | None = None) -> "AllWindowedStream":
@@ -723,7 +837,9 @@ class DataStream:
         """The records this operator sent to side output ``output_tag``: what a
         process function yielded as ``output_tag, value``, or a window's late data."""
         if not isinstance(output_tag, OutputTag):
-            raise InvalidConfigurationError("get_side_output() tag", output_tag, "use an OutputTag('name'), the one the function yields")
+            raise InvalidConfigurationError(
+                "get_side_output() tag", output_tag, "use an OutputTag('name'), the one the function yields"
+            )
         t = self._own("get_side_output()")
         if output_tag.type_info is not None:
             t.record_types.sides[output_tag.tag_id] = output_tag.type_info
@@ -757,7 +873,9 @@ class DataStream:
         """Print each record (see :class:`PrintSink`: PyFlink's format)."""
         return self.sink_to(PrintSink(sink_identifier, self._declared_type()))
 
-    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None, executor: str | None = None) -> "CloseableIterator | list[Any]":
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None, executor: str | None = None
+    ) -> "CloseableIterator | list[Any]":
         """Run the job and return its records here: a :class:`CloseableIterator`
         that yields them while the job runs and cancels the job when closed (use
         ``with``), or, with ``limit``, a list of the first ``limit`` records (the
@@ -775,14 +893,18 @@ class DataStream:
         endless = sorted({t.name for t in upstream if t.is_source and not t.bounded})
         if endless and not env.checkpoint_config.enabled:
             raise InvalidConfigurationError(
-                "checkpoint interval_ms", None,
+                "checkpoint interval_ms",
+                None,
                 f"execute_and_collect() hands out records as checkpoints commit them, and {', '.join(endless)} never ends: "
-                "call env.enable_checkpointing(interval_ms)")
+                "call env.enable_checkpointing(interval_ms)",
+            )
         ex = find_executor(executor)
         channel = ex.collect_channel()
         try:
             publisher = channel.publisher()
-            collect = env._add("Sink: collect", lambda n, u: SinkOperator(n, u, CollectSink(publisher)), list(self._inputs))
+            collect = env._add(
+                "Sink: collect", lambda n, u: SinkOperator(n, u, CollectSink(publisher)), list(self._inputs)
+            )
             collect.parallelism = 1  # one committable per checkpoint, records in the order they arrive
             name = job_execution_name or "collect"
             graph = env._job_graph(name, [*env._sinks, collect])
@@ -798,7 +920,12 @@ class DataStream:
 
 
 class KeyedStream(DataStream):
-    def __init__(self, env: StreamExecutionEnvironment, inputs: list[tuple[Transformation, PartitionSpec | None]], key_selector: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        env: StreamExecutionEnvironment,
+        inputs: list[tuple[Transformation, PartitionSpec | None]],
+        key_selector: Callable[[Any], Any],
+    ) -> None:
         super().__init__(env, inputs, None)
         self._key_selector = key_selector
 
@@ -816,7 +943,9 @@ class KeyedStream(DataStream):
         f = as_callable(func, "map", "map()")
         return self._keyed("Map", func, lambda v, ctx: (f(v),), "map function", output_type)
 
-    def flat_map(self, func: Callable[[Any], Iterable[Any]] | Any, output_type: TypeInformation | None = None) -> DataStream:
+    def flat_map(
+        self, func: Callable[[Any], Iterable[Any]] | Any, output_type: TypeInformation | None = None
+    ) -> DataStream:
         """As :meth:`DataStream.flat_map`, with the key's state (see :meth:`map`)."""
         f = as_callable(func, "flat_map", "flat_map()")
         return self._keyed("FlatMap", func, lambda v, ctx: f(v), "flat_map function", output_type)
@@ -824,7 +953,9 @@ class KeyedStream(DataStream):
     def filter(self, func: Callable[[Any], bool] | Any) -> DataStream:
         """As :meth:`DataStream.filter`, with the key's state (see :meth:`map`)."""
         f = as_callable(func, "filter", "filter()")
-        return self._keyed("Filter", func, lambda v, ctx: (v,) if f(v) else (), "filter function", self._declared_type())
+        return self._keyed(
+            "Filter", func, lambda v, ctx: (v,) if f(v) else (), "filter function", self._declared_type()
+        )
 
     def _keyed(self, name: str, func: Any, call: Callable[[Any, Any], Any], role: str, output_type: Any) -> DataStream:
         """An operator that calls ``call(record, ctx)`` with the record's key current."""
@@ -855,7 +986,10 @@ class KeyedStream(DataStream):
         return self.reduce(_pick_by(position_to_max_by, operator.gt)).name("MaxBy")
 
     def execute_and_collect(
-        self, job_execution_name: str | None = None, limit: int | None = None, executor: str | None = None,
+        self,
+        job_execution_name: str | None = None,
+        limit: int | None = None,
+        executor: str | None = None,
     ) -> "CloseableIterator | list[Any]":
         """As :meth:`DataStream.execute_and_collect`, each record with its key, as
         PyFlink hands a keyed stream's records out: ``Row(f0=key, f1=record)``."""
@@ -873,7 +1007,8 @@ class KeyedStream(DataStream):
     def _repartition(self, *args: Any) -> DataStream:
         raise InvalidJobGraphError(
             "a keyed stream's records go to the subtask of their key: rebalance(), broadcast(), forward(), shuffle(), "
-            "rescale() and partition_custom() apply to a stream before key_by(), as in PyFlink")
+            "rescale() and partition_custom() apply to a stream before key_by(), as in PyFlink"
+        )
 
     rebalance = broadcast = forward = shuffle = rescale = partition_custom = _repartition  # type: ignore[assignment]
 
@@ -881,7 +1016,9 @@ class KeyedStream(DataStream):
         """Group each key's records into windows (tumbling, sliding, session; event
         or processing time)."""
         if not isinstance(assigner, WindowAssigner):
-            raise InvalidConfigurationError("window assigner", assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))")
+            raise InvalidConfigurationError(
+                "window assigner", assigner, "use e.g. TumblingEventTimeWindows.of(Time.minutes(1))"
+            )
         return WindowedStream(self, assigner)
 
     def count_window(self, size: int, slide: int | None = None) -> "WindowedStream":
@@ -921,7 +1058,7 @@ def _with_field(record: Any, position: int | str, value: Any) -> Any:
         return _make_row(record._fields, values, record.get_row_kind())
     if isinstance(record, (tuple, list)):
         i = _index(record, position)
-        changed = [*record[:i], value, *record[i + 1:]]
+        changed = [*record[:i], value, *record[i + 1 :]]
         return tuple(changed) if isinstance(record, tuple) else changed
     if isinstance(record, dict):
         return {**record, position: value}
@@ -931,12 +1068,14 @@ def _with_field(record: Any, position: int | str, value: Any) -> Any:
 def _fold_field(position: int | str, combine: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def fold(a: Any, b: Any) -> Any:
         return _with_field(a, position, combine(_field(a, position), _field(b, position)))
+
     return fold
 
 
 def _pick_by(position: int | str, better: Callable[[Any, Any], bool]) -> Callable[[Any, Any], Any]:
     def pick(a: Any, b: Any) -> Any:
         return b if better(_field(b, position), _field(a, position)) else a
+
     return pick
 
 
@@ -984,7 +1123,9 @@ class CoGroupedStreams:
 
     def window(self, assigner: WindowAssigner) -> "CoGroupedStreams":
         if len(self._keys) != 2:
-            raise InvalidConfigurationError("window()", assigner, "comes after where(key_selector).equal_to(key_selector)")
+            raise InvalidConfigurationError(
+                "window()", assigner, "comes after where(key_selector).equal_to(key_selector)"
+            )
         self._assigner = assigner
         return self
 
@@ -1001,7 +1142,9 @@ class CoGroupedStreams:
         ``(first, second)``), a co-group's :class:`CoGroupFunction` (or a callable
         ``(first_list, second_list)``), on each key's records of each window."""
         if self._assigner is None:
-            raise InvalidConfigurationError("apply()", function, "comes after where(...).equal_to(...).window(assigner)")
+            raise InvalidConfigurationError(
+                "apply()", function, "comes after where(...).equal_to(...).window(assigner)"
+            )
         co_group = pairing(function) if self._joins else as_callable(function, "co_group", "co_group() apply")
         key_first, key_second = self._keys
         tagged = self._first.map(lambda r: (0, r)).union(self._second.map(lambda r: (1, r)))
@@ -1009,7 +1152,9 @@ class CoGroupedStreams:
         if self._trigger is not None:
             windowed.trigger(self._trigger)
         windowed.allowed_lateness(self._lateness_ms)
-        return windowed.process(SidesOfAWindow(function, co_group), output_type).name("Join" if self._joins else "CoGroup")
+        return windowed.process(SidesOfAWindow(function, co_group), output_type).name(
+            "Join" if self._joins else "CoGroup"
+        )
 
 
 class IntervalJoin:
@@ -1026,7 +1171,10 @@ class IntervalJoin:
     def between(self, lower_bound_ms: int, upper_bound_ms: int) -> "IntervalJoin":
         if not all(isinstance(b, int) for b in (lower_bound_ms, upper_bound_ms)) or lower_bound_ms > upper_bound_ms:
             raise InvalidConfigurationError(
-                "interval join bounds", (lower_bound_ms, upper_bound_ms), "give whole milliseconds, the lower bound not above the upper")
+                "interval join bounds",
+                (lower_bound_ms, upper_bound_ms),
+                "give whole milliseconds, the lower bound not above the upper",
+            )
         self._bounds = (lower_bound_ms, upper_bound_ms)
         return self
 
@@ -1041,7 +1189,9 @@ class IntervalJoin:
     def process(self, process_join_function: Any, output_type: TypeInformation | None = None) -> DataStream:
         """A :class:`ProcessJoinFunction` (or a callable ``(left, right, ctx)``) on each joined pair."""
         if self._bounds is None:
-            raise InvalidConfigurationError("interval join process()", process_join_function, "comes after between(lower_ms, upper_ms)")
+            raise InvalidConfigurationError(
+                "interval join process()", process_join_function, "comes after between(lower_ms, upper_ms)"
+            )
         lower = self._bounds[0] + self._exclusive[0]
         upper = self._bounds[1] - self._exclusive[1]
         joined = IntervalJoinFunction(process_join_function, lower, upper)
@@ -1056,40 +1206,70 @@ class AsyncDataStream:
 
     @staticmethod
     def unordered_wait(
-        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, capacity: int = 100,
+        data_stream: DataStream,
+        async_function: AsyncFunction[Any, Any],
+        timeout: int,
+        capacity: int = 100,
         output_type: TypeInformation | None = None,
     ) -> DataStream:
-        return AsyncDataStream._wait(data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, False)
+        return AsyncDataStream._wait(
+            data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, False
+        )
 
     @staticmethod
     def ordered_wait(
-        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, capacity: int = 100,
+        data_stream: DataStream,
+        async_function: AsyncFunction[Any, Any],
+        timeout: int,
+        capacity: int = 100,
         output_type: TypeInformation | None = None,
     ) -> DataStream:
-        return AsyncDataStream._wait(data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, True)
+        return AsyncDataStream._wait(
+            data_stream, async_function, timeout, AsyncRetryStrategy.no_restart(), capacity, output_type, True
+        )
 
     @staticmethod
     def unordered_wait_with_retry(
-        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, async_retry_strategy: AsyncRetryStrategy,
-        capacity: int = 100, output_type: TypeInformation | None = None,
+        data_stream: DataStream,
+        async_function: AsyncFunction[Any, Any],
+        timeout: int,
+        async_retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100,
+        output_type: TypeInformation | None = None,
     ) -> DataStream:
-        return AsyncDataStream._wait(data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, False)
+        return AsyncDataStream._wait(
+            data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, False
+        )
 
     @staticmethod
     def ordered_wait_with_retry(
-        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, async_retry_strategy: AsyncRetryStrategy,
-        capacity: int = 100, output_type: TypeInformation | None = None,
+        data_stream: DataStream,
+        async_function: AsyncFunction[Any, Any],
+        timeout: int,
+        async_retry_strategy: AsyncRetryStrategy,
+        capacity: int = 100,
+        output_type: TypeInformation | None = None,
     ) -> DataStream:
-        return AsyncDataStream._wait(data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, True)
+        return AsyncDataStream._wait(
+            data_stream, async_function, timeout, async_retry_strategy, capacity, output_type, True
+        )
 
     @staticmethod
     def _wait(
-        data_stream: DataStream, async_function: AsyncFunction[Any, Any], timeout: int, retry: AsyncRetryStrategy,
-        capacity: int, output_type: TypeInformation | None, ordered: bool,
+        data_stream: DataStream,
+        async_function: AsyncFunction[Any, Any],
+        timeout: int,
+        retry: AsyncRetryStrategy,
+        capacity: int,
+        output_type: TypeInformation | None,
+        ordered: bool,
     ) -> DataStream:
         checked(async_function, timeout, capacity, retry)
         return data_stream._then(
-            "AsyncWait", lambda n, u: AsyncWaitOperator(n, u, async_function, timeout, capacity, retry, ordered), output_type)
+            "AsyncWait",
+            lambda n, u: AsyncWaitOperator(n, u, async_function, timeout, capacity, retry, ordered),
+            output_type,
+        )
 
 
 class ConnectedStreams:
@@ -1105,11 +1285,15 @@ class ConnectedStreams:
         self.stream2 = stream2
 
     def key_by(
-        self, key_selector1: Callable[[Any], Any] | Any, key_selector2: Callable[[Any], Any] | Any,
+        self,
+        key_selector1: Callable[[Any], Any] | Any,
+        key_selector2: Callable[[Any], Any] | Any,
         key_type: TypeInformation | None = None,
     ) -> "ConnectedStreams":
         """Key each input with its own selector (``key_type``: as :meth:`DataStream.key_by`'s)."""
-        return ConnectedStreams(self.stream1.key_by(key_selector1, key_type), self.stream2.key_by(key_selector2, key_type))
+        return ConnectedStreams(
+            self.stream1.key_by(key_selector1, key_type), self.stream2.key_by(key_selector2, key_type)
+        )
 
     def map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
         """A :class:`CoMapFunction`: ``map1(value)`` / ``map2(value)`` each give one record."""
@@ -1128,7 +1312,8 @@ class ConnectedStreams:
         :class:`KeyedCoProcessFunction` (keyed state, timers, ``on_timer``)."""
         if isinstance(func, KeyedCoProcessFunction) and self._key_selectors() is None:
             raise InvalidJobGraphError(
-                f"{type(func).__name__} is a KeyedCoProcessFunction: key both inputs first, connected.key_by(selector1, selector2)")
+                f"{type(func).__name__} is a KeyedCoProcessFunction: key both inputs first, connected.key_by(selector1, selector2)"
+            )
         p1, p2 = _methods(func, ("process_element1", "process_element2"), "ConnectedStreams.process()")
         name = "CoProcess" if self._key_selectors() is None else "KeyedCoProcess"
         return self._apply(name, func, (("process_element1", p1), ("process_element2", p2)), output_type)
@@ -1137,15 +1322,23 @@ class ConnectedStreams:
         s1, s2 = self.stream1, self.stream2
         if isinstance(s1, KeyedStream) != isinstance(s2, KeyedStream):
             raise InvalidJobGraphError(
-                "connect(): one input is keyed and the other is not; key both (connected.key_by(selector1, selector2)) or neither")
-        return (s1._key_selector, s2._key_selector) if isinstance(s1, KeyedStream) and isinstance(s2, KeyedStream) else None
+                "connect(): one input is keyed and the other is not; key both (connected.key_by(selector1, selector2)) or neither"
+            )
+        return (
+            (s1._key_selector, s2._key_selector)
+            if isinstance(s1, KeyedStream) and isinstance(s2, KeyedStream)
+            else None
+        )
 
     def _apply(self, name: str, func: Any, calls: Calls, output_type: Any) -> DataStream:
         keys = self._key_selectors()
         if keys is None:
-            return self.stream1._two_inputs(self.stream2, name, lambda n, u: CoProcessOperator(n, u, func, calls), output_type)
+            return self.stream1._two_inputs(
+                self.stream2, name, lambda n, u: CoProcessOperator(n, u, func, calls), output_type
+            )
         return self.stream1._two_inputs(
-            self.stream2, name, lambda n, u: KeyedCoProcessOperator(n, u, func, calls, keys), output_type)
+            self.stream2, name, lambda n, u: KeyedCoProcessOperator(n, u, func, calls, keys), output_type
+        )
 
 
 class BroadcastStream:
@@ -1176,17 +1369,24 @@ class BroadcastConnectedStream:
         if isinstance(func, other):
             raise InvalidJobGraphError(
                 f"{type(func).__name__} is a {other.__name__}, but the stream connected to the broadcast stream is "
-                f"{'keyed' if keyed else 'not keyed'}: use a {wanted.__name__}")
+                f"{'keyed' if keyed else 'not keyed'}: use a {wanted.__name__}"
+            )
         p, b = _methods(func, ("process_element", "process_broadcast_element"), "BroadcastConnectedStream.process()")
         calls: Calls = (("process_element", p), ("process_broadcast_element", b))
         if isinstance(stream, KeyedStream):
             ks = stream._key_selector
             return stream._two_inputs(
-                self.broadcast_stream._stream, "KeyedBroadcastProcess",
-                lambda n, u: KeyedCoProcessOperator(n, u, func, calls, (ks, None), descriptors), output_type)
+                self.broadcast_stream._stream,
+                "KeyedBroadcastProcess",
+                lambda n, u: KeyedCoProcessOperator(n, u, func, calls, (ks, None), descriptors),
+                output_type,
+            )
         return stream._two_inputs(
-            self.broadcast_stream._stream, "BroadcastProcess",
-            lambda n, u: CoProcessOperator(n, u, func, calls, descriptors), output_type)
+            self.broadcast_stream._stream,
+            "BroadcastProcess",
+            lambda n, u: CoProcessOperator(n, u, func, calls, descriptors),
+            output_type,
+        )
 
 
 class WindowedStream:
@@ -1228,19 +1428,39 @@ class WindowedStream:
     _takes_key = True  # its window functions take the key
 
     def _apply(
-        self, name: str, contents: _Contents, output_type: Any, window_function: Any = None, where: str = "process()",
+        self,
+        name: str,
+        contents: _Contents,
+        output_type: Any,
+        window_function: Any = None,
+        where: str = "process()",
     ) -> DataStream:
-        ks, assigner, trigger, lateness, late = self._keyed._key_selector, self._assigner, self._trigger, self._lateness, self._late
-        if assigner.merging and isinstance(contents, AggregateContents) and type(contents.fn).merge is AggregateFunction.merge:
-            raise InvalidConfigurationError("aggregate function", contents.fn, "session windows merge: implement merge()")
+        ks, assigner, trigger, lateness, late = (
+            self._keyed._key_selector,
+            self._assigner,
+            self._trigger,
+            self._lateness,
+            self._late,
+        )
+        if (
+            assigner.merging
+            and isinstance(contents, AggregateContents)
+            and type(contents.fn).merge is AggregateFunction.merge
+        ):
+            raise InvalidConfigurationError(
+                "aggregate function", contents.fn, "session windows merge: implement merge()"
+            )
         if self._keep_last is not None:
             contents = LastElements(contents, self._keep_last)
         call = WindowCall(window_function, self._takes_key, where)
         return self._keyed._then(
-            name, lambda n, u: WindowOperator(n, u, contents, call, ks, assigner, trigger, lateness, late), output_type)
+            name, lambda n, u: WindowOperator(n, u, contents, call, ks, assigner, trigger, lateness, late), output_type
+        )
 
     def reduce(
-        self, reduce_function: Callable[[Any, Any], Any] | Any, window_function: Any = None,
+        self,
+        reduce_function: Callable[[Any, Any], Any] | Any,
+        window_function: Any = None,
         output_type: TypeInformation | None = None,
     ) -> DataStream:
         """Emits the reduced value of each window when it fires; with a
@@ -1254,8 +1474,11 @@ class WindowedStream:
         return self._apply("Window(Reduce)", contents, output_type, window_function, "reduce() window_function")
 
     def aggregate(
-        self, aggregate_function: AggregateFunction[Any, Any, Any], window_function: Any = None,
-        accumulator_type: TypeInformation | None = None, output_type: TypeInformation | None = None,
+        self,
+        aggregate_function: AggregateFunction[Any, Any, Any],
+        window_function: Any = None,
+        accumulator_type: TypeInformation | None = None,
+        output_type: TypeInformation | None = None,
     ) -> DataStream:
         """Emits ``get_result`` of each window's accumulator when it fires; with a
         ``window_function`` that result goes through it, as for :meth:`reduce`. Each
@@ -1288,7 +1511,12 @@ class AllWindowedStream(WindowedStream):
     _takes_key = False
 
     def _apply(
-        self, name: str, contents: _Contents, output_type: Any, window_function: Any = None, where: str = "process()",
+        self,
+        name: str,
+        contents: _Contents,
+        output_type: Any,
+        window_function: Any = None,
+        where: str = "process()",
     ) -> DataStream:
         result = super()._apply(name.replace("Window", "AllWindow", 1), contents, output_type, window_function, where)
         return result.set_parallelism(1).set_max_parallelism(1)

@@ -73,7 +73,10 @@ class TaskGateway(Protocol):
 
 
 def plan_deployments(
-    graph: JobGraph, attempt: int, attempt_id: str, restore: dict[str, OperatorRestore],
+    graph: JobGraph,
+    attempt: int,
+    attempt_id: str,
+    restore: dict[str, OperatorRestore],
     region: frozenset[TaskKey] | None = None,
 ) -> list[Deployment]:
     """The deployments of ``attempt`` (its id ``attempt_id`` names the job's
@@ -81,19 +84,25 @@ def plan_deployments(
     restoring its operators' share of ``restore`` (operator uid -> state, see
     :func:`weir.runtime.restore.restore_plan`)."""
     deployments = [
-        Deployment((v.id, i), attempt, TaskDeployment(
-            job_name=graph.name,
-            attempt_id=attempt_id,
-            vertex=v,
-            subtask=i,
-            input_channels=[(e.edge_id, j) for e, j in graph.input_channels((v.id, i))],
-            checkpointing=graph.checkpointing,
-            transport=graph.execution.transport,
-            restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
-            runtime_mode=graph.runtime_mode,
-            run_id=graph.run_id,
-        ), [])
-        for v in graph.vertices.values() for i in range(v.parallelism)
+        Deployment(
+            (v.id, i),
+            attempt,
+            TaskDeployment(
+                job_name=graph.name,
+                attempt_id=attempt_id,
+                vertex=v,
+                subtask=i,
+                input_channels=[(e.edge_id, j) for e, j in graph.input_channels((v.id, i))],
+                checkpointing=graph.checkpointing,
+                transport=graph.execution.transport,
+                restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
+                runtime_mode=graph.runtime_mode,
+                run_id=graph.run_id,
+            ),
+            [],
+        )
+        for v in graph.vertices.values()
+        for i in range(v.parallelism)
         if region is None or (v.id, i) in region
     ]
     # A region is closed under channels: every target of its tasks is deployed with them.
@@ -120,8 +129,14 @@ class DeployedTasks:
         self.ended_input: set[TaskKey] = set()
         self.killed: set[TaskKey] = set()
 
-    def deploy(self, graph: JobGraph, attempt: int, restore: dict[str, OperatorRestore], region: frozenset[TaskKey] | None,
-               post: Callable[[Any], None]) -> None:
+    def deploy(
+        self,
+        graph: JobGraph,
+        attempt: int,
+        restore: dict[str, OperatorRestore],
+        region: frozenset[TaskKey] | None,
+        post: Callable[[Any], None],
+    ) -> None:
         """Deploy ``attempt``: every task of ``graph`` (``region`` None) or a
         failed-over region's, each restoring its share of ``restore``; their letters
         count from now on. The gateway deploys on ``io``, then ``post``s a
@@ -168,7 +183,9 @@ class DeployedTasks:
         self.ended_input -= region
 
 
-def _deploy(gateway: TaskGateway, deployments: list[Deployment], deployed: Deployed, post: Callable[[Any], None]) -> None:
+def _deploy(
+    gateway: TaskGateway, deployments: list[Deployment], deployed: Deployed, post: Callable[[Any], None]
+) -> None:
     try:
         gateway.deploy(deployments)
     except Exception as exc:

@@ -62,7 +62,9 @@ class UserFunctionError(WeirError):
     (when there is one), the user's exception (``__cause__`` on the driver) and its
     formatted traceback, which survives any trip across processes."""
 
-    def __init__(self, operator: str, function: str, cause: BaseException, record: Any = None, has_record: bool = False) -> None:
+    def __init__(
+        self, operator: str, function: str, cause: BaseException, record: Any = None, has_record: bool = False
+    ) -> None:
         where = f"{function} of operator '{operator}'"
         on = f" on record {describe_record(record)}" if has_record else ""
         user_tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
@@ -209,7 +211,9 @@ class SinkBacklogError(WeirError):
             f"past its bound of {bound_bytes} bytes (Sink.max_pending_bytes): {failed} checkpoint(s) failed in a row, "
             "and its records wait for a completed checkpoint; the task fails so that the job restarts from the "
             "latest completed checkpoint instead of growing until it runs out of memory",
-            operator=operator, held_bytes=held_bytes, bound_bytes=bound_bytes,
+            operator=operator,
+            held_bytes=held_bytes,
+            bound_bytes=bound_bytes,
         )
 
 

@@ -118,7 +118,9 @@ def _as_assigner(assigner: Any) -> Callable[[Any, int | None], int]:
         return extract  # type: ignore[no-any-return]
     if callable(assigner):
         return lambda record, _: assigner(record)
-    raise InvalidConfigurationError("timestamp assigner", assigner, "must be callable or have extract_timestamp(value, record_timestamp)")
+    raise InvalidConfigurationError(
+        "timestamp assigner", assigner, "must be callable or have extract_timestamp(value, record_timestamp)"
+    )
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,13 @@ class WatermarkEmitter:
         dropped, as Flink ignores them in BATCH mode; its assigner still stamps."""
         self.strategy = replace(self.strategy, generator_factory=None, idleness_ms=None)
 
-    def stamp(self, records: list[Any], previous: list[int] | None, operator: str, fail: Callable[[str, Exception, Any, bool], Exception]) -> list[int]:
+    def stamp(
+        self,
+        records: list[Any],
+        previous: list[int] | None,
+        operator: str,
+        fail: Callable[[str, Exception, Any, bool], Exception],
+    ) -> list[int]:
         """Each record's event time from the assigner (``previous``: the timestamps
         the records had, if any; without an assigner they stay);
         ``fail(role, exc, record, True)`` makes the error for a failing assigner."""
@@ -203,8 +211,10 @@ class WatermarkEmitter:
         if assign is None:
             if previous is None:
                 raise InvalidConfigurationError(
-                    f"watermark strategy of operator '{operator}'", "no timestamp assigner",
-                    "its records have no timestamps: add .with_timestamp_assigner(...)")
+                    f"watermark strategy of operator '{operator}'",
+                    "no timestamp assigner",
+                    "its records have no timestamps: add .with_timestamp_assigner(...)",
+                )
             return previous
         out: list[int] = []
         append = out.append

@@ -46,7 +46,6 @@ class CollectChannel(ABC):
         """Release the channel; later publishes are dropped (the job is ending)."""
 
 
-
 _BUILTIN = {"ray": "weir.actors.executor:RayExecutor", "local": "weir.runtime.local:LocalExecutor"}
 
 
@@ -75,11 +74,24 @@ class JobStatus(enum.Enum):
 # (a bug in weir fails the job loudly).
 _NEXT: dict[JobStatus, frozenset[JobStatus]] = {
     # The first deployment; a job master recovering a run whose end is recorded takes that end over.
-    JobStatus.CREATED: frozenset({JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.SUSPENDED, JobStatus.FAILED}),
+    JobStatus.CREATED: frozenset(
+        {JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.SUSPENDED, JobStatus.FAILED}
+    ),
     # A stop, savepoint-and-stop or rescale; a failure; a cancel; every task finished.
-    JobStatus.RUNNING: frozenset({JobStatus.STOPPING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.FAILED}),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.STOPPING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.FAILED}
+    ),
     # A rescale redeploys; a failed stop restarts; a cancel overtakes; drained or suspended.
-    JobStatus.STOPPING: frozenset({JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.SUSPENDED, JobStatus.FAILED}),
+    JobStatus.STOPPING: frozenset(
+        {
+            JobStatus.RUNNING,
+            JobStatus.RESTARTING,
+            JobStatus.CANCELLING,
+            JobStatus.FINISHED,
+            JobStatus.SUSPENDED,
+            JobStatus.FAILED,
+        }
+    ),
     # Redeployed after the restart delay; cancelled while waiting; out of attempts.
     JobStatus.RESTARTING: frozenset({JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}),
     JobStatus.CANCELLING: frozenset({JobStatus.CANCELED, JobStatus.FAILED}),

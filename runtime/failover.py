@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir.runtime.checkpointing import TaskKey, task_name
+from weir.runtime.config import RestartStrategy
 from weir.runtime.errors import CorruptCheckpointError, NoRestorePointError
 from weir.runtime.graph import JobGraph
-from weir.runtime.config import RestartStrategy
 from weir.runtime.restarts import RestartBackoff
 
 RestorePoint = tuple[str, dict[str, Any]]  # (location, metadata) of a complete checkpoint or savepoint
@@ -23,7 +23,9 @@ RestorePoint = tuple[str, dict[str, Any]]  # (location, metadata) of a complete 
 class FailoverAction(enum.Enum):
     """What a failure does to the job. Each member carries its meaning."""
 
-    RESTART_REGION = "kill the failed task's pipelined region and redeploy it from the latest checkpoint; the others run on"
+    RESTART_REGION = (
+        "kill the failed task's pipelined region and redeploy it from the latest checkpoint; the others run on"
+    )
     RESTART_JOB = "kill every task and redeploy the job from the latest checkpoint"
     CANCEL = "kill every task: a cancel was asked for, so the job ends CANCELED"
     FAIL = "kill every task: the failure is not restartable, or the restart strategy's attempts are used up"
@@ -112,10 +114,14 @@ def fall_back(restore_points: list[RestorePoint], error: CorruptCheckpointError,
     left = restore_points[:-1]
     if left:
         return FallBack(left, error, True)
-    return FallBack(left, NoRestorePointError(
-        f"job '{job}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
-        "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
-    ), False)
+    return FallBack(
+        left,
+        NoRestorePointError(
+            f"job '{job}' cannot restore: {error}; no earlier complete checkpoint is left to fall back to "
+            "(keep more with set_num_retained_checkpoints), and starting from scratch would silently drop its state"
+        ),
+        False,
+    )
 
 
 class Restarts:
@@ -133,8 +139,16 @@ class Restarts:
         self.waiting: dict[frozenset[TaskKey], float] = {}
         self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
 
-    def decide(self, graph: JobGraph, task: TaskKey | None, restartable: bool, count: bool, running: bool,
-               cancelling: bool, now: float) -> Failover:
+    def decide(
+        self,
+        graph: JobGraph,
+        task: TaskKey | None,
+        restartable: bool,
+        count: bool,
+        running: bool,
+        cancelling: bool,
+        now: float,
+    ) -> Failover:
         """What a failure does (see :func:`decide_failover`); ``task``: the task that
         failed, whose region alone may restart while the job is ``running``."""
         backoff = self.backoff.failed(now, self._jitter.random(), count)

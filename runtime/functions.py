@@ -257,13 +257,17 @@ class BroadcastProcessFunction(Function, Generic[IN1, IN2, OUT]):
     class ReadOnlyContext(ProcessFunction.Context):
         """Given to ``process_element``: broadcast state to read."""
 
-        def __init__(self, broadcast: "OperatorStateStore", now_ms: Callable[[], int], watermark: Callable[[], int]) -> None:
+        def __init__(
+            self, broadcast: "OperatorStateStore", now_ms: Callable[[], int], watermark: Callable[[], int]
+        ) -> None:
             super().__init__()
             self._broadcast = broadcast
             self._now_ms = now_ms
             self._watermark = watermark
 
-        def get_broadcast_state(self, state_descriptor: "MapStateDescriptor[Any, Any]") -> "ReadOnlyBroadcastState[Any, Any]":
+        def get_broadcast_state(
+            self, state_descriptor: "MapStateDescriptor[Any, Any]"
+        ) -> "ReadOnlyBroadcastState[Any, Any]":
             return self._broadcast.get_broadcast_state(state_descriptor, writable=False)
 
         def current_processing_time(self) -> int:
@@ -282,7 +286,9 @@ class BroadcastProcessFunction(Function, Generic[IN1, IN2, OUT]):
     def process_element(self, value: IN1, ctx: "BroadcastProcessFunction.ReadOnlyContext") -> Iterable[OUT] | None: ...
 
     @abstractmethod
-    def process_broadcast_element(self, value: IN2, ctx: "BroadcastProcessFunction.Context") -> Iterable[OUT] | None: ...
+    def process_broadcast_element(
+        self, value: IN2, ctx: "BroadcastProcessFunction.Context"
+    ) -> Iterable[OUT] | None: ...
 
 
 class KeyedBroadcastProcessFunction(Function, Generic[KEY, IN1, IN2, OUT]):
@@ -307,7 +313,9 @@ class KeyedBroadcastProcessFunction(Function, Generic[KEY, IN1, IN2, OUT]):
         """Given to ``process_broadcast_element``."""
 
         def __init__(
-            self, broadcast: "OperatorStateStore", timer_service: Any,
+            self,
+            broadcast: "OperatorStateStore",
+            timer_service: Any,
             apply_to_keyed_state: Callable[[Any, Callable[[Any, Any], None]], None],
         ) -> None:
             super().__init__(broadcast, timer_service.current_processing_time, timer_service.current_watermark)
@@ -320,10 +328,14 @@ class KeyedBroadcastProcessFunction(Function, Generic[KEY, IN1, IN2, OUT]):
             self._apply(state_descriptor, function)
 
     @abstractmethod
-    def process_element(self, value: IN1, ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext") -> Iterable[OUT] | None: ...
+    def process_element(
+        self, value: IN1, ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext"
+    ) -> Iterable[OUT] | None: ...
 
     @abstractmethod
-    def process_broadcast_element(self, value: IN2, ctx: "KeyedBroadcastProcessFunction.Context") -> Iterable[OUT] | None: ...
+    def process_broadcast_element(
+        self, value: IN2, ctx: "KeyedBroadcastProcessFunction.Context"
+    ) -> Iterable[OUT] | None: ...
 
     def on_timer(self, timestamp: int, ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext") -> Iterable[OUT] | None:
         return None

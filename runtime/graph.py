@@ -11,13 +11,13 @@ import copy
 import logging
 import re
 import uuid
-from html import escape
 from dataclasses import dataclass, field, replace
+from html import escape
 from typing import Any, Callable
 
 import cloudpickle
 
-from weir.runtime.config import ExecutionConfig, CheckpointConfig, MAX_MAX_PARALLELISM, RuntimeExecutionMode
+from weir.runtime.config import MAX_MAX_PARALLELISM, CheckpointConfig, ExecutionConfig, RuntimeExecutionMode
 from weir.runtime.coordination import OperatorCoordinator
 from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError
 from weir.runtime.network import (
@@ -80,8 +80,8 @@ class OperatorSpec:
 @dataclass(frozen=True)
 class JobEdge:
     edge_id: int
-    source: str       # vertex id
-    target: str       # vertex id
+    source: str  # vertex id
+    target: str  # vertex id
     partition: PartitionSpec
     input_index: int
     target_parallelism: int
@@ -122,13 +122,13 @@ class JobVertex:
     inputs: list[JobEdge] = field(default_factory=list)
     outputs: list[JobEdge] = field(default_factory=list)
     resources: dict[str, float] = field(default_factory=dict)  # what each of its task actors asks for
-    resource_owners: list[str] = field(default_factory=list)   # the operators that asked
+    resource_owners: list[str] = field(default_factory=list)  # the operators that asked
 
 
 @dataclass
 class JobGraph:
     name: str
-    vertices: dict[str, JobVertex]   # in topological order
+    vertices: dict[str, JobVertex]  # in topological order
     execution: ExecutionConfig
     checkpointing: CheckpointConfig
     sinks: list[Transformation] = field(default_factory=list)  # the user's dataflow, to rebuild from
@@ -146,7 +146,9 @@ class JobGraph:
         for name, p in parallelism.items():
             if name not in by_name:
                 known = sorted({t.name for t in topological(sinks)})
-                raise InvalidJobGraphError(f"job '{self.name}' has no operator named '{name}'; its operators: {', '.join(known)}")
+                raise InvalidJobGraphError(
+                    f"job '{self.name}' has no operator named '{name}'; its operators: {', '.join(known)}"
+                )
             if not isinstance(p, int) or isinstance(p, bool) or p < 1:
                 raise InvalidJobGraphError(f"operator '{name}': parallelism {p!r} must be a whole number of at least 1")
             for t in by_name[name]:
@@ -224,9 +226,11 @@ def resolve_runtime_mode(mode: RuntimeExecutionMode, sources: list[Transformatio
     if mode is RuntimeExecutionMode.BATCH and endless:
         which = ", ".join(f"'{name}'" for name in endless)
         raise InvalidConfigurationError(
-            "runtime_mode", mode.name,
+            "runtime_mode",
+            mode.name,
             f"BATCH execution needs every source to end, and {which} {'does' if len(endless) == 1 else 'do'} not: "
-            "bound it (e.g. from_generator(..., count=n)) or use RuntimeExecutionMode.STREAMING or AUTOMATIC")
+            "bound it (e.g. from_generator(..., count=n)) or use RuntimeExecutionMode.STREAMING or AUTOMATIC",
+        )
     return mode
 
 
@@ -250,7 +254,9 @@ def build_job_graph(
         p = t.parallelism if t.parallelism is not None else execution.parallelism
         mp = t.max_parallelism if t.max_parallelism is not None else execution.max_parallelism
         if not 1 <= mp <= MAX_MAX_PARALLELISM:
-            raise InvalidJobGraphError(f"operator '{t.name}': max parallelism {mp} must be between 1 and {MAX_MAX_PARALLELISM}")
+            raise InvalidJobGraphError(
+                f"operator '{t.name}': max parallelism {mp} must be between 1 and {MAX_MAX_PARALLELISM}"
+            )
         if p < 1:
             raise InvalidJobGraphError(f"operator '{t.name}': parallelism {p} must be at least 1")
         if p > mp:
@@ -261,7 +267,9 @@ def build_job_graph(
         par[t.id], maxp[t.id] = p, mp
         uid = t.effective_uid
         if uid in uids:
-            raise InvalidJobGraphError(f"uid '{uid}' is used by both '{uids[uid].name}' and '{t.name}'; uids must be unique")
+            raise InvalidJobGraphError(
+                f"uid '{uid}' is used by both '{uids[uid].name}' and '{t.name}'; uids must be unique"
+            )
         uids[uid] = t
 
     consumers: dict[int, int] = {}
@@ -312,7 +320,10 @@ def build_job_graph(
             name=" -> ".join(t.name for t in chain),
             parallelism=par[head.id],
             max_parallelism=maxp[head.id],
-            operators=[OperatorSpec(t.name, t.effective_uid, t.make_operator, t.make_coordinator, t.record_types) for t in chain],
+            operators=[
+                OperatorSpec(t.name, t.effective_uid, t.make_operator, t.make_coordinator, t.record_types)
+                for t in chain
+            ],
             is_source=head.is_source,
             resources=_chain_resources(chain),
             resource_owners=[t.name for t in chain if t.resources],
@@ -325,8 +336,16 @@ def build_job_graph(
         for u, spec in head.inputs:
             r = resolved(u, head, spec)
             edge = JobEdge(
-                edge_id, vertex_ids[head_of[u.id]], target.id, r, r.input_index, par[head.id], maxp[head.id], head.name,
-                u.effective_uid, r.side_output,
+                edge_id,
+                vertex_ids[head_of[u.id]],
+                target.id,
+                r,
+                r.input_index,
+                par[head.id],
+                maxp[head.id],
+                head.name,
+                u.effective_uid,
+                r.side_output,
             )
             edge_id += 1
             target.inputs.append(edge)
@@ -430,17 +449,27 @@ def job_graph_svg(graph: "JobGraph") -> str:
         x2, y2 = where[e.target][0], ins[e.target][e.edge_id]
         mid = (x1 + x2) // 2
         label = e.partition.kind + (f" [{e.side_output}]" if e.side_output else "")
-        out.append(f"<path d='M{x1},{y1} C{mid},{y1} {mid},{y2} {x2},{y2}' fill='none' stroke='#555' stroke-width='1.3' marker-end='url(#arrow)'/>")
+        out.append(
+            f"<path d='M{x1},{y1} C{mid},{y1} {mid},{y2} {x2},{y2}' fill='none' stroke='#555' stroke-width='1.3' marker-end='url(#arrow)'/>"
+        )
         out.append(f"<text x='{x2 - 8}' y='{y2 - 4}' text-anchor='end' {_FONT} fill='#333'>{escape(label)}</text>")
     for vid, v in graph.vertices.items():
         x, y = where[vid]
         fill = "#e8f1fb" if v.is_source else "#f4f4f4"
-        out.append(f"<rect x='{x}' y='{y}' width='{_W}' height='{height(vid)}' rx='6' fill='{fill}' stroke='#356' stroke-width='1.2'/>")
-        out.append(f"<text x='{x + _PAD}' y='{y + _PAD + 12}' {_FONT} font-weight='bold'>{escape(_fit(vid, 28))}</text>")
-        out.append(f"<text x='{x + _W - _PAD}' y='{y + _PAD + 12}' text-anchor='end' {_FONT} fill='#356' font-weight='bold'>"
-                   f"×{v.parallelism}</text>")
+        out.append(
+            f"<rect x='{x}' y='{y}' width='{_W}' height='{height(vid)}' rx='6' fill='{fill}' stroke='#356' stroke-width='1.2'/>"
+        )
+        out.append(
+            f"<text x='{x + _PAD}' y='{y + _PAD + 12}' {_FONT} font-weight='bold'>{escape(_fit(vid, 28))}</text>"
+        )
+        out.append(
+            f"<text x='{x + _W - _PAD}' y='{y + _PAD + 12}' text-anchor='end' {_FONT} fill='#356' font-weight='bold'>"
+            f"×{v.parallelism}</text>"
+        )
         for i, op in enumerate(v.operators):
             prefix = "→ " if i else ""
-            out.append(f"<text x='{x + _PAD}' y='{y + _PAD + 12 + _LINE * (i + 1)}' {_FONT}>{escape(_fit(prefix + op.name))}</text>")
+            out.append(
+                f"<text x='{x + _PAD}' y='{y + _PAD + 12 + _LINE * (i + 1)}' {_FONT}>{escape(_fit(prefix + op.name))}</text>"
+            )
     out.append("</svg>")
     return "\n".join(out)

@@ -36,11 +36,16 @@ class JobLifecycle:
         recovering this run reads it first."""
         try:
             self._storage.record_result(
-                status.value, str(self.failure or ""), restarts=restarts,
-                duration_s=round(self._clock() - self.started, 3), completed_checkpoints=completed_checkpoints,
+                status.value,
+                str(self.failure or ""),
+                restarts=restarts,
+                duration_s=round(self._clock() - self.started, 3),
+                completed_checkpoints=completed_checkpoints,
             )
         except OSError as exc:
-            log.warning("job %s: could not record its end (%s) in %s: %s", self._job, status.value, self._storage.root, exc)
+            log.warning(
+                "job %s: could not record its end (%s) in %s: %s", self._job, status.value, self._storage.root, exc
+            )
         self.had_ended(status)
 
     def had_ended(self, status: JobStatus, detail: str = "") -> None:
@@ -50,16 +55,22 @@ class JobLifecycle:
         if detail:
             self.failure = RecordedFailureError(detail)
 
-    def result(self, restarts: Restarts, completed_checkpoints: int, metrics: list[dict[str, Any]]) -> JobExecutionResult:
+    def result(
+        self, restarts: Restarts, completed_checkpoints: int, metrics: list[dict[str, Any]]
+    ) -> JobExecutionResult:
         """The outcome; raises :class:`JobExecutionError` for a failed job."""
         if self.status is JobStatus.FAILED:
             raise self.failure_error(restarts)
         end = self.ended if self.ended is not None else self._clock()
-        return JobExecutionResult(self._job, self.status, end - self.started, restarts.count, completed_checkpoints, metrics)
+        return JobExecutionResult(
+            self._job, self.status, end - self.started, restarts.count, completed_checkpoints, metrics
+        )
 
     def failure_error(self, restarts: Restarts) -> JobExecutionError:
         cause = self.failure
         allowed = restarts.backoff.strategy.allowance()
-        err = JobExecutionError(f"job '{self._job}' failed after {restarts.count} restart(s) ({allowed}): {cause}", cause=cause)
+        err = JobExecutionError(
+            f"job '{self._job}' failed after {restarts.count} restart(s) ({allowed}): {cause}", cause=cause
+        )
         err.__cause__ = cause
         return err

@@ -38,22 +38,44 @@ from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
 from weir.runtime.deployment import Deployed, DeployedTasks, TaskGateway
-from weir.runtime.errors import CheckpointFailureReason, CorruptCheckpointError, JobCancelledError, JobRequestError, TaskFailedError, WeirError
+from weir.runtime.errors import (
+    CheckpointFailureReason,
+    CorruptCheckpointError,
+    JobCancelledError,
+    JobRequestError,
+    TaskFailedError,
+    WeirError,
+)
 from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
 from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
 from weir.runtime.job_lifecycle import JobLifecycle
 from weir.runtime.letters import (
-    Ack, AskLetter, CancelJob, CoordinatorCallDone, Decline, EndOfInput, EventAcknowledged, EventFromOperator, Failed,
-    MetadataWritten, RescaleJob, Request, StopJob, TriggerSavepoint, ask, close_refusing, post,
+    Ack,
+    AskLetter,
+    CancelJob,
+    CoordinatorCallDone,
+    Decline,
+    EndOfInput,
+    EventAcknowledged,
+    EventFromOperator,
+    Failed,
+    MetadataWritten,
+    Request,
+    RescaleJob,
+    StopJob,
+    TriggerSavepoint,
+    ask,
+    close_refusing,
+    post,
 )
 from weir.runtime.mailbox import Mailbox
+from weir.runtime.off_loop import OffLoopThread, inline
 from weir.runtime.restore import RestorePoints, starting_point
 from weir.runtime.stopping import RESCALE_WAIT_S, AfterLastTask, Answer, Redeploying, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
 )
-from weir.runtime.off_loop import OffLoopThread, inline
 from weir.runtime.task import Cancel, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
@@ -78,24 +100,46 @@ class JobMaster:
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
     def __init__(
-        self, graph: JobGraph, gateway: TaskGateway, clock: Callable[[], float] = time.monotonic, recovering: bool = False,
-        event_valve: bool = True, first_attempt: int = 0, on_end: Callable[[JobStatus], None] | None = None,
-        tick_s: float = TICK_S, storage_io: Callable[[Work], None] | None = None,
-        coordinator_io: Callable[[Work], None] | None = None, restart_jitter: random.Random | None = None,
+        self,
+        graph: JobGraph,
+        gateway: TaskGateway,
+        clock: Callable[[], float] = time.monotonic,
+        recovering: bool = False,
+        event_valve: bool = True,
+        first_attempt: int = 0,
+        on_end: Callable[[JobStatus], None] | None = None,
+        tick_s: float = TICK_S,
+        storage_io: Callable[[Work], None] | None = None,
+        coordinator_io: Callable[[Work], None] | None = None,
+        restart_jitter: random.Random | None = None,
         deploy_io: Callable[[Work], None] = inline,
     ) -> None:
         self.graph, self.gateway, self.clock, self.recovering = graph, gateway, clock, recovering
         self.mailbox = Mailbox(0)
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
         self.life = JobLifecycle(graph.name, self.storage, clock)
-        self.coordinators = OperatorCoordinators(graph.name, gateway.send, self._post, self._fail, event_valve, coordinator_io)
+        self.coordinators = OperatorCoordinators(
+            graph.name, gateway.send, self._post, self._fail, event_valve, coordinator_io
+        )
         self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
         self.tasks = DeployedTasks(gateway, deploy_io)
-        self.checkpoints = CheckpointFlow(graph, self.tasks, gateway.send, self.coordinators, self._stop, self.storage,
-                                          storage_io or OffLoopThread(graph.name, "checkpoint storage"), clock, self._fail, self._post)
+        self.checkpoints = CheckpointFlow(
+            graph,
+            self.tasks,
+            gateway.send,
+            self.coordinators,
+            self._stop,
+            self.storage,
+            storage_io or OffLoopThread(graph.name, "checkpoint storage"),
+            clock,
+            self._fail,
+            self._post,
+        )
         self.coordinator = self.checkpoints.coordinator
         self.attempt = first_attempt
-        self.restarts = Restarts(restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter)
+        self.restarts = Restarts(
+            restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter
+        )
         self._cancel_requested: float | None = None
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
@@ -113,7 +157,9 @@ class JobMaster:
                 if letter is not None:
                     self._handle(letter)
                 self._tick()
-        except BaseException as exc:  # a WeirError (e.g. a savepoint that does not fit the job), or a bug in weir: loudly
+        except (
+            BaseException
+        ) as exc:  # a WeirError (e.g. a savepoint that does not fit the job), or a bug in weir: loudly
             if not isinstance(exc, WeirError):
                 log.exception("job master of %s failed", self.graph.name)
             if not self.status.is_terminal:
@@ -180,7 +226,9 @@ class JobMaster:
         post(self.mailbox, letter)
 
     def _refuse(self, request: Request) -> None:
-        request.reply(error=JobRequestError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now"))
+        request.reply(
+            error=JobRequestError(f"job '{self.graph.name}' is {self.status.value}: no savepoint or stop now")
+        )
 
     def _fall_back(self, error: CorruptCheckpointError) -> None:
         """The checkpoint being restored is damaged: restart from the one before it (:meth:`RestorePoints.fall_back`)."""
@@ -231,7 +279,9 @@ class JobMaster:
         elif isinstance(letter, EventAcknowledged):
             self.coordinators.on_event_acknowledged(letter)
 
-    def _fail(self, error: BaseException, restartable: bool = True, count: bool = True, task: TaskKey | None = None) -> None:
+    def _fail(
+        self, error: BaseException, restartable: bool = True, count: bool = True, task: TaskKey | None = None
+    ) -> None:
         """Something failed the job: it restarts or ends once the current letter is handled."""
         self._failures.append(Failed(error, restartable, count, task))
 
@@ -263,8 +313,16 @@ class JobMaster:
                 self._deploy(region)
         if self.tasks.in_flight:
             return
-        if self.status is JobStatus.CANCELLING and self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S:
-            log.warning("job %s: tasks did not close within %.0fs of cancel; killing them", self.graph.name, self.CANCEL_TIMEOUT_S)
+        if (
+            self.status is JobStatus.CANCELLING
+            and self._cancel_requested is not None
+            and now - self._cancel_requested > self.CANCEL_TIMEOUT_S
+        ):
+            log.warning(
+                "job %s: tasks did not close within %.0fs of cancel; killing them",
+                self.graph.name,
+                self.CANCEL_TIMEOUT_S,
+            )
             self._end(JobStatus.CANCELED)
         if self.status in (JobStatus.RUNNING, JobStatus.STOPPING):
             self._rescale_when_ready(now)
@@ -283,8 +341,12 @@ class JobMaster:
         if self.status is not JobStatus.RUNNING:
             self._refuse(request)
         elif self.restarts.waiting:
-            request.reply(error=JobRequestError(f"job '{self.graph.name}' is restarting failed task(s) {', '.join(self.restarts.waiting_tasks())}; "
-                                                "a snapshot needs every task running: try again in a moment"))
+            request.reply(
+                error=JobRequestError(
+                    f"job '{self.graph.name}' is restarting failed task(s) {', '.join(self.restarts.waiting_tasks())}; "
+                    "a snapshot needs every task running: try again in a moment"
+                )
+            )
         return self.status is JobStatus.RUNNING and not self.restarts.waiting
 
     def _on_rescale(self, letter: RescaleJob) -> None:
@@ -335,7 +397,11 @@ class JobMaster:
         elif isinstance(result.error, CorruptCheckpointError) and self.checkpoints.restore.points:
             self._fall_back(result.error)
         else:
-            error = result.error if result.error is not None else TaskFailedError(task_name(key), result.error_text or f"ended {result.state.value}")
+            error = (
+                result.error
+                if result.error is not None
+                else TaskFailedError(task_name(key), result.error_text or f"ended {result.state.value}")
+            )
             self._fail(error, task=key)
 
     def _all_finished(self) -> None:
@@ -346,7 +412,9 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
             return
         stopping = self._stop.stopping
-        after, answer = self._stop.all_finished(stopping is not None and stopping.checkpoint_id in self.coordinator.pending)
+        after, answer = self._stop.all_finished(
+            stopping is not None and stopping.checkpoint_id in self.coordinator.pending
+        )
         self._deliver(answer)
         if after is AfterLastTask.REDEPLOY:
             assert stopping is not None and stopping.rescale_to is not None
@@ -364,7 +432,9 @@ class JobMaster:
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         cancelling = self._cancel_requested is not None
         running = self.status is JobStatus.RUNNING
-        decision = self.restarts.decide(self.graph, failed.task, failed.restartable, failed.count, running, cancelling, self.clock())
+        decision = self.restarts.decide(
+            self.graph, failed.task, failed.restartable, failed.count, running, cancelling, self.clock()
+        )
         if decision.action is FailoverAction.RESTART_REGION:
             if self._restart_region(decision, headline, failed.count):
                 return
@@ -434,7 +504,9 @@ class JobMaster:
         self.attempt += 1
         self.restarts.deploying(self.graph, region)
         self.checkpoints.final = None
-        if self.coordinator.last_trigger is None:  # the first checkpoint comes one interval after the start, as in Flink
+        if (
+            self.coordinator.last_trigger is None
+        ):  # the first checkpoint comes one interval after the start, as in Flink
             self.coordinator.last_trigger = self.clock()
         if region is None:
             self.life.become(JobStatus.RUNNING)
@@ -455,11 +527,13 @@ class JobMaster:
                 self._fall_back(damaged)
         if isinstance(self._stop.state, Redeploying):
             answer = self._stop.redeployed(self.clock())
-            log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name,
-                     {v.id: v.parallelism for v in self.graph.vertices.values()}, answer.result)
+            log.info(
+                "job %s rescaled: %s; not processing for %.2fs",
+                self.graph.name,
+                {v.id: v.parallelism for v in self.graph.vertices.values()},
+                answer.result,
+            )
             self._deliver(answer)
         held, self._held = self._held, []
         for held_letter in held:
             self._take(held_letter)
-
-

@@ -114,7 +114,9 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
         self.lower, self.upper = lower, upper
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.sides = tuple(runtime_context.get_map_state(MapStateDescriptor(f"interval-join-{side}")) for side in ("left", "right"))
+        self.sides = tuple(
+            runtime_context.get_map_state(MapStateDescriptor(f"interval-join-{side}")) for side in ("left", "right")
+        )
         if isinstance(self.user_function, Function):
             self.user_function.open(runtime_context)
 
@@ -132,7 +134,10 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
         t = ctx.timestamp()
         if t is None:
             raise InvalidConfigurationError(
-                "interval join input", value, "has no timestamp: an interval join joins by event time (give a WatermarkStrategy)")
+                "interval join input",
+                value,
+                "has no timestamp: an interval join joins by event time (give a WatermarkStrategy)",
+            )
         joined = Stamped([], [])
         if t < ctx.timer_service().current_watermark():
             return joined

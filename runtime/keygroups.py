@@ -59,7 +59,7 @@ def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_gro
 @dataclass(frozen=True)
 class KeyGroupRange:
     start: int  # inclusive
-    end: int    # exclusive
+    end: int  # exclusive
 
     def __contains__(self, key_group: object) -> bool:
         return isinstance(key_group, int) and self.start <= key_group < self.end

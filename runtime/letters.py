@@ -107,7 +107,9 @@ class MasterPorts:
     def post(self, letter: Any) -> None:
         raise NotImplementedError
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+    def acknowledge_checkpoint(
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+    ) -> None:
         self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:

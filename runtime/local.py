@@ -21,12 +21,12 @@ import cloudpickle
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.collect import LocalCollectChannel
+from weir.runtime.deployment import Deployment
 from weir.runtime.errors import JobCancelledError, TaskFailedError, UnknownTaskError
 from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
-from weir.runtime.deployment import Deployment
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import MasterPorts, RescaleJob, Request, StopJob, TriggerSavepoint
+from weir.runtime.letters import MasterPorts, Request, RescaleJob, StopJob, TriggerSavepoint
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
 
@@ -75,7 +75,9 @@ class LocalGateway:
             self.attempts.update({d.key: d.attempt for d in deployments})
             self._change()
         for d in deployments:
-            t = threading.Thread(target=self._run, args=(d.key, d.attempt, tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True)
+            t = threading.Thread(
+                target=self._run, args=(d.key, d.attempt, tasks[d.key]), name=f"task-{task_name(d.key)}", daemon=True
+            )
             self._threads[d.key] = t
             t.start()
 
@@ -97,7 +99,14 @@ class LocalGateway:
                 return
             with self._lock:  # an event lost: the task fails over (if its exit is not reported already)
                 if task in self.attempts:
-                    self._exits.append((task, TaskResult(TaskState.FAILED, TaskFailedError(task_name(task), "an operator event to it was lost"))))
+                    self._exits.append(
+                        (
+                            task,
+                            TaskResult(
+                                TaskState.FAILED, TaskFailedError(task_name(task), "an operator event to it was lost")
+                            ),
+                        )
+                    )
         with self._lock:
             self._change()
 
@@ -204,7 +213,9 @@ class LocalJobClient(JobClient):
 
     def kill_task(self, vertex: str, subtask: int) -> str:
         if (vertex, subtask) not in self._gateway.tasks:
-            raise UnknownTaskError(f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}")
+            raise UnknownTaskError(
+                f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}"
+            )
         self._gateway.crash((vertex, subtask))
         return task_name((vertex, subtask))
 

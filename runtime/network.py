@@ -20,7 +20,6 @@ from weir.runtime.errors import KeySelectionError, RecordSerializationError
 from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
 from weir.runtime.serialization import dumps, loads
 
-
 Send = Callable[[int, int, bytes], None]  # (channel, seq, payload)
 
 
@@ -152,7 +151,9 @@ class KeyGroupPartitioner(Partitioner):
         return ch
 
 
-def _split(records: list[Any], timestamps: list[int] | None, chans: list[int], channels: int) -> tuple[Parts, Parts | None]:
+def _split(
+    records: list[Any], timestamps: list[int] | None, chans: list[int], channels: int
+) -> tuple[Parts, Parts | None]:
     """``records`` (and their timestamps) by channel, record ``i`` to channel ``chans[i]``."""
     if channels == 1:
         return [records], None if timestamps is None else [timestamps]
@@ -187,7 +188,9 @@ class CustomPartitioner(Partitioner):
 
     name = "custom"
 
-    def __init__(self, partitioner: Callable[[Any, int], int], key_selector: Callable[[Any], Any], operator: str) -> None:
+    def __init__(
+        self, partitioner: Callable[[Any, int], int], key_selector: Callable[[Any], Any], operator: str
+    ) -> None:
         self._partitioner = partitioner
         self._key_selector = key_selector
         self._operator = operator

@@ -32,8 +32,6 @@ from weir.runtime.functions import (
     RuntimeContext,
 )
 from weir.runtime.keygroups import KeyGroupRange
-from weir.runtime.typeinfo import RecordTypes, TypeInformation
-from weir.runtime.timers import InternalTimerService, TimeDomain, TimerService
 from weir.runtime.metrics import MetricGroup
 from weir.runtime.state import (
     AggregatingState,
@@ -54,6 +52,8 @@ from weir.runtime.state import (
     redistribute_lists,
     union_lists,
 )
+from weir.runtime.timers import InternalTimerService, TimeDomain, TimerService
+from weir.runtime.typeinfo import RecordTypes, TypeInformation
 
 
 class Output:
@@ -177,7 +177,9 @@ class Emitted:
                     self.to_side(item[0].tag_id, item[1], timestamp)
                     continue
             elif type(item) is tag:
-                raise TypeError(f"yielded the OutputTag {item.tag_id!r} alone; send a record to it with `yield tag, value`")
+                raise TypeError(
+                    f"yielded the OutputTag {item.tag_id!r} alone; send a record to it with `yield tag, value`"
+                )
             append(item)
         if self.timestamps is not None:
             self.timestamps.extend([timestamp] * (len(records) - before))
@@ -364,14 +366,18 @@ class _Context(RuntimeContext):
 
     def get_union_list_state(self, descriptor: ListStateDescriptor[Any]) -> ListState[Any]:
         if self._op.keyed_backend is not None:
-            raise RuntimeError(f"operator '{self._op.name}' is keyed: union list state is operator state, of non-keyed functions")
+            raise RuntimeError(
+                f"operator '{self._op.name}' is keyed: union list state is operator state, of non-keyed functions"
+            )
         return self._op.operator_state.get_union_list_state(self._operator_state(descriptor))
 
     def _operator_state(self, descriptor: ListStateDescriptor[Any]) -> str:
         if descriptor.ttl_config is not None:
             raise InvalidConfigurationError(
-                f"time to live of state '{descriptor.name}'", descriptor.ttl_config,
-                f"operator '{self._op.name}' is not keyed, and only keyed state has a time to live: key_by() first")
+                f"time to live of state '{descriptor.name}'",
+                descriptor.ttl_config,
+                f"operator '{self._op.name}' is not keyed, and only keyed state has a time to live: key_by() first",
+            )
         return descriptor.name
 
     def get_map_state(self, descriptor: MapStateDescriptor[Any, Any]) -> MapState[Any, Any]:
@@ -450,7 +456,9 @@ class FlatMapOperator(UdfOperator):
 class FilterOperator(UdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         keep = self.call_each("filter function", records)
-        self.output.collect(list(compress(records, keep)), None if timestamps is None else list(compress(timestamps, keep)))
+        self.output.collect(
+            list(compress(records, keep)), None if timestamps is None else list(compress(timestamps, keep))
+        )
 
 
 class ProcessOperator(UdfOperator):
@@ -465,7 +473,9 @@ class ProcessOperator(UdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         self._process("process function", self.call, self._ctx, records, timestamps)
 
-    def _process(self, role: str, f: Callable[..., Any], ctx: Any, records: list[Any], timestamps: list[int] | None) -> None:
+    def _process(
+        self, role: str, f: Callable[..., Any], ctx: Any, records: list[Any], timestamps: list[int] | None
+    ) -> None:
         emitted = Emitted(timestamps is not None)
         r = None
         try:
@@ -496,7 +506,9 @@ class CoProcessOperator(ProcessOperator, TwoInputOperator):
     the states its second (broadcast) input keeps. Each input's call returns
     what to emit, as a process function's does."""
 
-    def __init__(self, name: str, uid: str, function: Any, calls: Calls, broadcast: tuple[MapStateDescriptor[Any, Any], ...] = ()) -> None:
+    def __init__(
+        self, name: str, uid: str, function: Any, calls: Calls, broadcast: tuple[MapStateDescriptor[Any, Any], ...] = ()
+    ) -> None:
         super().__init__(name, uid, function, calls[0][1])
         self.calls = calls
         self.broadcast = broadcast
@@ -537,7 +549,9 @@ def _declare_broadcast(op: "CoProcessOperator | KeyedCoProcessOperator") -> None
 class _KeyedUdfOperator(UdfOperator):
     keyed = True
 
-    def __init__(self, name: str, uid: str, function: Any, call: Callable[..., Any], key_selector: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, name: str, uid: str, function: Any, call: Callable[..., Any], key_selector: Callable[[Any], Any]
+    ) -> None:
         super().__init__(name, uid, function, call)
         self.key_selector = key_selector
 
@@ -646,7 +660,12 @@ class KeyedProcessOperator(TimerOperator):
     names the function in errors), which have keyed state as in PyFlink."""
 
     def __init__(
-        self, name: str, uid: str, function: Any, call: Callable[..., Any], key_selector: Callable[[Any], Any],
+        self,
+        name: str,
+        uid: str,
+        function: Any,
+        call: Callable[..., Any],
+        key_selector: Callable[[Any], Any],
         role: str = "process function",
     ) -> None:
         super().__init__(name, uid, function, call, key_selector)
@@ -665,8 +684,13 @@ class KeyedProcessOperator(TimerOperator):
         self._process(self.role, self.call, self.key_selector, self._ctx, records, timestamps)
 
     def _process(
-        self, role: str, f: Callable[..., Any], key_of: Callable[[Any], Any] | None, ctx: Any,
-        records: list[Any], timestamps: list[int] | None,
+        self,
+        role: str,
+        f: Callable[..., Any],
+        key_of: Callable[[Any], Any] | None,
+        ctx: Any,
+        records: list[Any],
+        timestamps: list[int] | None,
     ) -> None:
         """``f(record, ctx)`` per record with its key current; without ``key_of``
         (a broadcast input) there is no current key."""
@@ -717,7 +741,8 @@ class _NoKey:
     def __hash__(self) -> int:
         raise TypeError(
             "process_broadcast_element has no current key, so no keyed state or timers: "
-            "reach every key's state with ctx.apply_to_keyed_state(descriptor, function)")
+            "reach every key's state with ctx.apply_to_keyed_state(descriptor, function)"
+        )
 
     def __repr__(self) -> str:
         return "<no key>"
@@ -733,7 +758,11 @@ class KeyedCoProcessOperator(KeyedProcessOperator, TwoInputOperator):
     ``broadcast`` names); its records have no current key."""
 
     def __init__(
-        self, name: str, uid: str, function: Any, calls: Calls,
+        self,
+        name: str,
+        uid: str,
+        function: Any,
+        calls: Calls,
         key_selectors: tuple[Callable[[Any], Any], Callable[[Any], Any] | None],
         broadcast: tuple[MapStateDescriptor[Any, Any], ...] = (),
     ) -> None:
@@ -750,8 +779,12 @@ class KeyedCoProcessOperator(KeyedProcessOperator, TwoInputOperator):
         super().open()
         self._contexts: tuple[Any, Any] = (self._ctx, self._ctx)
         if self.broadcast:
-            self._contexts = (self._ctx, KeyedBroadcastProcessFunction.Context(
-                self.operator_state, self._ctx.timer_service(), self._apply_to_keyed_state))
+            self._contexts = (
+                self._ctx,
+                KeyedBroadcastProcessFunction.Context(
+                    self.operator_state, self._ctx.timer_service(), self._apply_to_keyed_state
+                ),
+            )
 
     def _timer_context(self) -> Any:
         if not self.broadcast:

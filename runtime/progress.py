@@ -39,8 +39,14 @@ def watch(client: JobClient, graph: JobGraph, total: int | None) -> JobExecution
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     sources = {v.id for v in graph.sources}
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("records"),
-               TextColumn("{task.fields[state]}"), TimeElapsedColumn()]
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("records"),
+        TextColumn("{task.fields[state]}"),
+        TimeElapsedColumn(),
+    ]
     with Progress(*columns, console=_console()) as bar:
         task = bar.add_task(graph.name, total=total, state="")
         while True:
@@ -56,5 +62,7 @@ def _draw(bar: Any, task: Any, client: JobClient, sources: set[str]) -> None:
     read = sum(m["records_in"] for m in client.metrics() if m["task"].rsplit("/", 1)[0] in sources)
     checkpoints = sum(1 for c in client.checkpoints() if c["status"] == "COMPLETED")
     restarts = client.restarts()
-    state = f"{checkpoints} checkpoint{'s' * (checkpoints != 1)}" + (f", {restarts} restart{'s' * (restarts != 1)}" if restarts else "")
+    state = f"{checkpoints} checkpoint{'s' * (checkpoints != 1)}" + (
+        f", {restarts} restart{'s' * (restarts != 1)}" if restarts else ""
+    )
     bar.update(task, completed=read, state=state)

@@ -9,7 +9,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidJobGraphError, NoRestorePointError
+from weir.runtime.errors import (
+    CheckpointStorageError,
+    CorruptCheckpointError,
+    InvalidJobGraphError,
+    NoRestorePointError,
+)
 from weir.runtime.executor import JobStatus
 from weir.runtime.failover import FallBack, RestorePoint, fall_back
 from weir.runtime.graph import JobGraph
@@ -54,8 +59,13 @@ class RestorePoints:
         decision = fall_back(self.points, error, job)
         self.points = decision.restore_points
         if decision.restartable:
-            log.warning("job %s: %s; falling back to %s (records after it are processed again: "
-                        "sinks that committed the damaged checkpoint may see them twice)", job, error, self.points[-1][0])
+            log.warning(
+                "job %s: %s; falling back to %s (records after it are processed again: "
+                "sinks that committed the damaged checkpoint may see them twice)",
+                job,
+                error,
+                self.points[-1][0],
+            )
         return decision
 
     def plan(self, graph: JobGraph) -> dict[str, OperatorRestore]:
@@ -89,7 +99,9 @@ def starting_point(storage: CheckpointStorage, graph: JobGraph, recovering: bool
 def _recovered(storage: CheckpointStorage, graph: JobGraph) -> StartingPoint:
     result = storage.recorded_result()
     if result is not None:
-        log.warning("job %s had ended %s before its job master restarted; it is not run again", graph.name, result["status"])
+        log.warning(
+            "job %s had ended %s before its job master restarted; it is not run again", graph.name, result["status"]
+        )
         return StartingPoint([], ended=(JobStatus(result["status"]), result["detail"]))
     if not storage.started():
         raise CheckpointStorageError(
@@ -115,7 +127,9 @@ def _recovered(storage: CheckpointStorage, graph: JobGraph) -> StartingPoint:
     return start
 
 
-def restore_plan(metadata: dict[str, Any], graph: JobGraph, allow_non_restored_state: bool) -> dict[str, OperatorRestore]:
+def restore_plan(
+    metadata: dict[str, Any], graph: JobGraph, allow_non_restored_state: bool
+) -> dict[str, OperatorRestore]:
     """Match a checkpoint's or savepoint's operator state to this job's operators by
     uid. Parallelism may differ (key groups move, list state splits evenly); max
     parallelism may not. State of a uid the job does not have is an error unless
@@ -151,9 +165,11 @@ def _refuse_input_to_finished(plan: dict[str, OperatorRestore], graph: JobGraph)
         for k, op in enumerate(v.operators):
             if not (op.uid in plan and plan[op.uid].fully_finished):
                 continue
-            feeding = [v.operators[k - 1].uid] if k else [
-                e.source_operator or graph.vertices[e.source].operators[-1].uid for e in v.inputs
-            ]
+            feeding = (
+                [v.operators[k - 1].uid]
+                if k
+                else [e.source_operator or graph.vertices[e.source].operators[-1].uid for e in v.inputs]
+            )
             for uid in feeding:
                 if not (uid in plan and plan[uid].fully_finished):
                     raise InvalidJobGraphError(

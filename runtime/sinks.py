@@ -117,7 +117,9 @@ class SinkOperator(StreamOperator):
         if self._failed_in_a_row:
             self._check_backlog()
         snap = super().snapshot_state(checkpoint_id)
-        snap.lists[self.PENDING] = [[(cid, c) for cid, cs in sorted(self._pending.items()) for c in cs]] if self._pending else []
+        snap.lists[self.PENDING] = (
+            [[(cid, c) for cid, cs in sorted(self._pending.items()) for c in cs]] if self._pending else []
+        )
         return snap
 
     def _check_backlog(self) -> None:

@@ -18,7 +18,9 @@ from weir.runtime.storage import StateHandle, write_state
 class CheckpointReplies(Protocol):
     """How a task answers the job master about a checkpoint (part of its ports)."""
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None: ...
+    def acknowledge_checkpoint(
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+    ) -> None: ...
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
 
@@ -47,6 +49,10 @@ class SnapshotWriter:
         try:
             handle = write_state(barrier.location, self._task.replace("/", "-"), payload)
         except Exception as exc:
-            self._ports.decline_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.DECLINED_STORAGE_FAILED, f"writing its state failed: {exc}")
+            self._ports.decline_checkpoint(
+                barrier.checkpoint_id,
+                CheckpointFailureReason.DECLINED_STORAGE_FAILED,
+                f"writing its state failed: {exc}",
+            )
             return
         self._ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries)

@@ -27,8 +27,8 @@ import cloudpickle
 from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.coordination import CoordinatorContext, OperatorCoordinator
 from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError, describe_record
-from weir.runtime.eventtime import WatermarkEmitter, WatermarkStrategy
 from weir.runtime.events import MAX_WATERMARK, Watermark
+from weir.runtime.eventtime import WatermarkEmitter, WatermarkStrategy
 from weir.runtime.operators import RestoredState, StreamOperator
 
 T = TypeVar("T")
@@ -95,7 +95,12 @@ class SplitEnumeratorContext(Protocol):
 
     def signal_no_more_splits(self, subtask: int) -> None: ...
 
-    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+    def call_async(
+        self,
+        call: Callable[[], Any],
+        handler: Callable[[Any, BaseException | None], None],
+        period_s: float | None = None,
+    ) -> None:
         """See :meth:`weir.runtime.coordination.CoordinatorContext.call_async`."""
 
 
@@ -223,7 +228,12 @@ class SourceCoordinator(OperatorCoordinator):
     def signal_no_more_splits(self, subtask: int) -> None:
         self._context.send_event(subtask, NoMoreSplits())
 
-    def call_async(self, call: Callable[[], Any], handler: Callable[[Any, BaseException | None], None], period_s: float | None = None) -> None:
+    def call_async(
+        self,
+        call: Callable[[], Any],
+        handler: Callable[[Any, BaseException | None], None],
+        period_s: float | None = None,
+    ) -> None:
         self._context.call_async(call, handler, period_s)
 
 
@@ -267,14 +277,21 @@ class RateLimit:
 
 def check_rate(api: str, records_per_second: float | None) -> None:
     if records_per_second is not None and not records_per_second > 0:
-        raise InvalidConfigurationError(f"{api}: records_per_second", records_per_second, "must be positive (or None: no limit)")
+        raise InvalidConfigurationError(
+            f"{api}: records_per_second", records_per_second, "must be positive (or None: no limit)"
+        )
 
 
 class IndexedReader(SourceReader):
     """Reads index splits; ``value_of(i)`` turns an index into a record. Optional
     rate limit in records per second for this reader."""
 
-    def __init__(self, value_of: Callable[[int], Any] | None, rate_per_s: float | None = None, batch_values: Callable[[int, int], list[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        value_of: Callable[[int], Any] | None,
+        rate_per_s: float | None = None,
+        batch_values: Callable[[int, int], list[Any]] | None = None,
+    ) -> None:
         self._value_of = value_of
         self._batch_values = batch_values
         self._splits: list[IndexSplit] = []
@@ -411,7 +428,14 @@ class SourceOperator(StreamOperator):
     SPLITS = "splits"
     WAIT_FOR_SPLITS_S = 0.05  # an arriving split wakes the task's loop sooner
 
-    def __init__(self, name: str, uid: str, source: Source[Any], strategy: WatermarkStrategy | None = None, watermark_interval_ms: int = 200) -> None:
+    def __init__(
+        self,
+        name: str,
+        uid: str,
+        source: Source[Any],
+        strategy: WatermarkStrategy | None = None,
+        watermark_interval_ms: int = 200,
+    ) -> None:
         super().__init__(name, uid)
         self.source = source
         self.reader: SourceReader
@@ -419,7 +443,7 @@ class SourceOperator(StreamOperator):
         stamps = strategy is not None and (strategy.timestamp_assigner is not None or source.has_timestamps)
         self._watermarks = WatermarkEmitter(strategy, watermark_interval_ms) if stamps else None  # type: ignore[arg-type]
         self._last_check_ms = 0.0
-        self._asked = False          # a split request is on its way
+        self._asked = False  # a split request is on its way
         self._no_more_splits = False
 
     def initialize_state(self, restored: RestoredState) -> None:
@@ -516,4 +540,3 @@ _NO_SPLIT = ("no split",)  # stands for a reader's empty hands in the idleness c
 
 def _split_id(split: Any) -> Any:
     return getattr(split, "split_id", split)
-

@@ -68,8 +68,13 @@ class StateTtlConfig:
     class TtlTimeCharacteristic(enum.Enum):
         ProcessingTime = 0
 
-    def __init__(self, ttl_ms: int, update_type: "StateTtlConfig.UpdateType",
-                 state_visibility: "StateTtlConfig.StateVisibility", cleanup_at_snapshot: bool) -> None:
+    def __init__(
+        self,
+        ttl_ms: int,
+        update_type: "StateTtlConfig.UpdateType",
+        state_visibility: "StateTtlConfig.StateVisibility",
+        cleanup_at_snapshot: bool,
+    ) -> None:
         self.ttl_ms = ttl_ms
         self.update_type = update_type
         self.state_visibility = state_visibility
@@ -96,8 +101,10 @@ class StateTtlConfig:
         return self.update_type is not StateTtlConfig.UpdateType.Disabled
 
     def __repr__(self) -> str:
-        return (f"StateTtlConfig(ttl_ms={self.ttl_ms}, update_type={self.update_type.name}, "
-                f"state_visibility={self.state_visibility.name}, cleanup_at_snapshot={self.cleanup_at_snapshot})")
+        return (
+            f"StateTtlConfig(ttl_ms={self.ttl_ms}, update_type={self.update_type.name}, "
+            f"state_visibility={self.state_visibility.name}, cleanup_at_snapshot={self.cleanup_at_snapshot})"
+        )
 
     class Builder:
         def __init__(self, ttl: int) -> None:
@@ -109,7 +116,9 @@ class StateTtlConfig:
 
         def set_ttl(self, ttl: int) -> "StateTtlConfig.Builder":
             if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
-                raise InvalidConfigurationError("state TTL", ttl, "must be a positive number of milliseconds, e.g. Time.seconds(1)")
+                raise InvalidConfigurationError(
+                    "state TTL", ttl, "must be a positive number of milliseconds, e.g. Time.seconds(1)"
+                )
             self._ttl_ms = ttl
             return self
 
@@ -133,7 +142,9 @@ class StateTtlConfig:
         def never_return_expired(self) -> "StateTtlConfig.Builder":
             return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
 
-        def set_ttl_time_characteristic(self, characteristic: "StateTtlConfig.TtlTimeCharacteristic") -> "StateTtlConfig.Builder":
+        def set_ttl_time_characteristic(
+            self, characteristic: "StateTtlConfig.TtlTimeCharacteristic"
+        ) -> "StateTtlConfig.Builder":
             _member(StateTtlConfig.TtlTimeCharacteristic, characteristic, "state TTL time characteristic")
             return self
 
@@ -145,13 +156,17 @@ class StateTtlConfig:
             self._at_snapshot = True
             return self
 
-        def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool) -> "StateTtlConfig.Builder":
+        def cleanup_incrementally(
+            self, cleanup_size: int, run_cleanup_for_every_record: bool
+        ) -> "StateTtlConfig.Builder":
             """Flink's heap backend checks ``cleanup_size`` entries per access; weir
             sweeps every expired entry at each checkpoint instead."""
             self._at_snapshot = True
             return self
 
-        def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int, periodic_compaction_time: int = 30 * 86_400_000) -> "StateTtlConfig.Builder":
+        def cleanup_in_rocksdb_compact_filter(
+            self, query_time_after_num_entries: int, periodic_compaction_time: int = 30 * 86_400_000
+        ) -> "StateTtlConfig.Builder":
             """No effect: weir keeps state on the heap (as Flink's heap backend, which ignores it too)."""
             return self
 
@@ -161,7 +176,9 @@ class StateTtlConfig:
             return self
 
         def build(self) -> "StateTtlConfig":
-            return StateTtlConfig(self._ttl_ms, self._update_type, self._visibility, self._at_snapshot or self._in_background)
+            return StateTtlConfig(
+                self._ttl_ms, self._update_type, self._visibility, self._at_snapshot or self._in_background
+            )
 
 
 E = TypeVar("E", bound=enum.Enum)
@@ -169,7 +186,9 @@ E = TypeVar("E", bound=enum.Enum)
 
 def _member(kind: type[E], value: Any, setting: str) -> E:
     if not isinstance(value, kind):
-        raise InvalidConfigurationError(setting, value, f"use one of {', '.join(f'StateTtlConfig.{kind.__name__}.{m.name}' for m in kind)}")
+        raise InvalidConfigurationError(
+            setting, value, f"use one of {', '.join(f'StateTtlConfig.{kind.__name__}.{m.name}' for m in kind)}"
+        )
     return value
 
 
@@ -190,7 +209,10 @@ class StateDescriptor:
         without TTL is not readable with it, nor the reverse (Flink refuses that change)."""
         if not isinstance(ttl_config, StateTtlConfig):
             raise InvalidConfigurationError(
-                f"time to live of state '{self.name}'", ttl_config, "use StateTtlConfig.new_builder(Time.seconds(n)).build()")
+                f"time to live of state '{self.name}'",
+                ttl_config,
+                "use StateTtlConfig.new_builder(Time.seconds(n)).build()",
+            )
         object.__setattr__(self, "ttl_config", ttl_config if ttl_config.is_enabled() else None)
 
 
@@ -204,7 +226,11 @@ class ValueStateDescriptor(StateDescriptor, Generic[T]):
     default: Any = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        type_arg(self.value_type_info, f"value_type_info of state '{self.name}'", "; a default value goes by keyword: default=...")
+        type_arg(
+            self.value_type_info,
+            f"value_type_info of state '{self.name}'",
+            "; a default value goes by keyword: default=...",
+        )
 
 
 @dataclass(frozen=True)
@@ -245,7 +271,10 @@ class ReducingStateDescriptor(StateDescriptor, Generic[T]):
     def __post_init__(self) -> None:
         if not callable(getattr(self.reduce_function, "reduce", self.reduce_function)):
             raise InvalidConfigurationError(
-                f"reduce function of state '{self.name}'", self.reduce_function, "use a ReduceFunction or a callable (a, b) -> value")
+                f"reduce function of state '{self.name}'",
+                self.reduce_function,
+                "use a ReduceFunction or a callable (a, b) -> value",
+            )
         type_arg(self.type_info, f"type_info of state '{self.name}'")
 
 
@@ -261,7 +290,9 @@ class AggregatingStateDescriptor(StateDescriptor):
 
     def __post_init__(self) -> None:
         if not all(callable(getattr(self.agg_function, m, None)) for m in ("create_accumulator", "add", "get_result")):
-            raise InvalidConfigurationError(f"aggregate function of state '{self.name}'", self.agg_function, "use an AggregateFunction")
+            raise InvalidConfigurationError(
+                f"aggregate function of state '{self.name}'", self.agg_function, "use an AggregateFunction"
+            )
         type_arg(self.state_type_info, f"state_type_info of state '{self.name}'")
 
 
@@ -279,7 +310,10 @@ class OperatorSnapshot:
     def summary(self) -> "SnapshotSummary":
         return SnapshotSummary(
             self.finished,
-            bool(self.keyed) or any(self.lists.values()) or any(self.union_lists.values()) or any(self.broadcast.values()),
+            bool(self.keyed)
+            or any(self.lists.values())
+            or any(self.union_lists.values())
+            or any(self.broadcast.values()),
             any(self.union_lists.values()),
             self.finished_on_restore,
         )
@@ -451,7 +485,9 @@ class TtlValueState(ValueState[T]):
 class ListState(Generic[T]):
     """Keyed list state (within a keyed function) or operator list state."""
 
-    def __init__(self, get: Callable[[], list[T] | None], put: Callable[[list[T]], None], drop: Callable[[], None]) -> None:
+    def __init__(
+        self, get: Callable[[], list[T] | None], put: Callable[[list[T]], None], drop: Callable[[], None]
+    ) -> None:
         self._get, self._put, self._drop = get, put, drop
 
     def get(self) -> Iterable[T]:
@@ -481,7 +517,9 @@ class ListState(Generic[T]):
 class TtlListState(ListState[T]):
     """Keyed list state whose elements each have a time to live."""
 
-    def __init__(self, get: Callable[[], list[T] | None], put: Callable[[list[T]], None], drop: Callable[[], None], ttl: _Ttl) -> None:
+    def __init__(
+        self, get: Callable[[], list[T] | None], put: Callable[[list[T]], None], drop: Callable[[], None], ttl: _Ttl
+    ) -> None:
         super().__init__(get, put, drop)
         self._ttl = ttl
 
@@ -565,8 +603,12 @@ def keyed_state(backend: KeyedStateBackend, descriptor: Any) -> Any:
     """The state object a descriptor names, reading the backend's current key
     (with the descriptor's time to live, if it has one)."""
     if isinstance(descriptor, ReducingStateDescriptor):
-        value: ValueStateDescriptor[Any] = ValueStateDescriptor(descriptor.name, descriptor.type_info, ttl_config=descriptor.ttl_config)
-        return ReducingState(keyed_state(backend, value), getattr(descriptor.reduce_function, "reduce", descriptor.reduce_function))
+        value: ValueStateDescriptor[Any] = ValueStateDescriptor(
+            descriptor.name, descriptor.type_info, ttl_config=descriptor.ttl_config
+        )
+        return ReducingState(
+            keyed_state(backend, value), getattr(descriptor.reduce_function, "reduce", descriptor.reduce_function)
+        )
     if isinstance(descriptor, AggregatingStateDescriptor):
         accumulator: ValueStateDescriptor[Any] = ValueStateDescriptor(descriptor.name, ttl_config=descriptor.ttl_config)
         return AggregatingState(keyed_state(backend, accumulator), descriptor.agg_function)
@@ -585,7 +627,8 @@ def keyed_state(backend: KeyedStateBackend, descriptor: Any) -> Any:
         return MapState(backend, descriptor) if ttl is None else TtlMapState(backend, descriptor, ttl)
     raise TypeError(
         f"{descriptor!r} is not a ValueStateDescriptor, ListStateDescriptor, MapStateDescriptor, "
-        "ReducingStateDescriptor or AggregatingStateDescriptor")
+        "ReducingStateDescriptor or AggregatingStateDescriptor"
+    )
 
 
 class MapState(Generic[K, V]):
@@ -752,7 +795,8 @@ class ReadOnlyBroadcastState(Generic[K, V]):
     def _read_only(self) -> TypeError:
         return TypeError(
             f"broadcast state '{self._name}' is read-only in process_element: change it in "
-            "process_broadcast_element, which every subtask runs alike, so their copies stay equal")
+            "process_broadcast_element, which every subtask runs alike, so their copies stay equal"
+        )
 
 
 class BroadcastState(ReadOnlyBroadcastState[K, V]):
@@ -782,12 +826,15 @@ class OperatorStateStore:
         self.union_lists: dict[str, list[Any]] = {}
         self.broadcast: dict[str, dict[Any, Any]] = {}
 
-    def get_broadcast_state(self, descriptor: MapStateDescriptor[Any, Any], writable: bool) -> ReadOnlyBroadcastState[Any, Any]:
+    def get_broadcast_state(
+        self, descriptor: MapStateDescriptor[Any, Any], writable: bool
+    ) -> ReadOnlyBroadcastState[Any, Any]:
         entries = self.broadcast.get(descriptor.name)
         if entries is None:
             raise ValueError(
                 f"no broadcast state named '{descriptor.name}': give its descriptor to stream.broadcast(...); "
-                f"this operator has {sorted(self.broadcast) or 'none'}")
+                f"this operator has {sorted(self.broadcast) or 'none'}"
+            )
         return (BroadcastState if writable else ReadOnlyBroadcastState)(descriptor.name, entries)
 
     def get_list_state(self, name: str) -> ListState[Any]:
@@ -799,7 +846,9 @@ class OperatorStateStore:
     @staticmethod
     def _state(store: dict[str, list[Any]], name: str) -> ListState[Any]:
         store.setdefault(name, [])
-        return ListState(lambda: store[name], lambda items: store.__setitem__(name, items), lambda: store.__setitem__(name, []))
+        return ListState(
+            lambda: store[name], lambda items: store.__setitem__(name, items), lambda: store.__setitem__(name, [])
+        )
 
 
 def redistribute_lists(previous: list[dict[str, list[Any]]], subtask: int, parallelism: int) -> dict[str, list[Any]]:

@@ -24,7 +24,6 @@ from weir.runtime.errors import JobRequestError, WeirError
 from weir.runtime.executor import JobStatus
 from weir.runtime.graph import JobGraph
 
-
 # A rescale lets the job run on this long while the processes of its new tasks
 # start; then it stops the job anyway, and the deploy waits for them (a cluster
 # short of CPUs may take long to make room, and a bounded job may end first).
@@ -179,7 +178,9 @@ class StopProtocol:
         s = self._state
         if not isinstance(s, (NoStop, WaitingForSlots)):
             raise self._illegal("a stop started")
-        self._state = Stopping(checkpoint_id, drain, location, request, waiting=s if isinstance(s, WaitingForSlots) else None)
+        self._state = Stopping(
+            checkpoint_id, drain, location, request, waiting=s if isinstance(s, WaitingForSlots) else None
+        )
 
     def rescale_requested(self, request: Replies, graph: JobGraph, deadline: float) -> Answer | None:
         """A rescale to ``graph``: it waits for slots until ``deadline``; a second
@@ -263,7 +264,11 @@ class StopProtocol:
         waiting = s if isinstance(s, WaitingForSlots) else stop.waiting if stop is not None else None
         if isinstance(s, (WaitingForSlots, Stopping)):
             self._state = NoStop()
-        answers = [] if waiting is None else [Answer(waiting.request, StopOutcome.ENDED_BEFORE_RESCALE, "rescale", status.value)]
+        answers = (
+            []
+            if waiting is None
+            else [Answer(waiting.request, StopOutcome.ENDED_BEFORE_RESCALE, "rescale", status.value)]
+        )
         if stop is not None and status is JobStatus.CANCELED:
             answers.append(Answer(stop.request, StopOutcome.OVERTAKEN_BY_CANCEL, stop.what, stop.location))
         elif stop is not None:

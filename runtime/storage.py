@@ -44,7 +44,12 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from weir.runtime.config import claim_private_folder, private_folder_of, validate_storage_uri
-from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
+from weir.runtime.errors import (
+    CheckpointStorageError,
+    CorruptCheckpointError,
+    InvalidConfigurationError,
+    StateSerializationError,
+)
 from weir.runtime.serialization import dumps, loads
 
 _MAGIC = b"WEIR-STATE-1\n"
@@ -174,7 +179,7 @@ def write_metadata(location: str, metadata: dict[str, Any]) -> None:
     """Written last: a checkpoint or savepoint exists once its metadata does.
     Handles of files inside ``location`` are stored relative to it."""
     prefix = location.rstrip("/") + "/"
-    relative = _map_handles(metadata, lambda uri: uri[len(prefix):] if uri.startswith(prefix) else uri)
+    relative = _map_handles(metadata, lambda uri: uri[len(prefix) :] if uri.startswith(prefix) else uri)
     _atomic_write(join(location, METADATA), json.dumps(relative, indent=1, sort_keys=True).encode())
 
 
@@ -212,7 +217,9 @@ def _metadata_problem(metadata: Any) -> str:
             if not isinstance(op.get(name), kind):
                 return f"operator {uid!r} has no {name}"
         for h in op["handles"]:
-            if h is not None and (not isinstance(h, dict) or any(not isinstance(h.get(k), t) for k, t in _HANDLE_FIELDS.items())):
+            if h is not None and (
+                not isinstance(h, dict) or any(not isinstance(h.get(k), t) for k, t in _HANDLE_FIELDS.items())
+            ):
                 return f"operator {uid!r} has a malformed state handle"
     return ""
 
@@ -241,15 +248,18 @@ def find_restore_point(location: str) -> str:
     except OSError:
         children = []
     found = sorted(
-        info.base_name for info in children
-        if info.type == pafs.FileType.Directory and (info.base_name.startswith("savepoint-") or _CHK.match(info.base_name))
+        info.base_name
+        for info in children
+        if info.type == pafs.FileType.Directory
+        and (info.base_name.startswith("savepoint-") or _CHK.match(info.base_name))
         and fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File
     )
     if len(found) == 1:
         return join(location, found[0])
     if found:
         raise CorruptCheckpointError(
-            join(location, METADATA), f"missing, and {len(found)} savepoints or checkpoints are inside: name one of {', '.join(found)}"
+            join(location, METADATA),
+            f"missing, and {len(found)} savepoints or checkpoints are inside: name one of {', '.join(found)}",
         )
     raise CorruptCheckpointError(join(location, METADATA), "missing: no completed checkpoint or savepoint there")
 
@@ -283,7 +293,9 @@ class CheckpointStorage:
         """Before the first task runs: from now on, a job master that recovers this
         run and finds no trace of it is looking at the wrong storage."""
         try:
-            _atomic_write(join(self.root, self.STARTED), json.dumps({"job": self.job_name, "started_at": time.time()}).encode())
+            _atomic_write(
+                join(self.root, self.STARTED), json.dumps({"job": self.job_name, "started_at": time.time()}).encode()
+            )
         except OSError as exc:
             raise CheckpointStorageError(self.root, f"cannot be written ({exc})") from None
 
@@ -326,7 +338,10 @@ class CheckpointStorage:
             ids = []
             for info in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
                 m = _CHK.match(info.base_name)
-                if m and (not completed_only or fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File):
+                if m and (
+                    not completed_only
+                    or fs.get_file_info(posixpath.join(info.path, METADATA)).type == pafs.FileType.File
+                ):
                     ids.append(int(m.group(1)))
             return sorted(ids)
 

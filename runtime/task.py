@@ -47,8 +47,8 @@ from weir.runtime.lifecycle import Lifecycle, Phase
 from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.network import RecordWriter, Timestamped, decode
 from weir.runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
-from weir.runtime.sources import SourceOperator
 from weir.runtime.snapshot_writer import CheckpointReplies, SnapshotWriter
+from weir.runtime.sources import SourceOperator
 from weir.runtime.state import OperatorSnapshot
 from weir.runtime.storage import StateHandle, pickle_state, read_state
 from weir.runtime.watermark_valve import WatermarkValve
@@ -69,7 +69,7 @@ class TaskDeployment:
     attempt_id: str
     vertex: JobVertex
     subtask: int
-    input_channels: list[tuple[int, int]]   # channel -> (edge id, upstream subtask)
+    input_channels: list[tuple[int, int]]  # channel -> (edge id, upstream subtask)
     checkpointing: CheckpointConfig
     transport: TransportConfig
     restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
@@ -206,7 +206,9 @@ class _RefusingOutput(Output):
 
 
 class StreamTask:
-    def __init__(self, deployment: TaskDeployment, ports: TaskPorts, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, deployment: TaskDeployment, ports: TaskPorts, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.deployment = d = deployment
         self.ports = ports
         self._clock = clock
@@ -278,11 +280,13 @@ class StreamTask:
 
     def fire_processing_timers(self, now_ms: int) -> TaskResult | None:
         """Harness mode: fire the processing-time timers due at ``now_ms``."""
+
         def fire() -> bool:
             self._fire_processing_timers(now_ms)
             for w in self.writers:
                 w.flush()
             return self._handle_available()
+
         return self._guarded(fire)
 
     def wait_for_snapshots(self) -> None:
@@ -389,7 +393,9 @@ class StreamTask:
         finished is not opened; when the head is one, the chain's input is over,
         so the task finishes the rest of the chain and starts FINISHED."""
         d = self.deployment
-        self._never_opened = frozenset(op.uid for op in self.operators if d.restore.get(op.uid, OperatorRestore([])).fully_finished)
+        self._never_opened = frozenset(
+            op.uid for op in self.operators if d.restore.get(op.uid, OperatorRestore([])).fully_finished
+        )
         self._finished_ops = set(self._never_opened)
         restored = _read_restored_state(self.deployment)
         for op in self.operators:
@@ -607,8 +613,11 @@ class ChainInput:
 
     def refuse_records(self) -> None:
         """The head was restored fully finished: a record for it is a bug, named."""
+
         def refuse(records: list[Any], timestamps: list[int] | None = None) -> None:
-            raise OperatorContractError(f"operator '{self.head.name}' had fully finished before the restore, yet got {len(records)} records")
+            raise OperatorContractError(
+                f"operator '{self.head.name}' had fully finished before the restore, yet got {len(records)} records"
+            )
 
         self._process_of_channel = [refuse] * len(self._process_of_channel)
 
@@ -647,7 +656,9 @@ def _input_index(d: TaskDeployment, edge_id: int) -> int:
     raise KeyError(edge_id)
 
 
-def _wire(d: TaskDeployment, operators: list[StreamOperator], ports: TaskPorts, clock: Callable[[], float]) -> list[RecordWriter]:
+def _wire(
+    d: TaskDeployment, operators: list[StreamOperator], ports: TaskPorts, clock: Callable[[], float]
+) -> list[RecordWriter]:
     """Set the chain's operators up, each emitting into the next one and the last
     into a writer per output edge (side outputs into theirs); returns the writers."""
     writers = [
@@ -663,8 +674,15 @@ def _wire(d: TaskDeployment, operators: list[StreamOperator], ports: TaskPorts, 
         for i, edge in enumerate(d.vertex.outputs)
     ]
     ctx = OperatorContext(
-        d.job_name, d.vertex.name, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism, d.attempt_id,
-        ports.send_operator_event, d.runtime_mode, d.run_id,
+        d.job_name,
+        d.vertex.name,
+        d.subtask,
+        d.vertex.parallelism,
+        d.vertex.max_parallelism,
+        d.attempt_id,
+        ports.send_operator_event,
+        d.runtime_mode,
+        d.run_id,
     )
     edges = d.vertex.outputs
     main = [w for w, e in zip(writers, edges) if e.side_output is None]

@@ -31,17 +31,17 @@ from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.clock import ManualClock
 from weir.runtime.collect import CollectSink
 from weir.runtime.config import RuntimeExecutionMode
+from weir.runtime.deployment import Deployment
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError, WeirError
 from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
-from weir.runtime.executor import JobStatus
+from weir.runtime.executor import Committed, JobStatus
 from weir.runtime.functions import as_callable
 from weir.runtime.graph import JobGraph, topological
-from weir.runtime.deployment import Deployment
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import MasterPorts
-from weir.runtime.off_loop import inline
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.network import decode, encode
+from weir.runtime.off_loop import inline
 from weir.runtime.operators import (
     KeyedProcessOperator,
     KeyedReduceOperator,
@@ -52,7 +52,6 @@ from weir.runtime.operators import (
     StreamOperator,
     TwoInputOperator,
 )
-from weir.runtime.executor import Committed
 from weir.runtime.sinks import Sink, SinkOperator
 from weir.runtime.sources import IndexSplit, Poll, Source, SourceReader
 from weir.runtime.state import OperatorSnapshot, SnapshotSummary
@@ -112,7 +111,15 @@ class OperatorHarness:
         self._out = _Collect()
         self._taken = 0
         ctx = OperatorContext(
-            "harness", operator.name, subtask, parallelism, max_parallelism, attempt_id, runtime_mode=runtime_mode, run_id=run_id)
+            "harness",
+            operator.name,
+            subtask,
+            parallelism,
+            max_parallelism,
+            attempt_id,
+            runtime_mode=runtime_mode,
+            run_id=run_id,
+        )
         operator.setup(ctx, self._out)
         restored = RestoredState() if restore is None else RestoredState.from_snapshots(restore, subtask, parallelism)
         operator.initialize_state(restored)
@@ -125,7 +132,9 @@ class OperatorHarness:
 
     @classmethod
     def reduce(cls, fn: Any, key_selector: Callable[[Any], Any], **kw: Any) -> "OperatorHarness":
-        return cls(KeyedReduceOperator("Reduce", "reduce", fn, as_callable(fn, "reduce", "reduce()"), key_selector), **kw)
+        return cls(
+            KeyedReduceOperator("Reduce", "reduce", fn, as_callable(fn, "reduce", "reduce()"), key_selector), **kw
+        )
 
     @classmethod
     def keyed_process(cls, fn: Any, key_selector: Callable[[Any], Any], **kw: Any) -> "OperatorHarness":
@@ -214,7 +223,7 @@ class _HarnessPorts:
         self.acks: list[tuple[int, StateHandle, dict[str, SnapshotSummary]]] = []
         self.declines: list[tuple[int, CheckpointFailureReason, str]] = []
         self.ended_input = False
-        self.operator_events: list[tuple[str, Any]] = []     # to coordinators: (operator uid, event)
+        self.operator_events: list[tuple[str, Any]] = []  # to coordinators: (operator uid, event)
         self.acknowledged_events: list[tuple[str, int]] = []  # from coordinators, handled
         self.backpressured_s = 0.0
 
@@ -224,7 +233,9 @@ class _HarnessPorts:
     def drain_outputs(self) -> None:
         pass
 
-    def acknowledge_checkpoint(self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]) -> None:
+    def acknowledge_checkpoint(
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+    ) -> None:
         self.acks.append((checkpoint_id, handle, operators))
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
@@ -277,14 +288,21 @@ class TaskHarness:
         vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False)
         vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
         if second_input_channels:
-            vertex.inputs.append(JobEdge(2, "upstream-2", "task", PartitionSpec("rebalance"), 1, parallelism, 128, specs[0].name))
+            vertex.inputs.append(
+                JobEdge(2, "upstream-2", "task", PartitionSpec("rebalance"), 1, parallelism, 128, specs[0].name)
+            )
         # One output channel: what the task sends shows up in ``ports.sent``.
         vertex.outputs = [JobEdge(1, "task", "downstream", PartitionSpec("forward"), 0, 1, 128, "downstream")]
         mode = CheckpointingMode.EXACTLY_ONCE if exactly_once else CheckpointingMode.AT_LEAST_ONCE
         deployment = TaskDeployment(
-            "harness", "harness", vertex, subtask,
+            "harness",
+            "harness",
+            vertex,
+            subtask,
             [(0, ch) for ch in range(channels)] + [(2, ch) for ch in range(second_input_channels)],
-            CheckpointConfig(storage=storage, mode=mode), TransportConfig(mailbox_capacity=1 << 30), dict(restore or {}),
+            CheckpointConfig(storage=storage, mode=mode),
+            TransportConfig(mailbox_capacity=1 << 30),
+            dict(restore or {}),
         )
         self.ports = _HarnessPorts()
         self.task = StreamTask(deployment, self.ports)
@@ -405,13 +423,22 @@ class SimulatedJob:
     cross channels from a source's task (a poll flushes its buffers); a task that
     is not a source must end in its chained sink."""
 
-    def __init__(self, graph: JobGraph, seed: int, event_valve: bool = True, max_failures: int = 3, failure_rate: float = 0.015) -> None:
+    def __init__(
+        self, graph: JobGraph, seed: int, event_valve: bool = True, max_failures: int = 3, failure_rate: float = 0.015
+    ) -> None:
         self.rng = random.Random(seed)
         self.net = SimulatedNetwork(self.rng)
         self.now = 0.0
         graph.execution.transport.mailbox_capacity = 1 << 30  # a delivery never blocks the one thread
-        self.master = JobMaster(graph, self, clock=lambda: self.now, event_valve=event_valve, storage_io=inline,
-                                coordinator_io=inline, restart_jitter=random.Random(seed))
+        self.master = JobMaster(
+            graph,
+            self,
+            clock=lambda: self.now,
+            event_valve=event_valve,
+            storage_io=inline,
+            coordinator_io=inline,
+            restart_jitter=random.Random(seed),
+        )
         self.max_failures, self.failure_rate = max_failures, failure_rate
         self.tasks: dict[TaskKey, StreamTask] = {}
         self.attempts: dict[TaskKey, int] = {}
@@ -493,7 +520,11 @@ class SimulatedJob:
             self.now += self.rng.uniform(0.0, 0.03)
             self.master.run_until_idle()
         else:
-            events = [n for n, (kind, target, _, _) in enumerate(self.net.in_flight) if kind == "event" and target in self.tasks]
+            events = [
+                n
+                for n, (kind, target, _, _) in enumerate(self.net.in_flight)
+                if kind == "event" and target in self.tasks
+            ]
             if events and self.rng.random() < 0.5:
                 _, key = self.net.lose(self.rng.choice(events))
                 self.fail(key, "an operator event to it was lost")
@@ -549,7 +580,8 @@ def refuse_in_process_operators(graph: JobGraph) -> None:
         raise InvalidJobGraphError(
             f"job '{graph.name}': {', '.join(repr(n) for n in names)} keep their records in the process of the test "
             "that made them (weir.runtime.testing), where tasks in other processes cannot reach them: "
-            "run the job in-process, with executor='local'")
+            "run the job in-process, with executor='local'"
+        )
 
 
 class TestingSource(_InProcess, Source[T]):
@@ -678,6 +710,11 @@ class TestingSink(_InProcess, CollectSink):
 
 
 __all__ = [
-    "ManualClock", "OperatorHarness", "SimulatedJob", "TaskHarness", "TestingSink", "TestingSource",
+    "ManualClock",
+    "OperatorHarness",
+    "SimulatedJob",
+    "TaskHarness",
+    "TestingSink",
+    "TestingSource",
     "refuse_in_process_operators",
 ]

@@ -184,7 +184,8 @@ class RowTypeInfo(TypeInformation):
         else:
             raise TypeError(
                 f"{self!r} takes Row records, got {type(value).__name__} {value!r}: return Row(...) as PyFlink "
-                "requires (Types.TUPLE([...]) takes tuples)")
+                "requires (Types.TUPLE([...]) takes tuples)"
+            )
         if len(values) != len(names):
             raise TypeError(f"{self!r} has {len(names)} fields, got {len(values)} values: {value!r}")
         return _make_row(names, _convert_each(self.field_types, values, at_source, names), kind)
@@ -255,7 +256,9 @@ class MapTypeInfo(TypeInformation):
         if not isinstance(value, Mapping):
             raise TypeError(f"{self!r} takes a dict, got {type(value).__name__} {value!r}")
         try:
-            return {self.key_type.convert(k, at_source): self.value_type.convert(v, at_source) for k, v in value.items()}
+            return {
+                self.key_type.convert(k, at_source): self.value_type.convert(v, at_source) for k, v in value.items()
+            }
         except TypeError as exc:
             raise TypeError(f"in {self!r}: {exc}") from None
 
@@ -264,7 +267,10 @@ class MapTypeInfo(TypeInformation):
 
 
 def _convert_each(
-    types: Sequence[TypeInformation], values: Iterable[Any], at_source: bool, where: Iterable[object],
+    types: Sequence[TypeInformation],
+    values: Iterable[Any],
+    at_source: bool,
+    where: Iterable[object],
 ) -> list[Any]:
     """Each value converted to its type; a misfit says which field (a name or an index).
     ``values`` is iterated twice when one does not fit: a sequence (or a Row)."""
@@ -353,7 +359,9 @@ class Types:
     @staticmethod
     def ROW_NAMED(field_names: list[str], field_types: list[TypeInformation]) -> RowTypeInfo:
         if len(field_names) != len(field_types) or not all(isinstance(n, str) for n in field_names):
-            raise ValueError(f"Types.ROW_NAMED takes a name (str) per field type, got {field_names!r} for {field_types!r}")
+            raise ValueError(
+                f"Types.ROW_NAMED takes a name (str) per field type, got {field_names!r} for {field_types!r}"
+            )
         return RowTypeInfo(_types(field_types, "Types.ROW"), tuple(field_names))
 
     @staticmethod
@@ -393,7 +401,8 @@ def type_arg(value: Any, setting: str, hint: str = "") -> TypeInformation | None
     if value is None or isinstance(value, TypeInformation):
         return value
     raise InvalidConfigurationError(
-        setting, value, f"use type information from Types, e.g. Types.INT() or Types.ROW([...]){hint}")
+        setting, value, f"use type information from Types, e.g. Types.INT() or Types.ROW([...]){hint}"
+    )
 
 
 def output_type_arg(value: Any, setting: str) -> TypeInformation | None:

@@ -62,7 +62,9 @@ class CountWindow:
 
 def _positive_ms(setting: str, value: int) -> int:
     if not isinstance(value, int) or value <= 0:
-        raise InvalidConfigurationError(setting, value, "must be a positive number of milliseconds (e.g. Time.seconds(5))")
+        raise InvalidConfigurationError(
+            setting, value, "must be a positive number of milliseconds (e.g. Time.seconds(5))"
+        )
     return value
 
 
@@ -174,7 +176,9 @@ class EventTimeSessionWindows(WindowAssigner):
     @classmethod
     def with_dynamic_gap(cls, extractor: SessionWindowTimeGapExtractor) -> "EventTimeSessionWindows":
         if not isinstance(extractor, SessionWindowTimeGapExtractor):
-            raise InvalidConfigurationError("session gap extractor", extractor, "subclass SessionWindowTimeGapExtractor")
+            raise InvalidConfigurationError(
+                "session gap extractor", extractor, "subclass SessionWindowTimeGapExtractor"
+            )
         return cls(extractor)
 
     def assign(self, timestamp: int | None, now_ms: int) -> list[TimeWindow]:
@@ -264,7 +268,9 @@ class CountSlidingWindowAssigner(CountTumblingWindowAssigner):
 def _event_time(timestamp: int | None) -> int:
     if timestamp is None:
         raise InvalidConfigurationError(
-            "window assigner", "event time", "records have no timestamps: give the source a WatermarkStrategy with a timestamp assigner"
+            "window assigner",
+            "event time",
+            "records have no timestamps: give the source a WatermarkStrategy with a timestamp assigner",
         )
     return timestamp
 
@@ -319,7 +325,9 @@ class TriggerContext:
 
 class Trigger(ABC):
     @abstractmethod
-    def on_element(self, element: Any, timestamp: int | None, window: TimeWindow, ctx: TriggerContext) -> TriggerResult: ...
+    def on_element(
+        self, element: Any, timestamp: int | None, window: TimeWindow, ctx: TriggerContext
+    ) -> TriggerResult: ...
 
     def on_event_time(self, time: int, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         return TriggerResult.CONTINUE
@@ -668,8 +676,16 @@ class WindowOperator(TimerOperator):
     TRIGGER_STATE = "_trigger"
 
     def __init__(
-        self, name: str, uid: str, contents: _Contents, window_function: WindowCall, key_selector: Callable[[Any], Any],
-        assigner: WindowAssigner, trigger: Trigger | None, allowed_lateness_ms: int, late_tag: OutputTag | None,
+        self,
+        name: str,
+        uid: str,
+        contents: _Contents,
+        window_function: WindowCall,
+        key_selector: Callable[[Any], Any],
+        assigner: WindowAssigner,
+        trigger: Trigger | None,
+        allowed_lateness_ms: int,
+        late_tag: OutputTag | None,
     ) -> None:
         super().__init__(name, uid, contents.fn, contents.add, key_selector)
         self.contents = contents
@@ -847,4 +863,3 @@ class WindowOperator(TimerOperator):
             if domain is self._domain and ts == self._cleanup_time(window):
                 self._clear(key, window)
         emitted.flush(self.output)
-

@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 import ray
 
-from weir.connectors.files import FileSink, committed_files, read_committed
-from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment
-from weir.runtime.errors import WeirError
 from tests.checker import SequenceVerdict, Verdict, check_running_sums, check_sequences
 from tests.sequences import PARTITIONS, committed_sequences, sequence_job
+from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, committed_files, read_committed
+from weir.runtime.errors import WeirError
 
 _ATTEMPT = re.compile(r"part-([0-9a-f]+)-")
 RECORDS = 600_000
@@ -68,9 +68,16 @@ def _attempts(out_dir: str) -> set[str]:
 
 
 def keyed_sum_with_kills(
-    seed: int, out_dir: str, checkpoint_dir: str, records: int = RECORDS, kills: int = 3,
-    pause_s: tuple[float, float] = (0.3, 1.5), burst: int = 1, rate: int = 60_000,
-    victim: Callable[[Any, random.Random], str | None] = kill_random_task, default_restarts: bool = False,
+    seed: int,
+    out_dir: str,
+    checkpoint_dir: str,
+    records: int = RECORDS,
+    kills: int = 3,
+    pause_s: tuple[float, float] = (0.3, 1.5),
+    burst: int = 1,
+    rate: int = 60_000,
+    victim: Callable[[Any, random.Random], str | None] = kill_random_task,
+    default_restarts: bool = False,
 ) -> ChaosRun:
     """A keyed running sum (parallelism 2, checkpoints every 500 ms, the source
     limited to ``rate`` records/s) while ``kills`` task actors die (or what
@@ -86,11 +93,13 @@ def keyed_sum_with_kills(
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     if not default_restarts:
         env.set_restart_strategy(RestartStrategy.fixed_delay(kills + 5, 0.2))
-    (env.from_generator(lambda i: i, count=records, records_per_second=rate)
+    (
+        env.from_generator(lambda i: i, count=records, records_per_second=rate)
         .map(lambda i: (i % 1000, 2 * i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(FileSink(out_dir, format="jsonl")))
+        .sink_to(FileSink(out_dir, format="jsonl"))
+    )
     client = env.execute_async(f"chaos-{seed}")
     while not any(m.get("records_in") for m in client.metrics()):  # the tasks are up and reading
         assert not client.status().is_terminal, "the job ended before it read a record"
@@ -115,9 +124,11 @@ def keyed_sum_with_kills(
     result = client.wait(600)
     run.restarts = result.restarts
     run.verdict = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 1000, 2 * i) for i in range(records)))
-    print(f"seed={seed} kills={len(run.killed)} restarts={run.restarts} lost={run.verdict.lost} "
-          f"duplicated={run.verdict.duplicated} conclusive={run.conclusive} "
-          f"recovery_s={[round(r, 2) for r in run.recovery_s]}")
+    print(
+        f"seed={seed} kills={len(run.killed)} restarts={run.restarts} lost={run.verdict.lost} "
+        f"duplicated={run.verdict.duplicated} conclusive={run.conclusive} "
+        f"recovery_s={[round(r, 2) for r in run.recovery_s]}"
+    )
     return run
 
 
@@ -127,7 +138,15 @@ def keyed_sum_with_kills(
 # their savepoint), cancels (resumed from the latest retained checkpoint), and
 # sometimes a drained stop to end it. Records carry (partition, sequence), so the
 # committed output is checked record by record (Jepsen's total queue).
-ACTIONS = {"kill task": 3, "kill coordinator": 2, "savepoint": 2, "rescale": 2, "stop": 1, "cancel": 1, "stop with drain": 0.4}
+ACTIONS = {
+    "kill task": 3,
+    "kill coordinator": 2,
+    "savepoint": 2,
+    "rescale": 2,
+    "stop": 1,
+    "cancel": 1,
+    "stop with drain": 0.4,
+}
 
 
 @dataclass
@@ -214,8 +233,11 @@ def mixed_chaos(seed: int, tmp: pathlib.Path, n: int = 30_000, rate: float = 3_0
             break
         # Suspended or cancelled: resume from the stop's savepoint, else from the latest checkpoint.
         stopped = tmp / f"stop-{step}"
-        restore = (str(stopped) if action == "stop" and any(stopped.glob("savepoint-*/_metadata"))
-                   else _latest_checkpoint(root / f"mixed-{seed}-{run.incarnations}") or restore)
+        restore = (
+            str(stopped)
+            if action == "stop" and any(stopped.glob("savepoint-*/_metadata"))
+            else _latest_checkpoint(root / f"mixed-{seed}-{run.incarnations}") or restore
+        )
         run.incarnations += 1
         client = start(restore)
     run.ending = _ended(client, 300).value
@@ -234,6 +256,8 @@ def mixed_chaos(seed: int, tmp: pathlib.Path, n: int = 30_000, rate: float = 3_0
     if drained:
         expected = {p: 1 + max((s for f in files for q, s in f if q == p), default=-1) for p in range(PARTITIONS)}
     run.verdict = check_sequences(files, expected)
-    print(f"seed={seed} ending={run.ending} incarnations={run.incarnations} verdict={run.verdict.lost}/{run.verdict.duplicated}"
-          f"/{run.verdict.unexpected}/{run.verdict.out_of_order} actions={run.actions}")
+    print(
+        f"seed={seed} ending={run.ending} incarnations={run.incarnations} verdict={run.verdict.lost}/{run.verdict.duplicated}"
+        f"/{run.verdict.unexpected}/{run.verdict.out_of_order} actions={run.actions}"
+    )
     return run

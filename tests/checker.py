@@ -85,4 +85,5 @@ def check_sequences(files: Iterable[Iterable[tuple[Any, int]]], expected: dict[A
         counts = seen.get(partition, collections.Counter())
         per[partition] = (n - len(counts), sum(c - 1 for c in counts.values()))
     return SequenceVerdict(
-        sum(lost for lost, _ in per.values()), sum(d for _, d in per.values()), unexpected, out_of_order, per)
+        sum(lost for lost, _ in per.values()), sum(d for _, d in per.values()), unexpected, out_of_order, per
+    )

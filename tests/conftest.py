@@ -42,7 +42,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     """On the controller: under loadgroup a worker's test ids carry their group (``@name``)."""
     if node.config.getoption("dist") == "loadgroup" and ids and "@" not in ids[0]:
-        pytest.exit("pytest-xdist lost the test groups (pytest-dev/pytest-xdist#1386): install pytest<9.2", pytest.ExitCode.USAGE_ERROR)
+        pytest.exit(
+            "pytest-xdist lost the test groups (pytest-dev/pytest-xdist#1386): install pytest<9.2",
+            pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -48,11 +48,23 @@ def jars() -> pathlib.Path:
             return lib
         (CACHE / "pom.xml").write_text(_POM)
         out = subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(CACHE / "pom.xml"), "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
-            capture_output=True, text=True,
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-f",
+                str(CACHE / "pom.xml"),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={lib}",
+                "-DincludeScope=runtime",
+            ],
+            capture_output=True,
+            text=True,
         )
         if out.returncode != 0:
-            raise RuntimeError(f"resolving Kafka {KAFKA_VERSION} from Maven Central failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+            raise RuntimeError(
+                f"resolving Kafka {KAFKA_VERSION} from Maven Central failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
+            )
         (CACHE / "complete").touch()
     return lib
 
@@ -99,29 +111,40 @@ class KafkaBroker:
         lib = jars()
         controller = _free_port()
         config = self._dir / "server.properties"
-        config.write_text("\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            f"log.dirs={self._dir / 'data'}",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=4",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=4",
-            "group.initial.rebalance.delay.ms=0",
-            "num.partitions=1",
-        ]) + "\n")
+        config.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{controller}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self._dir / 'data'}",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=4",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "transaction.state.log.num.partitions=4",
+                    "group.initial.rebalance.delay.ms=0",
+                    "num.partitions=1",
+                ]
+            )
+            + "\n"
+        )
         java = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", f"{lib}/*"]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         # "=": a base64 id may start with "-", which would read as an option.
-        formatted = subprocess.run([*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config)], capture_output=True, text=True)
+        formatted = subprocess.run(
+            [*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config)],
+            capture_output=True,
+            text=True,
+        )
         if formatted.returncode != 0:
-            raise RuntimeError(f"formatting the Kafka broker's storage failed:\n{formatted.stdout[-2000:]}{formatted.stderr[-2000:]}")
+            raise RuntimeError(
+                f"formatting the Kafka broker's storage failed:\n{formatted.stdout[-2000:]}{formatted.stderr[-2000:]}"
+            )
         log = open(self._dir / "broker.log", "wb")
         self._process = subprocess.Popen([*java, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT)
         self._wait_ready()
@@ -131,7 +154,9 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + self.STARTUP_TIMEOUT_S
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})  # refused connections are expected here
+        admin = AdminClient(
+            {"bootstrap.servers": self.bootstrap, "log_level": 0}
+        )  # refused connections are expected here
         while True:
             assert self._process is not None
             if self._process.poll() is not None:
@@ -151,7 +176,9 @@ class KafkaBroker:
         # have that done before a test times its first transaction.
         from confluent_kafka import Producer
 
-        Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "weir-broker-warm-up"}).init_transactions(self.STARTUP_TIMEOUT_S)
+        Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "weir-broker-warm-up"}).init_transactions(
+            self.STARTUP_TIMEOUT_S
+        )
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic

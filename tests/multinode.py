@@ -16,10 +16,10 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
+from tests.checker import check_running_sums
+from weir import JobClient, RestartStrategy, StreamExecutionEnvironment
 from weir.actors.cluster import ensure_ray
 from weir.connectors.files import FileSink, read_committed
-from weir import JobClient, RestartStrategy, StreamExecutionEnvironment
-from tests.checker import check_running_sums
 
 RECORDS, RATE = 60_000, 15_000
 
@@ -45,13 +45,17 @@ def lose_a_node(workdir: str) -> dict[str, Any]:
     env.get_checkpoint_config().set_checkpoint_storage(f"file://{workdir}/chk")
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.5))
     out = f"{workdir}/out"
-    (env.from_generator(lambda i: i, count=RECORDS, records_per_second=RATE)
+    (
+        env.from_generator(lambda i: i, count=RECORDS, records_per_second=RATE)
         .map(lambda i: (i % 100, i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(FileSink(out)))
+        .sink_to(FileSink(out))
+    )
     client = env.execute_async("lose-a-node")
-    while not (sum(m["records_in"] for m in client.metrics()) and any(c["status"] == "COMPLETED" for c in client.checkpoints())):
+    while not (
+        sum(m["records_in"] for m in client.metrics()) and any(c["status"] == "COMPLETED" for c in client.checkpoints())
+    ):
         assert not client.status().is_terminal, "the job ended before the node was lost"
         time.sleep(0.05)
     before = _nodes_of_tasks(client)
@@ -74,10 +78,17 @@ def lose_a_node(workdir: str) -> dict[str, Any]:
     ray.shutdown()
     cluster.shutdown()
     return {
-        "nodes_before": len(set(before.values())), "tasks_on_lost_node": on_victim,
+        "nodes_before": len(set(before.values())),
+        "tasks_on_lost_node": on_victim,
         "tasks_after_on_alive_nodes": bool(after) and all(n in alive for n in after.values()),
-        "restarts": result.restarts, "coordinator_recovered": recovered, "status": result.status.value, "recovered_s": round(recovered_s, 2),
-        "lost": verdict.lost, "duplicated": verdict.duplicated, "keys_wrong": verdict.keys_wrong, "outputs": verdict.outputs,
+        "restarts": result.restarts,
+        "coordinator_recovered": recovered,
+        "status": result.status.value,
+        "recovered_s": round(recovered_s, 2),
+        "lost": verdict.lost,
+        "duplicated": verdict.duplicated,
+        "keys_wrong": verdict.keys_wrong,
+        "outputs": verdict.outputs,
     }
 
 

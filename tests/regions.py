@@ -8,13 +8,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from weir.connectors.files import FileSink, read_committed
 from weir import JobClient, RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 
 N = 6_000  # records per pipeline
 
 
-def two_pipelines(checkpoint_dir: str, out_a: str, out_b: str, rate: float = 1_500.0, delay_s: float = 1.5) -> StreamExecutionEnvironment:
+def two_pipelines(
+    checkpoint_dir: str, out_a: str, out_b: str, rate: float = 1_500.0, delay_s: float = 1.5
+) -> StreamExecutionEnvironment:
     """Pipelines "a" and "b", each a rate-limited generator -> map -> file sink with
     parallelism 2: four regions, one per pipeline and subtask. A restart waits
     ``delay_s``: the window in which the other regions must go on."""
@@ -23,8 +25,12 @@ def two_pipelines(checkpoint_dir: str, out_a: str, out_b: str, rate: float = 1_5
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(3, delay_s))
     for name, out in (("a", out_a), ("b", out_b)):
-        (env.from_generator(lambda i: i, count=N, records_per_second=rate).name(name)
-            .map(lambda i, name=name: f"{name}{i}").sink_to(FileSink(out)))
+        (
+            env.from_generator(lambda i: i, count=N, records_per_second=rate)
+            .name(name)
+            .map(lambda i, name=name: f"{name}{i}")
+            .sink_to(FileSink(out))
+        )
     return env
 
 
@@ -43,12 +49,17 @@ def _records_in(client: JobClient, vertex: str) -> int:
     return sum(m["records_in"] for m in client.metrics() if m["task"].startswith(f"{vertex}/"))
 
 
-def kill_and_watch(client: JobClient, kill: tuple[str, int], other: str, probe: Callable[[], Any] | None = None) -> Window:
+def kill_and_watch(
+    client: JobClient, kill: tuple[str, int], other: str, probe: Callable[[], Any] | None = None
+) -> Window:
     """Kill task ``kill`` once both pipelines read and a checkpoint completed;
     measure ``other``'s records from when the killed task is gone until its
     replacement is deployed (calling ``probe`` in between)."""
-    while not (_records_in(client, kill[0]) and _records_in(client, other)
-               and any(c["status"] == "COMPLETED" for c in client.checkpoints())):
+    while not (
+        _records_in(client, kill[0])
+        and _records_in(client, other)
+        and any(c["status"] == "COMPLETED" for c in client.checkpoints())
+    ):
         assert not client.status().is_terminal, "the job ended before the kill"
         time.sleep(0.02)
     name = client.kill_task(*kill)
@@ -67,4 +78,8 @@ def outputs(out_dir: str, prefix: str) -> tuple[int, int, list[str]]:
     """(lost, duplicated, unpublished files left) of one pipeline's output."""
     got = read_committed(out_dir)
     expected = {f"{prefix}{i}" for i in range(N)}
-    return len(expected - set(got)), len(got) - len(set(got)), sorted(n for n in os.listdir(out_dir) if n.startswith("."))
+    return (
+        len(expected - set(got)),
+        len(got) - len(set(got)),
+        sorted(n for n in os.listdir(out_dir) if n.startswith(".")),
+    )

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from weir.connectors.files import FileSink, committed_files
 from weir import KeyedProcessFunction, StreamExecutionEnvironment, ValueStateDescriptor
+from weir.connectors.files import FileSink, committed_files
 
 PARTITIONS = 2
 
@@ -26,9 +26,15 @@ class Count(KeyedProcessFunction):
 
 def sequence_job(env: StreamExecutionEnvironment, out_dir: str, n: int, rate: float) -> None:
     """Source split p of the generator carries partition p's sequences in order."""
-    (env.from_generator(lambda i: (i * PARTITIONS // n, i % (n // PARTITIONS)), count=n, records_per_second=rate).uid("src")
-        .key_by(lambda r: r[0]).process(Count()).uid("count")
-        .sink_to(FileSink(out_dir)).uid("sink"))
+    (
+        env.from_generator(lambda i: (i * PARTITIONS // n, i % (n // PARTITIONS)), count=n, records_per_second=rate)
+        .uid("src")
+        .key_by(lambda r: r[0])
+        .process(Count())
+        .uid("count")
+        .sink_to(FileSink(out_dir))
+        .uid("sink")
+    )
 
 
 def committed_sequences(*outs: str) -> list[list[tuple[int, int]]]:

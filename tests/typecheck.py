@@ -17,6 +17,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -46,8 +47,18 @@ def lay_out(tree: pathlib.Path = TREE) -> pathlib.Path:
 def run_mypy() -> subprocess.CompletedProcess[str]:
     tree = lay_out()
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(ROOT / ".mypy_cache")],
-        cwd=tree, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
     )
 
 

@@ -19,8 +19,14 @@ def uv() -> str:
 def pinned_to_this_environment(where: Path) -> Path:
     """A constraints file with the versions installed here, weir left out: a new
     environment then resolves to what uv's cache holds, and Ray matches this one's."""
-    freeze = subprocess.run([uv(), "pip", "freeze", "--python", sys.executable], capture_output=True, text=True, check=True)
-    pins = [line for line in freeze.stdout.splitlines() if line and not line.startswith("-e ") and not line.startswith("weir")]
+    freeze = subprocess.run(
+        [uv(), "pip", "freeze", "--python", sys.executable], capture_output=True, text=True, check=True
+    )
+    pins = [
+        line
+        for line in freeze.stdout.splitlines()
+        if line and not line.startswith("-e ") and not line.startswith("weir")
+    ]
     where.write_text("\n".join(pins) + "\n")
     return where
 
@@ -30,6 +36,8 @@ def new_venv(venv: Path, *install: str, timeout_s: float = 600) -> str:
     arguments) installed; returns its python."""
     subprocess.run([uv(), "venv", "-q", "--python", sys.executable, str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    run = subprocess.run([uv(), "pip", "install", "-q", "--python", python, *install], capture_output=True, text=True, timeout=timeout_s)
+    run = subprocess.run(
+        [uv(), "pip", "install", "-q", "--python", python, *install], capture_output=True, text=True, timeout=timeout_s
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return python

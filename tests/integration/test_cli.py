@@ -11,8 +11,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from weir.actors.cli import main
 from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment
+from weir.actors.cli import main
 
 pytestmark = pytest.mark.ray
 
@@ -21,7 +21,9 @@ def weir_process(address: str, *args: str) -> subprocess.CompletedProcess:
     """``weir`` as a user's shell runs it: a process of its own (``run`` executes
     the user's script in it)."""
     env = {**os.environ, "RAY_ADDRESS": address}
-    return subprocess.run([sys.executable, "-m", "weir.actors.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "weir.actors.cli", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def weir(address: str, *args: str) -> subprocess.CompletedProcess:
@@ -44,7 +46,9 @@ def running_job(ray_cluster, checkpoint_dir):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    env.from_generator(lambda i: (i % 5, 1), records_per_second=5_000).key_by(lambda kv: kv[0]).sum(1).name("count").sink_to(DiscardingSink())
+    env.from_generator(lambda i: (i % 5, 1), records_per_second=5_000).key_by(lambda kv: kv[0]).sum(1).name(
+        "count"
+    ).sink_to(DiscardingSink())
     client = env.execute_async("cli-job")
     deadline = time.monotonic() + 60
     while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
@@ -123,16 +127,32 @@ print("STATUS", env.execute("cli-sp").status.value)
 
 
 def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint_dir):
+    from tests.checker import check_running_sums
     from weir.connectors.files import read_committed
     from weir.runtime.executor import JobStatus
-    from tests.checker import check_running_sums
 
     script = tmp_path / "job.py"
     script.write_text(JOB)
     out = str(tmp_path / "out")
     env = {**os.environ, "RAY_ADDRESS": ray_cluster}
-    first = subprocess.Popen([sys.executable, "-m", "weir.actors.cli", "run", "--parallelism", "2", str(script), out, checkpoint_dir, "1000"],  # 40 s of input: the stop lands before its end
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "weir.actors.cli",
+            "run",
+            "--parallelism",
+            "2",
+            str(script),
+            out,
+            checkpoint_dir,
+            "1000",
+        ],  # 40 s of input: the stop lands before its end
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -154,13 +174,26 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
     again = weir(ray_cluster, "stop", "cli-sp")
     assert again.returncode == 1 and "Error: job 'cli-sp' is SUSPENDED: no savepoint or stop now" in again.stderr
 
-    resumed = weir_process(ray_cluster, "run", "--parallelism", "3", "--from-savepoint", stopped["savepoint"], str(script), out, checkpoint_dir, "1e9")
+    resumed = weir_process(
+        ray_cluster,
+        "run",
+        "--parallelism",
+        "3",
+        "--from-savepoint",
+        stopped["savepoint"],
+        str(script),
+        out,
+        checkpoint_dir,
+        "1e9",
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "STATUS FINISHED" in resumed.stdout
     v = check_running_sums(map(tuple, read_committed(out)), ((i % 10, i) for i in range(40_000)))
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
-    missing = weir_process(ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9")
+    missing = weir_process(
+        ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9"
+    )
     assert missing.returncode == 1
     assert f"Error: checkpoint file file://{tmp_path}/nope/_metadata is unusable: missing" in missing.stderr
 
@@ -171,7 +204,7 @@ def test_stop_with_drain_and_no_path_ends_finished_with_a_retained_checkpoint(ra
     stopped = json.loads(out.stdout)
     assert stopped["status"] == "FINISHED"
     assert stopped["savepoint"].startswith(checkpoint_dir + "/cli-job/") and "/chk-" in stopped["savepoint"]
-    assert os.path.exists(stopped["savepoint"][len("file://"):] + "/_metadata")
+    assert os.path.exists(stopped["savepoint"][len("file://") :] + "/_metadata")
 
 
 def test_scale_changes_parallelism_of_a_running_job(ray_cluster, running_job):
@@ -179,7 +212,9 @@ def test_scale_changes_parallelism_of_a_running_job(ray_cluster, running_job):
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     assert answer["parallelism"] == {"count": 3} and answer["pause_s"] > 0
-    assert sorted(t for t in running_job.tasks() if t.startswith("cli-job/count/")) == [f"cli-job/count/{i}" for i in range(3)]
+    assert sorted(t for t in running_job.tasks() if t.startswith("cli-job/count/")) == [
+        f"cli-job/count/{i}" for i in range(3)
+    ]
     bad = weir(ray_cluster, "scale", "cli-job", "nope=2")
     assert bad.returncode == 1 and "has no operator named 'nope'" in bad.stderr
 

@@ -9,9 +9,9 @@ import time
 import pytest
 import ray
 
+from tests.checker import check_running_sums
 from weir import CloseableIterator, JobStatus, RestartStrategy, StreamExecutionEnvironment
 from weir.runtime.errors import JobExecutionError, JobForgottenError
-from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
 
@@ -26,12 +26,20 @@ def _env(checkpoint_dir: str, p: int = 2) -> StreamExecutionEnvironment:
 
 def _queue_actors() -> int:
     # From the GCS: the state API needs the dashboard, which the test cluster does not run.
-    return sum(1 for a in ray._private.state.actors().values() if a["ActorClassName"] == "_QueueActor" and a["State"] == "ALIVE")
+    return sum(
+        1
+        for a in ray._private.state.actors().values()
+        if a["ActorClassName"] == "_QueueActor" and a["State"] == "ALIVE"
+    )
 
 
 def test_a_bounded_job_collects_every_record_once_on_ray(ray_cluster, checkpoint_dir):
     env = _env(checkpoint_dir)
-    with env.from_collection(range(20_000)).map(lambda i: i + 1).execute_and_collect("ray-collect", executor="ray") as results:
+    with (
+        env.from_collection(range(20_000))
+        .map(lambda i: i + 1)
+        .execute_and_collect("ray-collect", executor="ray") as results
+    ):
         assert isinstance(results, CloseableIterator)
         assert sorted(results) == list(range(1, 20_001))
         assert results.job_client.status() is JobStatus.FINISHED
@@ -48,8 +56,11 @@ def test_a_killed_task_actor_shows_no_record_twice(ray_cluster, checkpoint_dir, 
         return i % 10, i
 
     env = _env(checkpoint_dir)
-    stream = (env.from_generator(record, count=n, records_per_second=5_000)
-              .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])))
+    stream = (
+        env.from_generator(record, count=n, records_per_second=5_000)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
     collected = []
     with stream.execute_and_collect("ray-collect-kill", executor="ray") as results:
         killed, next_look = None, 0.0
@@ -74,7 +85,8 @@ def test_limit_cancels_an_endless_job_and_releases_the_queue(ray_cluster, checkp
     before = _queue_actors()
     env = _env(checkpoint_dir, p=1)
     assert env.from_generator(lambda i: i, records_per_second=5_000).execute_and_collect(
-        "ray-collect-limit", limit=100, executor="ray") == list(range(100))
+        "ray-collect-limit", limit=100, executor="ray"
+    ) == list(range(100))
     deadline = time.monotonic() + 30
     while _queue_actors() > before:
         assert time.monotonic() < deadline, "the collect queue's actor outlived the iterator"
@@ -94,12 +106,18 @@ def _forgotten(client) -> None:
         time.sleep(0.2)
 
 
-def test_a_reader_slower_than_the_jobs_record_still_gets_every_record_and_the_end(ray_cluster, checkpoint_dir, monkeypatch):
+def test_a_reader_slower_than_the_jobs_record_still_gets_every_record_and_the_end(
+    ray_cluster, checkpoint_dir, monkeypatch
+):
     # A notebook reads a few records, leaves for longer than weir keeps an ended job's
     # record, then reads on: the end comes from the job's result in checkpoint storage.
     monkeypatch.setenv("WEIR_JOB_LINGER_S", "1")
     env = _env(checkpoint_dir, p=1)
-    with env.from_collection(range(1000)).map(lambda i: i * 2).execute_and_collect("ray-collect-forgotten", executor="ray") as results:
+    with (
+        env.from_collection(range(1000))
+        .map(lambda i: i * 2)
+        .execute_and_collect("ray-collect-forgotten", executor="ray") as results
+    ):
         first = next(results)
         _forgotten(results.job_client)
         assert sorted([first, *results]) == list(range(0, 2000, 2))
@@ -116,7 +134,11 @@ def test_a_failed_job_read_after_its_record_is_gone_still_raises_its_error(ray_c
             raise ValueError("record 700 is bad")
         return i
 
-    with env.from_collection(range(1000)).map(explode).execute_and_collect("ray-collect-forgotten-failed", executor="ray") as results:
+    with (
+        env.from_collection(range(1000))
+        .map(explode)
+        .execute_and_collect("ray-collect-forgotten-failed", executor="ray") as results
+    ):
         _forgotten(results.job_client)
         with pytest.raises(JobExecutionError, match="record 700 is bad"):
             list(results)

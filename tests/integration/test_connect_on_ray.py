@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from weir.connectors.files import read_committed
-from weir import RestartStrategy, StreamExecutionEnvironment
-from tests.unit.jobs.test_broadcast_state import _expected, _events, _job
+from tests.unit.jobs.test_broadcast_state import _events, _expected, _job
 from tests.unit.jobs.test_connect import _check_sum_job, _inputs, _sum_job
+from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import read_committed
 
 pytestmark = pytest.mark.ray
 

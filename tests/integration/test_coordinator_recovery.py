@@ -11,11 +11,11 @@ import time
 import pytest
 import ray
 
+from tests.checker import check_running_sums
+from weir import JobStatus, StreamExecutionEnvironment, WeirError
 from weir.actors.executor import RayJobClient
 from weir.actors.pool import get_pool
 from weir.connectors.files import FileSink, committed_files, read_committed
-from weir import JobStatus, StreamExecutionEnvironment, WeirError
-from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
 
@@ -27,9 +27,15 @@ def _keyed_sum(checkpoint_dir: str, out_dir: str, n: int, interval_ms: int = 200
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000).uid("gen")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
-        .sink_to(FileSink(out_dir)).uid("out"))
+    (
+        env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+        .uid("gen")
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .uid("sums")
+        .sink_to(FileSink(out_dir))
+        .uid("out")
+    )
     return env
 
 
@@ -66,7 +72,9 @@ def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_outpu
     last, actors = 0, set()
     for _kill in range(3):
         last = _wait_completed_after(client, last)
-        assert not actors or _task_actor_ids(client) == actors, "the recovery started new task actors instead of reusing the job's"
+        assert not actors or _task_actor_ids(client) == actors, (
+            "the recovery started new task actors instead of reusing the job's"
+        )
         actors = _task_actor_ids(client)
         ray.kill(client.coordinator)
         print(f"killed the coordinator after checkpoint {last}")
@@ -95,7 +103,9 @@ def test_a_savepoint_then_the_coordinator_dying_duplicates_nothing(ray_cluster, 
 
 
 @pytest.mark.parametrize("moment", ["checkpoint-half-acknowledged", "checkpoint-before-metadata"])
-def test_the_coordinator_dying_mid_checkpoint_never_uses_that_checkpoint(ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, moment):
+def test_the_coordinator_dying_mid_checkpoint_never_uses_that_checkpoint(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, moment
+):
     """Killed (os._exit) with a checkpoint half acknowledged, or with every ack in
     but its metadata not written: the restarted coordinator recovers from the
     checkpoint before, and no sink transaction is committed twice."""
@@ -120,7 +130,9 @@ def _exact(out_dir: str, n: int) -> None:
 
 
 @pytest.mark.parametrize("call", ["savepoint", "rescale"])
-def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(ray_cluster, checkpoint_dir, out_dir, tmp_path, call):
+def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path, call
+):
     """The call in flight fails or completes; the job recovers from its latest
     checkpoint either way, and what the user keeps beside the savepoint folder stays."""
     (tmp_path / "sp").mkdir()
@@ -132,7 +144,9 @@ def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
 
     def ask() -> None:
         try:
-            answers.append(client.savepoint(str(tmp_path / "sp")) if call == "savepoint" else client.rescale({"sums": 3}))
+            answers.append(
+                client.savepoint(str(tmp_path / "sp")) if call == "savepoint" else client.rescale({"sums": 3})
+            )
         except Exception as exc:  # noqa: BLE001 - judged below
             answers.append(exc)
 
@@ -150,7 +164,8 @@ def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
 
 @pytest.mark.parametrize("moment", ["checkpoint-half-acknowledged", "checkpoint-before-metadata"])
 def test_the_coordinator_dying_in_the_final_checkpoint_of_a_bounded_job_duplicates_nothing(
-        ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, moment):
+    ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, moment
+):
     """No periodic checkpoint comes (60 s interval): the one it dies in is the
     bounded job's final checkpoint, which commits everything. The restarted
     coordinator, with no complete checkpoint to go back to, runs the job again
@@ -212,7 +227,9 @@ def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster
     _exact(out_dir, n)
 
 
-def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_rest_reused(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_rest_reused(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
+):
     """The recovery cancels the old attempt's tasks to reuse their actors; one
     that does not return (a user function stuck for a minute) is killed after
     the pool's grace and replaced, and the output stays exact."""
@@ -227,8 +244,13 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
-        .map(stall).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+        .map(stall)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("stuck-when-coordinator-dies")
     _wait_completed_after(client, 0)
     deadline = time.monotonic() + 60
@@ -238,7 +260,8 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
     before, last = _task_actor_ids(client), max(_completed(client))
     ray.kill(client.coordinator)
     _wait_completed_after(client, last)  # recovered
-    assert len(before - _task_actor_ids(client)) == 1, "exactly the stuck task's actor is replaced; the others are reused"
+    assert len(before - _task_actor_ids(client)) == 1, (
+        "exactly the stuck task's actor is replaced; the others are reused"
+    )
     assert client.wait(120).status is JobStatus.FINISHED
     _exact(out_dir, n)
-

@@ -21,8 +21,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_main_example_runs_against_the_test_cluster(ray_cluster, tmp_path):
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "keyed_sum.py"), "--records", "200000", "--output", str(tmp_path / "o")],
-        env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "keyed_sum.py"),
+            "--records",
+            "200000",
+            "--output",
+            str(tmp_path / "o"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "job keyed-sum: FINISHED" in out.stdout
@@ -35,7 +45,9 @@ def test_the_wheel_installs_one_package_weir_and_runs_the_main_example_outside_t
     environment of its own, run from a folder where the source folders
     (runtime/, actors/, connectors/) cannot be imported by accident."""
     dist = tmp_path / "dist"
-    build = subprocess.run([uv(), "build", "-q", "--out-dir", str(dist), str(ROOT)], capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [uv(), "build", "-q", "--out-dir", str(dist), str(ROOT)], capture_output=True, text=True, timeout=300
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = dist.glob("weir-*.whl")
     with zipfile.ZipFile(wheel) as zf:
@@ -45,8 +57,16 @@ def test_the_wheel_installs_one_package_weir_and_runs_the_main_example_outside_t
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
     assert {n.split("/")[0] for n in names} == {"weir", info}
     assert top_level == ["weir"]
-    for path in ("weir/__init__.py", "weir/py.typed", "weir/runtime/task.py", "weir/runtime/py.typed", "weir/actors/cli.py",
-                 "weir/connectors/kafka.py", "weir/datastream/connectors/kafka.py", "weir/common/typeinfo.py"):
+    for path in (
+        "weir/__init__.py",
+        "weir/py.typed",
+        "weir/runtime/task.py",
+        "weir/runtime/py.typed",
+        "weir/actors/cli.py",
+        "weir/connectors/kafka.py",
+        "weir/datastream/connectors/kafka.py",
+        "weir/common/typeinfo.py",
+    ):
         assert path in names, path
     assert "weir.actors.cli:main" in entry_points and "weir.runtime.local:LocalExecutor" in entry_points
 
@@ -55,18 +75,57 @@ def test_the_wheel_installs_one_package_weir_and_runs_the_main_example_outside_t
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")} | {"WEIR_EXECUTOR": "local"}
     where = subprocess.run(
-        [python, "-c", "import importlib.util, weir, weir.datastream, weir.common; print(weir.__file__); "
-                       "print([m for m in ('runtime', 'actors', 'connectors') if importlib.util.find_spec(m)])"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+        [
+            python,
+            "-c",
+            "import importlib.util, weir, weir.datastream, weir.common; print(weir.__file__); "
+            "print([m for m in ('runtime', 'actors', 'connectors') if importlib.util.find_spec(m)])",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert where.returncode == 0, where.stderr[-3000:]
-    assert where.stdout.splitlines() == [str(pathlib.Path(python).parents[1] / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-                                             / "site-packages" / "weir" / "__init__.py"), "[]"]
-    run = subprocess.run([python, str(ROOT / "examples" / "keyed_sum.py"), "--records", "20000", "--parallelism", "1",
-                          "--output", str(tmp_path / "out")],
-                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert where.stdout.splitlines() == [
+        str(
+            pathlib.Path(python).parents[1]
+            / "lib"
+            / f"python{sys.version_info.major}.{sys.version_info.minor}"
+            / "site-packages"
+            / "weir"
+            / "__init__.py"
+        ),
+        "[]",
+    ]
+    run = subprocess.run(
+        [
+            python,
+            str(ROOT / "examples" / "keyed_sum.py"),
+            "--records",
+            "20000",
+            "--parallelism",
+            "1",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "job keyed-sum: FINISHED" in run.stdout and "final sums of 1000 keys match plain Python: True" in run.stdout
-    cli = subprocess.run([str(pathlib.Path(python).parent / "weir"), "--help"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    cli = subprocess.run(
+        [str(pathlib.Path(python).parent / "weir"), "--help"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode == 0 and "Usage: weir" in cli.stdout, cli.stderr[-3000:]
 
 
@@ -79,7 +138,10 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert any("pip install" in c and "-e ~/weir" in c and ".venv" in c for c in config["setup_commands"])
     starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
     assert all(c.startswith(". ~/weir/.venv/bin/activate && ") for c in starts)  # the venv's ray and python
-    assert all("RAY_AUTH_MODE=token" in c for c in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:])
+    assert all(
+        "RAY_AUTH_MODE=token" in c
+        for c in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:]
+    )
     # One token for every node, at the path Ray reads by default; made by the user before `ray up`.
     assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
     assert "ray get-auth-token --generate" in (ROOT / "ray_cluster.yaml").read_text()
@@ -90,8 +152,27 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
     """A tiny run, so the benchmark README quotes keeps working (the figures come from full runs)."""
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "bench.w1", "--records", "20000", "--latency-records", "2000", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "bench.w1",
+            "--records",
+            "20000",
+            "--latency-records",
+            "2000",
+            "--parallelism",
+            "1",
+            "2",
+            "--repeat",
+            "1",
+            "--settle-s",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "W1 keyed running sum, 20,000 records" in out.stdout
@@ -100,31 +181,110 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("command,expected", [
-    (["bench.startup", "--parallelism", "1", "2", "--repeat", "1", "--settle-s", "0", "--new-drivers", "1", "--cold", "1"],
-     ["parallelism 2: execute() median", "new driver on a warm cluster, p=2: first execute() median",
-      "cold start, p=2: Ray's start (ray.init) median"]),
-    (["bench.cost", "--records", "50000", "--parallelism", "1", "2", "--side-by-side", "2", "--repeat", "1", "--settle-s", "0"],
-     ["parallelism 2: ", "2 jobs at parallelism 1 side by side: "]),
-    (["bench.recovery", "--kills", "1", "--rapid-kills", "0", "--coordinator-kills", "1", "--rescales", "1"],  # rapid: the same run, sooner kills
-     ["kill -> first committed output of the new attempt: n=1", "of the recovered job: n=1", "client.rescale): n=1"]),
-])
+@pytest.mark.parametrize(
+    "command,expected",
+    [
+        (
+            [
+                "bench.startup",
+                "--parallelism",
+                "1",
+                "2",
+                "--repeat",
+                "1",
+                "--settle-s",
+                "0",
+                "--new-drivers",
+                "1",
+                "--cold",
+                "1",
+            ],
+            [
+                "parallelism 2: execute() median",
+                "new driver on a warm cluster, p=2: first execute() median",
+                "cold start, p=2: Ray's start (ray.init) median",
+            ],
+        ),
+        (
+            [
+                "bench.cost",
+                "--records",
+                "50000",
+                "--parallelism",
+                "1",
+                "2",
+                "--side-by-side",
+                "2",
+                "--repeat",
+                "1",
+                "--settle-s",
+                "0",
+            ],
+            ["parallelism 2: ", "2 jobs at parallelism 1 side by side: "],
+        ),
+        (
+            [
+                "bench.recovery",
+                "--kills",
+                "1",
+                "--rapid-kills",
+                "0",
+                "--coordinator-kills",
+                "1",
+                "--rescales",
+                "1",
+            ],  # rapid: the same run, sooner kills
+            [
+                "kill -> first committed output of the new attempt: n=1",
+                "of the recovered job: n=1",
+                "client.rescale): n=1",
+            ],
+        ),
+    ],
+)
 def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
     """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes."""
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    out = subprocess.run(
+        [sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert all(e in out.stdout for e in expected), out.stdout[-2000:]
 
 
 def test_the_crowding_benchmark_prints_its_figures():
     """bench.crowding, which docs/benchmarks.md quotes beside bench.cost, needs no cluster."""
-    out = subprocess.run([sys.executable, "-m", "bench.crowding", "--records", "100000", "--parallelism", "1", "2",
-                          "--layout", "pipelines", "keyed", "shared", "--repeat", "1"],
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.crowding",
+            "--records",
+            "100000",
+            "--parallelism",
+            "1",
+            "2",
+            "--layout",
+            "pipelines",
+            "keyed",
+            "shared",
+            "--repeat",
+            "1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    for line in ("pipelines at 1 (2 busy processes", "pipelines at 2 (4 busy processes", "keyed at 2 (4 busy processes",
-                 "shared at 1 (1 busy processes", "shared at 2 (2 busy processes"):
+    for line in (
+        "pipelines at 1 (2 busy processes",
+        "pipelines at 2 (4 busy processes",
+        "keyed at 2 (4 busy processes",
+        "shared at 1 (1 busy processes",
+        "shared at 2 (2 busy processes",
+    ):
         assert line in out.stdout, out.stdout
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from weir.connectors.files import FileSource
-from weir import RestartStrategy, StreamExecutionEnvironment
 from tests.unit.jobs.test_file_source import run_with_kills
+from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSource
 
 pytestmark = pytest.mark.ray
 

@@ -44,23 +44,33 @@ def _driver(code: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess
 def test_a_client_that_never_starts_a_cluster_says_there_is_none_at_once(gone_cluster_recorded):
     run, took = _driver("from weir.actors.cluster import ensure_ray; ensure_ray(start=False)", gone_cluster_recorded)
     assert run.returncode != 0
-    assert "the Ray cluster recorded at 127.0.0.1:" in run.stderr and "is gone (nothing listens there)" in run.stderr, run.stderr[-3000:]
-    assert "NoClusterError: no Ray cluster found on this machine (RAY_ADDRESS is unset)" in run.stderr, run.stderr[-3000:]
+    assert "the Ray cluster recorded at 127.0.0.1:" in run.stderr and "is gone (nothing listens there)" in run.stderr, (
+        run.stderr[-3000:]
+    )
+    assert "NoClusterError: no Ray cluster found on this machine (RAY_ADDRESS is unset)" in run.stderr, run.stderr[
+        -3000:
+    ]
     assert took < 30, f"it took {took:.1f} s"
 
 
 def test_a_job_driver_starts_a_cluster_of_its_own_instead(gone_cluster_recorded):
-    run, took = _driver("from weir.actors.cluster import ensure_ray; ensure_ray(); import ray; print('joined', ray.is_initialized())",
-                        gone_cluster_recorded)
+    run, took = _driver(
+        "from weir.actors.cluster import ensure_ray; ensure_ray(); import ray; print('joined', ray.is_initialized())",
+        gone_cluster_recorded,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "joined True" in run.stdout and "Started a local Ray instance" in run.stderr, run.stdout + run.stderr[-3000:]
     assert took < 90, f"it took {took:.1f} s"
 
 
 def test_ray_address_auto_asks_for_a_running_cluster_and_gets_a_clear_no(gone_cluster_recorded):
-    run, took = _driver("from weir.actors.cluster import ensure_ray; ensure_ray()", gone_cluster_recorded | {"RAY_ADDRESS": "auto"})
+    run, took = _driver(
+        "from weir.actors.cluster import ensure_ray; ensure_ray()", gone_cluster_recorded | {"RAY_ADDRESS": "auto"}
+    )
     assert run.returncode != 0
-    assert "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one" in run.stderr, run.stderr[-3000:]
+    assert "no Ray cluster found on this machine, and RAY_ADDRESS=auto asks for a running one" in run.stderr, (
+        run.stderr[-3000:]
+    )
     assert took < 30, f"it took {took:.1f} s"
 
 
@@ -72,10 +82,26 @@ def test_a_driver_joins_the_cluster_ray_start_recorded():
         port = s.getsockname()[1]
         s.close()  # a port of its own: the test session's cluster may hold 6379
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own}
-        subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=0",
-                        "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
-        run, took = _driver("from weir.actors.cluster import ensure_ray; ensure_ray(); import ray; "
-                            "print('joined', ray.get_runtime_context().gcs_address)", env)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ray"),
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=0",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=180,
+        )
+        run, took = _driver(
+            "from weir.actors.cluster import ensure_ray; ensure_ray(); import ray; "
+            "print('joined', ray.get_runtime_context().gcs_address)",
+            env,
+        )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().endswith(f":{port}"), run.stdout
     assert took < 60, f"it took {took:.1f} s"

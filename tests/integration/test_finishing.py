@@ -10,11 +10,11 @@ import uuid
 import pytest
 import ray
 
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
 from weir import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.operators import StreamOperator
-from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
 
@@ -29,7 +29,9 @@ class _MarksOpen(MapFunction):
         self.folder = folder
 
     def open(self, runtime_context) -> None:
-        open(os.path.join(self.folder, f"opened-{runtime_context.get_index_of_this_subtask()}-{uuid.uuid4().hex}"), "w").close()
+        open(
+            os.path.join(self.folder, f"opened-{runtime_context.get_index_of_this_subtask()}-{uuid.uuid4().hex}"), "w"
+        ).close()
 
     def map(self, value):
         return value
@@ -67,7 +69,9 @@ def _wait(predicate, client, timeout_s=60):
         time.sleep(0.05)
 
 
-def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed_once(ray_cluster, checkpoint_dir, out_dir):
+def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed_once(
+    ray_cluster, checkpoint_dir, out_dir
+):
     client = _two_sources(checkpoint_dir, out_dir).execute_async("figure-3")
     _wait(lambda: _short_source_exited(client), client)
     finished_at = max(c["checkpoint_id"] for c in client.checkpoints())
@@ -79,7 +83,9 @@ def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
 
-def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
+):
     opened = tmp_path / "opened"
     opened.mkdir()
     client = _two_sources(checkpoint_dir, out_dir, opened_dir=str(opened)).execute_async("finished-then-kill")
@@ -89,7 +95,9 @@ def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(ray_cl
     ray.kill(client.task_actor("sum", 0))
     result = client.wait(120)
     assert result.restarts == 1
-    assert sorted(n.split("-")[1] for n in os.listdir(opened)) == ["0", "1"], "a fully finished operator was opened again"
+    assert sorted(n.split("-")[1] for n in os.listdir(opened)) == ["0", "1"], (
+        "a fully finished operator was opened again"
+    )
     v = _verdict(out_dir)
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
@@ -100,9 +108,15 @@ def _generator_job(checkpoint_dir, out_dir, parallelism, savepoint=None, n=60_00
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     if savepoint:
         env.restore_from_savepoint(savepoint)
-    (env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=rate).uid("gen")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums")
-        .sink_to(FileSink(out_dir)).uid("out"))
+    (
+        env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=rate)
+        .uid("gen")
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .uid("sums")
+        .sink_to(FileSink(out_dir))
+        .uid("out")
+    )
     return env
 
 
@@ -111,7 +125,7 @@ def test_stop_and_resume_at_2_then_3_then_1_equals_an_uninterrupted_run(ray_clus
     savepoint = None
     for step, p in enumerate([2, 3]):
         client = _generator_job(checkpoint_dir, out_dir, p, savepoint, n).execute_async(f"resume-{step}")
-        _wait(lambda: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
+        _wait(lambda client=client: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
         savepoint = client.stop(str(tmp_path / f"sp-{step}"), drain=False)
         assert client.wait(60).status is JobStatus.SUSPENDED
         assert len(read_committed(out_dir)) < n
@@ -121,7 +135,9 @@ def test_stop_and_resume_at_2_then_3_then_1_equals_an_uninterrupted_run(ray_clus
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
 
 
-def test_a_suspended_job_with_two_event_time_sources_resumes_on_ray_as_if_never_stopped(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+def test_a_suspended_job_with_two_event_time_sources_resumes_on_ray_as_if_never_stopped(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
+):
     """The lifecycle's suspend rule on Ray (tests/unit/jobs/test_lifecycle_jobs.py has
     it in-process): a source channel that stopped first keeps holding the window
     task's watermark, so no window fires half full before the savepoint."""
@@ -163,7 +179,9 @@ class _Recorder(StreamOperator):
         self._note(f"finish:{self.name}")
 
 
-def test_stop_with_drain_delivers_max_watermark_then_end_input_and_finish_to_every_operator_of_a_chain(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+def test_stop_with_drain_delivers_max_watermark_then_end_input_and_finish_to_every_operator_of_a_chain(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
+):
     events = str(tmp_path / "events")
     os.environ["WEIR_TEST_EVENTS"] = events  # reaches the task actors through the pickled operator factory below
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -174,16 +192,25 @@ def test_stop_with_drain_delivers_max_watermark_then_end_input_and_finish_to_eve
         os.environ["WEIR_TEST_EVENTS"] = path
         return _Recorder(name, uid)
 
-    (env.from_generator(lambda i: i, records_per_second=2_000).key_by(lambda i: i % 7)
-        .transform("first", make).transform("second", make).sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: i, records_per_second=2_000)
+        .key_by(lambda i: i % 7)
+        .transform("first", make)
+        .transform("second", make)
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("drain")
     _wait(lambda: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
     client.stop(str(tmp_path / "sp"), drain=True)
     assert client.wait(60).status is JobStatus.FINISHED
     for subtask in (0, 1):
         assert open(f"{events}.{subtask}").read().split() == [
-            "MAX_WATERMARK:first", "MAX_WATERMARK:second",
-            "end_input(0):first", "finish:first", "end_input(0):second", "finish:second",  # each of the chain, in order
+            "MAX_WATERMARK:first",
+            "MAX_WATERMARK:second",
+            "end_input(0):first",
+            "finish:first",
+            "end_input(0):second",
+            "finish:second",  # each of the chain, in order
         ]
 
 

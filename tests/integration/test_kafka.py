@@ -15,7 +15,17 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import weir.connectors.kafka
-
+from tests.checker import check_running_sums
+from weir import (
+    InvalidJobGraphError,
+    JobExecutionError,
+    MapFunction,
+    OutputTag,
+    ProcessFunction,
+    RestartStrategy,
+    StreamExecutionEnvironment,
+    WatermarkStrategy,
+)
 from weir.connectors.kafka import (
     DeliveryGuarantee,
     JsonRowDeserializationSchema,
@@ -27,8 +37,6 @@ from weir.connectors.kafka import (
     SimpleStringSchema,
     _TransactionalWriter,
 )
-from weir import InvalidJobGraphError, JobExecutionError, MapFunction, OutputTag, ProcessFunction, RestartStrategy, StreamExecutionEnvironment, WatermarkStrategy
-from tests.checker import check_running_sums
 
 
 def _topic(broker: Any, partitions: int) -> str:
@@ -51,8 +59,14 @@ def _fill(broker: Any, topic: str, values: list[Any], partitions: int) -> None:
 
 def _read_committed(broker: Any, topic: str) -> list[Any]:
     """Every committed record of ``topic``, as a read_committed consumer sees it."""
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     meta = c.list_topics(topic, timeout=10).topics[topic].partitions
     tps = [TopicPartition(topic, p, 0) for p in meta]
     ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
@@ -80,18 +94,33 @@ def _env(checkpoint_dir: str, p: int = 2, interval_ms: int = 100) -> StreamExecu
 
 
 def _source(broker: Any, topic: str, bounded: bool = True, **props: str) -> KafkaSource:
-    b = (KafkaSource.builder().set_bootstrap_servers(broker.bootstrap).set_topics(topic).set_group_id(f"g-{topic}")
-         .set_starting_offsets(KafkaOffsetsInitializer.earliest()).set_value_only_deserializer(JsonRowDeserializationSchema.builder().build()))
+    b = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(broker.bootstrap)
+        .set_topics(topic)
+        .set_group_id(f"g-{topic}")
+        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+        .set_value_only_deserializer(JsonRowDeserializationSchema.builder().build())
+    )
     for k, v in props.items():
         b.set_property(k.replace("_", "."), v)
     return (b.set_bounded(KafkaOffsetsInitializer.latest()) if bounded else b).build()
 
 
 def _sink(broker: Any, topic: str, guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE) -> KafkaSink:
-    return (KafkaSink.builder().set_bootstrap_servers(broker.bootstrap)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                   .set_value_serialization_schema(JsonRowSerializationSchema.builder().build()).build())
-            .set_delivery_guarantee(guarantee).set_transactional_id_prefix(f"weir-{topic}").build())
+    return (
+        KafkaSink.builder()
+        .set_bootstrap_servers(broker.bootstrap)
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic(topic)
+            .set_value_serialization_schema(JsonRowSerializationSchema.builder().build())
+            .build()
+        )
+        .set_delivery_guarantee(guarantee)
+        .set_transactional_id_prefix(f"weir-{topic}")
+        .build()
+    )
 
 
 class _Paced(MapFunction):
@@ -108,12 +137,22 @@ class _Paced(MapFunction):
         return value[0], value[1]
 
 
-def _running_sum_job(env: StreamExecutionEnvironment, broker: Any, source_topic: str, sink_topic: str,
-                     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE, paced: bool = False) -> None:
-    (env.from_source(_source(broker, source_topic), source_name="kafka")
-        .map(_Paced() if paced else lambda kv: (kv[0], kv[1])).key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1])).name("sums")
-        .sink_to(_sink(broker, sink_topic, guarantee)))
+def _running_sum_job(
+    env: StreamExecutionEnvironment,
+    broker: Any,
+    source_topic: str,
+    sink_topic: str,
+    guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
+    paced: bool = False,
+) -> None:
+    (
+        env.from_source(_source(broker, source_topic), source_name="kafka")
+        .map(_Paced() if paced else lambda kv: (kv[0], kv[1]))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .name("sums")
+        .sink_to(_sink(broker, sink_topic, guarantee))
+    )
 
 
 def _kill_randomly(client: Any, seed: int, kills: int) -> None:
@@ -163,13 +202,22 @@ def _stop_and_resume(broker: Any, checkpoint_dir: str, tmp_path: Any) -> Any:
     inputs = [(i % 11, i) for i in range(n)]
     totals = {k: sum(v for kk, v in inputs if kk == k) for k in range(11)}
     source, sink = _topic(broker, 2), _topic(broker, 1)
-    filler = threading.Thread(target=lambda: [(_fill(broker, source, inputs[i:i + 100], 2), time.sleep(0.05)) for i in range(0, n, 100)])
+    filler = threading.Thread(
+        target=lambda: [(_fill(broker, source, inputs[i : i + 100], 2), time.sleep(0.05)) for i in range(0, n, 100)]
+    )
     filler.start()
 
     def job(p: int) -> StreamExecutionEnvironment:
         env = _env(checkpoint_dir, p=p, interval_ms=400)
-        (env.from_source(_source(broker, source, bounded=False), source_name="kafka").uid("kafka")
-            .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(_sink(broker, sink)).uid("sink"))
+        (
+            env.from_source(_source(broker, source, bounded=False), source_name="kafka")
+            .uid("kafka")
+            .key_by(lambda kv: kv[0])
+            .reduce(lambda a, b: (a[0], a[1] + b[1]))
+            .uid("sums")
+            .sink_to(_sink(broker, sink))
+            .uid("sink")
+        )
         return env
 
     def wait_for(done: Any) -> list[Any]:
@@ -225,7 +273,9 @@ def test_new_partitions_are_discovered_while_the_job_runs(kafka_broker, checkpoi
     source = _topic(kafka_broker, 1)
     _fill(kafka_broker, source, [("a", i) for i in range(100)], 1)
     env = _env(checkpoint_dir, p=2)
-    stream = env.from_source(_source(kafka_broker, source, bounded=False, partition_discovery_interval_ms="200"), source_name="kafka")
+    stream = env.from_source(
+        _source(kafka_broker, source, bounded=False, partition_discovery_interval_ms="200"), source_name="kafka"
+    )
     with stream.map(lambda kv: kv[1]).execute_and_collect("kafka-discovery", executor="local") as results:
         got = []
         for value in results:
@@ -249,7 +299,10 @@ def test_offsets_are_committed_to_the_group_and_records_keep_kafka_timestamps(ka
     ws = WatermarkStrategy.for_monotonous_timestamps()  # no assigner: Kafka's record timestamps
     stamped = env.from_source(_source(kafka_broker, source), ws, "kafka").process(_Stamp())
     now_ms = time.time() * 1000
-    assert all(now_ms - 120_000 < t <= now_ms + 1_000 for _, t in stamped.execute_and_collect("kafka-offsets", executor="local"))
+    assert all(
+        now_ms - 120_000 < t <= now_ms + 1_000
+        for _, t in stamped.execute_and_collect("kafka-offsets", executor="local")
+    )
     c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": f"g-{source}"})
     committed = c.committed([TopicPartition(source, 0), TopicPartition(source, 1)], timeout=10)
     assert [tp.offset for tp in committed] == [500, 500]
@@ -261,7 +314,9 @@ class _Stamp(ProcessFunction):
         yield value, ctx.timestamp()
 
 
-def test_a_record_the_deserializer_refuses_fails_the_job_or_goes_to_the_dead_letter_output(kafka_broker, checkpoint_dir):
+def test_a_record_the_deserializer_refuses_fails_the_job_or_goes_to_the_dead_letter_output(
+    kafka_broker, checkpoint_dir
+):
     source = _topic(kafka_broker, 1)
     p = Producer({"bootstrap.servers": kafka_broker.bootstrap})
     for v in [b"1", b"2", b"not json", b"4"]:
@@ -270,13 +325,21 @@ def test_a_record_the_deserializer_refuses_fails_the_job_or_goes_to_the_dead_let
     env = _env(checkpoint_dir, p=1)
     env.set_restart_strategy(RestartStrategy.no_restart())
     env.from_source(_source(kafka_broker, source), source_name="orders").print()
-    with pytest.raises(JobExecutionError, match=rf"operator 'Source: orders'.*the deserializer refused the record at {source}-0 offset 2"):
+    with pytest.raises(
+        JobExecutionError,
+        match=rf"operator 'Source: orders'.*the deserializer refused the record at {source}-0 offset 2",
+    ):
         env.execute("kafka-bad-record", executor="local")
 
     dead = OutputTag("dead")
-    builder = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(source)
-               .set_value_only_deserializer(JsonRowDeserializationSchema.builder().build())
-               .set_bounded(KafkaOffsetsInitializer.latest()).set_dead_letter_output(dead))
+    builder = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(kafka_broker.bootstrap)
+        .set_topics(source)
+        .set_value_only_deserializer(JsonRowDeserializationSchema.builder().build())
+        .set_bounded(KafkaOffsetsInitializer.latest())
+        .set_dead_letter_output(dead)
+    )
     env = _env(checkpoint_dir, p=1)
     good = env.from_source(builder.build(), source_name="orders")
     bad = good.get_side_output(dead).map(lambda m: (m.topic, m.partition, m.offset, m.value))
@@ -288,8 +351,13 @@ def test_an_unreachable_broker_fails_the_job_with_a_clear_error_in_bounded_time(
     monkeypatch.setattr(weir.connectors.kafka, "METADATA_TIMEOUT_S", 2.0)  # 10 s by default
     env = _env(checkpoint_dir, p=1)
     env.set_restart_strategy(RestartStrategy.no_restart())
-    source = (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("orders")
-              .set_value_only_deserializer(SimpleStringSchema()).build())
+    source = (
+        KafkaSource.builder()
+        .set_bootstrap_servers("127.0.0.1:1")
+        .set_topics("orders")
+        .set_value_only_deserializer(SimpleStringSchema())
+        .build()
+    )
     env.from_source(source, source_name="orders").print()
     started = time.monotonic()
     with pytest.raises(JobExecutionError, match=r"KafkaSource could not reach the brokers at 127.0.0.1:1 within 2 s"):
@@ -303,35 +371,70 @@ def test_builders_name_what_is_missing():
     with pytest.raises(Exception, match="exactly one of set_topics, set_topic_pattern or set_partitions"):
         KafkaSource.builder().set_bootstrap_servers("b:9092").set_value_only_deserializer(SimpleStringSchema()).build()
     with pytest.raises(Exception, match="set_transactional_id_prefix"):
-        (KafkaSink.builder().set_bootstrap_servers("b:9092").set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-         .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build())
-         .build())
+        (
+            KafkaSink.builder()
+            .set_bootstrap_servers("b:9092")
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+            .set_record_serializer(
+                KafkaRecordSerializationSchema.builder()
+                .set_topic("t")
+                .set_value_serialization_schema(SimpleStringSchema())
+                .build()
+            )
+            .build()
+        )
 
 
 def test_an_exactly_once_sinks_transactional_id_prefix_belongs_to_one_running_job():
     """The prefix is the job's output, as a FileSink's folder is: the pool refuses
     a second running job with it (tests/integration/test_many_jobs.py tries the
     folder on Ray), and one job may not use it twice."""
+
     def sink(prefix: str, guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE) -> KafkaSink:
-        schema = KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(SimpleStringSchema()).build()
-        return (KafkaSink.builder().set_bootstrap_servers("b:9092").set_delivery_guarantee(guarantee)
-                .set_transactional_id_prefix(prefix).set_record_serializer(schema).build())
+        schema = (
+            KafkaRecordSerializationSchema.builder()
+            .set_topic("t")
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+        return (
+            KafkaSink.builder()
+            .set_bootstrap_servers("b:9092")
+            .set_delivery_guarantee(guarantee)
+            .set_transactional_id_prefix(prefix)
+            .set_record_serializer(schema)
+            .build()
+        )
 
     env = StreamExecutionEnvironment.get_execution_environment()
     numbers = env.from_collection(["1", "2"])
     numbers.sink_to(sink("orders"))
     numbers.sink_to(sink("orders", DeliveryGuarantee.AT_LEAST_ONCE))  # no transactions: nothing to own
     assert env.get_job_graph("owner").outputs == {"Kafka transactional-id prefix 'orders' at b:9092": "Sink: KafkaSink"}
-    with pytest.raises(InvalidJobGraphError, match="two sinks of this job write to Kafka transactional-id prefix 'orders' at b:9092"):
+    with pytest.raises(
+        InvalidJobGraphError, match="two sinks of this job write to Kafka transactional-id prefix 'orders' at b:9092"
+    ):
         numbers.sink_to(sink("orders"))
 
 
 def test_a_sink_whose_brokers_do_not_answer_fails_the_job_naming_them(checkpoint_dir):
     env = _env(checkpoint_dir, p=1)
     env.set_restart_strategy(RestartStrategy.no_restart())
-    sink = (KafkaSink.builder().set_bootstrap_servers("127.0.0.1:1").set_property("delivery.timeout.ms", "1500")
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic("out").set_value_serialization_schema(SimpleStringSchema()).build())
-            .set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE).build())
+    sink = (
+        KafkaSink.builder()
+        .set_bootstrap_servers("127.0.0.1:1")
+        .set_property("delivery.timeout.ms", "1500")
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic("out")
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+        .set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
+        .build()
+    )
     env.from_collection(["a", "b"]).sink_to(sink)
-    with pytest.raises(JobExecutionError, match=r"KafkaSink could not deliver to the brokers at 127.0.0.1:1: Local: Message timed out"):
+    with pytest.raises(
+        JobExecutionError, match=r"KafkaSink could not deliver to the brokers at 127.0.0.1:1: Local: Message timed out"
+    ):
         env.execute("kafka-sink-unreachable", executor="local")

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from weir import JobStatus
 from tests.chaos import kill_random_task
 from tests.checker import check_running_sums
 from tests.integration.test_kafka import _env, _fill, _read_committed, _running_sum_job, _topic
+from weir import JobStatus
 
 pytestmark = pytest.mark.ray
 
@@ -33,7 +33,9 @@ def input_topic(kafka_broker):
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_kafka_to_kafka_on_ray_is_exactly_once_under_actor_kills(ray_cluster, kafka_broker, input_topic, checkpoint_dir, seed):
+def test_kafka_to_kafka_on_ray_is_exactly_once_under_actor_kills(
+    ray_cluster, kafka_broker, input_topic, checkpoint_dir, seed
+):
     rng = random.Random(seed)
     sink = _topic(kafka_broker, 2)
     env = _env(checkpoint_dir, p=2, interval_ms=300)
@@ -57,12 +59,15 @@ def test_kafka_to_kafka_on_ray_is_exactly_once_under_actor_kills(ray_cluster, ka
     assert result.status is JobStatus.FINISHED and killed
     verdict = check_running_sums([tuple(r) for r in _read_committed(kafka_broker, sink)], INPUTS)
     print(f"seed {seed}: killed {killed}, restarts {result.restarts}, {verdict}")
-    assert (verdict.lost, verdict.duplicated, verdict.keys_wrong, verdict.outputs) == (0, 0, 0, N), f"seed {seed}, killed {killed}"
+    assert (verdict.lost, verdict.duplicated, verdict.keys_wrong, verdict.outputs) == (0, 0, 0, N), (
+        f"seed {seed}, killed {killed}"
+    )
 
 
 @pytest.mark.parametrize("moment", ["task-finishing", "task-writing-snapshot"])
 def test_a_task_dying_in_the_final_checkpoint_of_a_bounded_kafka_read_duplicates_nothing(
-        ray_cluster, kafka_broker, checkpoint_dir, tmp_path, monkeypatch, moment):
+    ray_cluster, kafka_broker, checkpoint_dir, tmp_path, monkeypatch, moment
+):
     """No periodic checkpoint comes (60 s interval): the task dies finishing its
     input or writing the bounded job's final checkpoint, before anything was
     published; the restart reads the topic again and publishes each update once."""
@@ -89,9 +94,24 @@ def test_the_kafka_example_counts_words_exactly_once(ray_cluster, kafka_broker, 
     root = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(root)}
     out = subprocess.run(
-        [sys.executable, str(root / "examples" / "kafka_word_count.py"), "--bootstrap", kafka_broker.bootstrap, "--demo",
-         "--input-topic", "example-lines", "--output-topic", "example-counts"],
-        env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(root / "examples" / "kafka_word_count.py"),
+            "--bootstrap",
+            kafka_broker.bootstrap,
+            "--demo",
+            "--input-topic",
+            "example-lines",
+            "--output-topic",
+            "example-counts",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert 'final counts: {"batch": 1, "be": 2, "is": 1, "not": 1, "or": 2, "question": 1, "stream": 1, "that": 1, "the": 1, "to": 4}' in out.stdout
+    assert (
+        'final counts: {"batch": 1, "be": 2, "is": 1, "not": 1, "or": 2, "question": 1, "stream": 1, "that": 1, "the": 1, "to": 4}'
+        in out.stdout
+    )

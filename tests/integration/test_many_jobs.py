@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import ray
 
+from tests.checker import check_running_sums
+from weir import JobStatus, StreamExecutionEnvironment
 from weir.actors.executor import RayJobClient
 from weir.actors.pool import get_pool
 from weir.connectors.files import FileSink, read_committed
-from weir import JobStatus, StreamExecutionEnvironment
 from weir.runtime.errors import JobAlreadyRunningError, OutputInUseError
-from tests.checker import check_running_sums
 
 pytestmark = pytest.mark.ray
 
@@ -38,8 +38,15 @@ class Driver:
 
     def __init__(self, address: str, code: str) -> None:
         script = textwrap.dedent(code) + "\nprint('DRIVER-DONE', flush=True)\nimport sys; sys.stdin.read()\n"
-        self.proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "RAY_ADDRESS": address},
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            env={**os.environ, "RAY_ADDRESS": address},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: list[str] = []
 
     def wait_done(self, timeout_s: float = 120) -> list[str]:
@@ -88,8 +95,13 @@ def _probe(i: int) -> list:
     import os
     import threading
 
-    return [i, os.getpid(), os.environ.get("WEIR_TEST_SET_BY_A"), any(t.name == "spy-of-a" for t in threading.enumerate()),
-            hasattr(json, "patched_by_a")]
+    return [
+        i,
+        os.getpid(),
+        os.environ.get("WEIR_TEST_SET_BY_A"),
+        any(t.name == "spy-of-a" for t in threading.enumerate()),
+        hasattr(json, "patched_by_a"),
+    ]
 
 
 def test_another_drivers_job_never_runs_in_the_processes_of_the_first(ray_cluster, tmp_path):
@@ -145,7 +157,9 @@ _SUBMIT_AT_ONCE = """
 
 def test_one_name_submitted_twice_at_once_runs_once_and_the_other_is_told_why(ray_cluster, tmp_path):
     go = tmp_path / "go"
-    drivers = [Driver(ray_cluster, _SUBMIT_AT_ONCE.format(out=str(tmp_path / f"out-{i}"), go=str(go))) for i in range(2)]
+    drivers = [
+        Driver(ray_cluster, _SUBMIT_AT_ONCE.format(out=str(tmp_path / f"out-{i}"), go=str(go))) for i in range(2)
+    ]
     try:
         time.sleep(8)  # both connected and waiting (a driver joins the cluster in a few seconds)
         go.touch()
@@ -162,8 +176,13 @@ def test_one_name_submitted_twice_at_once_runs_once_and_the_other_is_told_why(ra
 
 
 def _keyed_sum(env: StreamExecutionEnvironment, n: int, rate: int, out: str) -> None:
-    (env.from_generator(lambda i: (i % 10, i), count=n, records_per_second=rate)
-        .key_by(lambda kv: kv[0]).sum(1).name("total").sink_to(FileSink(out, format="jsonl")))
+    (
+        env.from_generator(lambda i: (i % 10, i), count=n, records_per_second=rate)
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .name("total")
+        .sink_to(FileSink(out, format="jsonl"))
+    )
 
 
 def _streaming_env(checkpoint_dir: str, parallelism: int = 2) -> StreamExecutionEnvironment:
@@ -199,7 +218,9 @@ def _kill(client):
 
 
 @pytest.mark.parametrize("interrupt", [_stall, _kill], ids=["stalled", "killed"])
-def test_a_name_resubmitted_while_its_coordinator_does_not_answer_is_refused(ray_cluster, checkpoint_dir, out_dir, interrupt):
+def test_a_name_resubmitted_while_its_coordinator_does_not_answer_is_refused(
+    ray_cluster, checkpoint_dir, out_dir, interrupt
+):
     """Before, the pool asked the old coordinator for the job's status, took a
     time-out (a stalled or restarting coordinator) for FAILED, and started a
     second instance of the job."""
@@ -221,7 +242,9 @@ def test_a_name_resubmitted_while_its_coordinator_does_not_answer_is_refused(ray
     assert not os.path.exists(out_dir + "-again")
 
 
-def test_a_second_job_on_a_running_jobs_folder_is_refused_before_it_writes(ray_cluster, checkpoint_dir, out_dir, tmp_path):
+def test_a_second_job_on_a_running_jobs_folder_is_refused_before_it_writes(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
+):
     """A fork restored from the running job's savepoint writes into the same folder:
     before, each job's cleanup deleted the other's pending files and one failed
     for good with 'pending file ... vanished'."""
@@ -235,9 +258,13 @@ def test_a_second_job_on_a_running_jobs_folder_is_refused_before_it_writes(ray_c
     fork = _streaming_env(checkpoint_dir)
     fork.restore_from_savepoint(savepoint)
     _keyed_sum(fork, n, 5_000, out_dir)
-    with pytest.raises(OutputInUseError, match=(
+    with pytest.raises(
+        OutputInUseError,
+        match=(
             rf"sink 'Sink: FileSink' of job 'folder-fork' writes to folder {out_dir}, which running job 'folder-owner' "
-            r"\(run [0-9a-f]+, submitted at .* by .*\) writes to; an output belongs to one running job, and nothing was written")):
+            r"\(run [0-9a-f]+, submitted at .* by .*\) writes to; an output belongs to one running job, and nothing was written"
+        ),
+    ):
         fork.execute_async("folder-fork")
     assert sorted(os.listdir(out_dir)) >= before
     assert client.wait(120).status is JobStatus.FINISHED
@@ -271,7 +298,9 @@ def test_a_restarted_coordinator_keeps_the_last_completed_rescale(ray_cluster, c
     while not client.info()["coordinator_recovered"] or client.status() is not JobStatus.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert client.info()["parallelism"]["total"] == 3, "the coordinator that took the job over went back to the old parallelism"
+    assert client.info()["parallelism"]["total"] == 3, (
+        "the coordinator that took the job over went back to the old parallelism"
+    )
     assert client.wait(120).status is JobStatus.FINISHED
     _exact(out_dir, n)
 
@@ -283,7 +312,8 @@ def test_a_job_submitted_from_another_thread_of_the_same_driver_is_refused_too(r
     def submit(i: int) -> None:
         env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
         env.from_generator(lambda k: k, count=10_000_000, records_per_second=1000).sink_to(
-            FileSink(str(tmp_path / f"out-{i}"), format="jsonl"))
+            FileSink(str(tmp_path / f"out-{i}"), format="jsonl")
+        )
         try:
             env.execute_async("threads-at-once")
             outcomes.append("started")

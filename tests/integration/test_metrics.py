@@ -23,14 +23,18 @@ def _scrape() -> str:
 
 def _value(text: str, metric: str, job: str) -> float:
     """The sum of a metric's samples for one job (0 when none is exported yet)."""
-    return sum(float(v) for labels, v in re.findall(rf"^{metric}{{([^}}]*)}} (\S+)$", text, re.M) if f'job="{job}"' in labels)
+    return sum(
+        float(v) for labels, v in re.findall(rf"^{metric}{{([^}}]*)}} (\S+)$", text, re.M) if f'job="{job}"' in labels
+    )
 
 
 def test_a_running_jobs_metrics_appear_in_rays_export(ray_cluster, checkpoint_dir):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(300)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    env.from_generator(lambda i: (i % 5, 1), records_per_second=2_000).key_by(lambda kv: kv[0]).sum(1).sink_to(DiscardingSink())
+    env.from_generator(lambda i: (i % 5, 1), records_per_second=2_000).key_by(lambda kv: kv[0]).sum(1).sink_to(
+        DiscardingSink()
+    )
     client = env.execute_async("metrics-job")
     try:
         # Each process exports on its own period: wait until every series the
@@ -47,7 +51,9 @@ def test_a_running_jobs_metrics_appear_in_rays_export(ray_cluster, checkpoint_di
             }
             if all(exported.values()):
                 break
-            assert time.monotonic() < deadline, f"not exported: {[k for k, ok in exported.items() if not ok]}; weir lines: {[l for l in text.splitlines() if 'weir' in l][:10]}"
+            assert time.monotonic() < deadline, (
+                f"not exported: {[k for k, ok in exported.items() if not ok]}; weir lines: {[line for line in text.splitlines() if 'weir' in line][:10]}"
+            )
             time.sleep(1)
     finally:
         client.cancel()

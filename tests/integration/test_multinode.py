@@ -40,7 +40,11 @@ def _env() -> dict[str, str]:
 def test_a_node_lost_while_the_job_runs_is_recovered_on_the_other_nodes_with_exact_output(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "tests.multinode", "lose-node", str(tmp_path)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -83,8 +87,10 @@ def _dashboard_logs(temp: str) -> str:
     """The head's side of a failed submission (a dropped connection says nothing
     more on the client's)."""
     logs = pathlib.Path(temp, "session_latest", "logs")
-    return "".join(f"\n--- {path.name}:\n" + path.read_text(errors="replace")[-3000:]
-                   for path in sorted(logs.glob("dashboard*.log")) + sorted(logs.glob("dashboard*.err")))
+    return "".join(
+        f"\n--- {path.name}:\n" + path.read_text(errors="replace")[-3000:]
+        for path in sorted(logs.glob("dashboard*.log")) + sorted(logs.glob("dashboard*.err"))
+    )
 
 
 def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_home(tmp_path):
@@ -93,37 +99,84 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
     start command there (token mode), and the user's `ray job submit` is let in."""
     user, node = tmp_path / "user-home", tmp_path / "node-home"
     user.mkdir()
-    subprocess.run([RAY, "get-auth-token", "--generate"], env={**_env(), "HOME": str(user)}, capture_output=True, check=True)
+    subprocess.run(
+        [RAY, "get-auth-token", "--generate"], env={**_env(), "HOME": str(user)}, capture_output=True, check=True
+    )
     (node / ".ray").mkdir(parents=True)
     shutil.copy(user / ".ray" / "auth_token", node / ".ray" / "auth_token")  # the yaml's file_mounts
     temp = tempfile.mkdtemp(prefix="wr", dir="/tmp")  # short: Ray's socket paths live there
     port, dashboard = _free_port(), _free_port()
     # Ports of their own: the defaults (e.g. the job agent's 52365) are the test session's cluster's.
-    own = [f"--{name}={_free_port()}" for name in (
-        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")]
-    head_env = {k: v for k, v in _env().items() if k not in ("JDK_JAVA_OPTIONS", "RAY_AUTH_MODE")}  # the command sets both
+    own = [
+        f"--{name}={_free_port()}"
+        for name in (
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "runtime-env-agent-port",
+            "metrics-export-port",
+            "ray-client-server-port",
+        )
+    ]
+    head_env = {
+        k: v for k, v in _env().items() if k not in ("JDK_JAVA_OPTIONS", "RAY_AUTH_MODE")
+    }  # the command sets both
     # The teardown's SIGTERM reaches the GCS too, so the node's drain would wait out its 30 s for nothing.
     head_env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     head = subprocess.Popen(
-        ["bash", "-c", _head_command(port, [f"--dashboard-port={dashboard}", "--include-dashboard=true", "--num-cpus=2",
-                                            f"--temp-dir={temp}", "--disable-usage-stats", *own])],
-        env={**head_env, "HOME": str(node)}, stdout=(tmp_path / "head.log").open("w"), stderr=subprocess.STDOUT,
+        [
+            "bash",
+            "-c",
+            _head_command(
+                port,
+                [
+                    f"--dashboard-port={dashboard}",
+                    "--include-dashboard=true",
+                    "--num-cpus=2",
+                    f"--temp-dir={temp}",
+                    "--disable-usage-stats",
+                    *own,
+                ],
+            ),
+        ],
+        env={**head_env, "HOME": str(node)},
+        stdout=(tmp_path / "head.log").open("w"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     client = {**_env(), "HOME": str(user)}  # the user's machine, with the token
     address = f"http://127.0.0.1:{dashboard}"
     try:
         deadline = time.monotonic() + 120
-        while subprocess.run([RAY, "job", "list", "--address", address], env=client, capture_output=True).returncode != 0:
+        while (
+            subprocess.run([RAY, "job", "list", "--address", address], env=client, capture_output=True).returncode != 0
+        ):
             assert head.poll() is None, "the yaml's head command exited: " + (tmp_path / "head.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
             time.sleep(1)
         out = str(tmp_path / "out")
         while True:
             proc = subprocess.run(
-                [RAY, "job", "submit", "--address", address, "--working-dir", ROOT, "--",
-                 sys.executable, "-m", "examples.keyed_sum", "--records", "100000", "--output", out],
-                env=client, capture_output=True, text=True, timeout=600,
+                [
+                    RAY,
+                    "job",
+                    "submit",
+                    "--address",
+                    address,
+                    "--working-dir",
+                    ROOT,
+                    "--",
+                    sys.executable,
+                    "-m",
+                    "examples.keyed_sum",
+                    "--records",
+                    "100000",
+                    "--output",
+                    out,
+                ],
+                env=client,
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
             # The job server answers before the node's agent that runs jobs has registered.
             if "No available agent to submit job" not in proc.stdout + proc.stderr or time.monotonic() > deadline:

@@ -10,9 +10,9 @@ import time
 import pytest
 import ray
 
+from weir import JobStatus, StreamExecutionEnvironment
 from weir.actors.pool import get_pool
 from weir.connectors.files import FileSink, read_committed
-from weir import JobStatus, StreamExecutionEnvironment
 
 pytestmark = pytest.mark.ray
 
@@ -60,8 +60,13 @@ def test_a_killed_task_actor_is_replaced_from_the_pool_and_never_served_again(ra
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 10, 1), count=n, records_per_second=50_000)
-        .key_by(lambda kv: kv[0]).sum(1).name("count").sink_to(FileSink(out_dir, format="jsonl")))
+    (
+        env.from_generator(lambda i: (i % 10, 1), count=n, records_per_second=50_000)
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .name("count")
+        .sink_to(FileSink(out_dir, format="jsonl"))
+    )
     client = env.execute_async("pool-kill")
     deadline = time.monotonic() + 60
     while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
@@ -93,14 +98,18 @@ def test_a_killed_task_actor_is_replaced_from_the_pool_and_never_served_again(ra
 def test_slots_that_died_while_idle_are_replaced_without_a_restart(ray_cluster, out_dir):
     pool = get_pool()
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.from_sequence(0, 99).map(lambda i: (i % 3, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir, format="jsonl"))
+    env.from_sequence(0, 99).map(lambda i: (i % 3, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(
+        FileSink(out_dir, format="jsonl")
+    )
     env.execute("pool-warm")  # the pool now holds idle slots of this shape
     idle = ray.get(pool.idle_slots.remote())
     assert idle, "no idle slot to kill"
     for actor in idle:
         ray.kill(actor)  # dead, but the pool does not know yet
     env2 = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env2.from_sequence(0, 99).map(lambda i: (i % 3, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir + "-2", format="jsonl"))
+    env2.from_sequence(0, 99).map(lambda i: (i % 3, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(
+        FileSink(out_dir + "-2", format="jsonl")
+    )
     result = env2.execute("pool-after-idle-deaths")
     assert (result.status, result.restarts) == (JobStatus.FINISHED, 0)
     totals: dict[int, int] = {}

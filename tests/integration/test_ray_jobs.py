@@ -9,7 +9,8 @@ import time
 import pytest
 import ray
 
-from weir.connectors.files import FileSink, read_committed
+from tests.chaos import RECORDS, keyed_sum_with_kills
+from tests.checker import check_running_sums
 from weir import (
     DiscardingSink,
     JobCancelledError,
@@ -19,8 +20,7 @@ from weir import (
     StreamExecutionEnvironment,
     UserFunctionError,
 )
-from tests.chaos import RECORDS, keyed_sum_with_kills
-from tests.checker import check_running_sums
+from weir.connectors.files import FileSink, read_committed
 
 pytestmark = pytest.mark.ray
 
@@ -58,8 +58,13 @@ def test_a_function_that_raises_once_restarts_from_the_checkpoint(ray_cluster, c
 
     n = 300_000
     env = _keyed_sum_env(checkpoint_dir)
-    (env.from_sequence(0, n - 1).map(to_kv).key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out_dir)))
+    (
+        env.from_sequence(0, n - 1)
+        .map(to_kv)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out_dir))
+    )
     result = env.execute("raises-once")
     assert os.path.exists(marker)
     assert result.restarts == 1
@@ -88,8 +93,13 @@ def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, che
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 7, 1), records_per_second=20_000)
-        .key_by(lambda kv: kv[0]).sum(1).name("count").sink_to(DiscardingSink()))
+    (
+        env.from_generator(lambda i: (i % 7, 1), records_per_second=20_000)
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .name("count")
+        .sink_to(DiscardingSink())
+    )
     client = env.execute_async("client-api")
     deadline = time.monotonic() + 60
     while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
@@ -97,12 +107,20 @@ def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, che
         time.sleep(0.2)
     assert client.status() is JobStatus.RUNNING
     assert sorted(client.tasks()) == [
-        "client-api/count/0", "client-api/count/1", "client-api/source-generator/0", "client-api/source-generator/1"]
+        "client-api/count/0",
+        "client-api/count/1",
+        "client-api/source-generator/0",
+        "client-api/source-generator/1",
+    ]
     for name in client.tasks():  # task actors are pooled and unnamed: the client leads from a task to its actor
         _, vertex, subtask = name.split("/")
         assert ray.get(client.task_actor(vertex, int(subtask)).ping.remote())
     done = next(c for c in client.checkpoints() if c["status"] == "COMPLETED")
-    assert done["duration_ms"] >= 0 and done["size_bytes"] > 0 and done["location"].endswith(f"chk-{done['checkpoint_id']}")
+    assert (
+        done["duration_ms"] >= 0
+        and done["size_bytes"] > 0
+        and done["location"].endswith(f"chk-{done['checkpoint_id']}")
+    )
     metrics = {m["task"]: m for m in client.metrics()}
     assert metrics["source-generator/0"]["records_out"] > 0
     assert metrics["count/0"]["records_in"] + metrics["count/1"]["records_in"] > 0
@@ -116,11 +134,11 @@ def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, che
 def test_ten_tasks_run_on_two_cores(ray_cluster, checkpoint_dir, out_dir):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(5)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_sequence(0, 9_999).map(lambda i: (i % 10, 1)).key_by(lambda kv: kv[0])
-        .sum(1).sink_to(FileSink(out_dir)))
+    (env.from_sequence(0, 9_999).map(lambda i: (i % 10, 1)).key_by(lambda kv: kv[0]).sum(1).sink_to(FileSink(out_dir)))
     result = env.execute("ten-tasks")  # 10 task actors with 0.1 CPU each on a 2-CPU cluster
     assert sorted(m["task"] for m in result.metrics) == sorted(
-        [f"source-sequence/{i}" for i in range(5)] + [f"sum/{i}" for i in range(5)])
+        [f"source-sequence/{i}" for i in range(5)] + [f"sum/{i}" for i in range(5)]
+    )
     finals = {}
     for k, c in read_committed(out_dir):
         finals[k] = max(finals.get(k, 0), c)

@@ -15,13 +15,26 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # The pages in the order README's Documentation table lists them: later examples
 # use what earlier ones defined.
-PAGES = ["README.md", "docs/api.md", "docs/operations.md", "docs/spark.md", "docs/reliability.md", "docs/security.md",
-         "docs/cluster.md", "docs/testing.md", "docs/how-it-works.md", "docs/benchmarks.md", "docs/kafka.md"]
+PAGES = [
+    "README.md",
+    "docs/api.md",
+    "docs/operations.md",
+    "docs/spark.md",
+    "docs/reliability.md",
+    "docs/security.md",
+    "docs/cluster.md",
+    "docs/testing.md",
+    "docs/how-it-works.md",
+    "docs/benchmarks.md",
+    "docs/kafka.md",
+]
 
 
 def readme_python_blocks() -> list[tuple[str, str]]:
     """(page, block) for every Python example, page by page."""
-    return [(page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)]
+    return [
+        (page, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)
+    ]
 
 
 def test_every_docs_page_is_run():
@@ -52,9 +65,27 @@ def test_the_test_command_keeps_a_files_tests_on_one_worker_and_the_cluster_file
     one worker and the rest on the other (tests/conftest.py); pytest 9.2 would
     silently drop the groups (pytest-dev/pytest-xdist#1386)."""
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-         "tests/unit/pure/test_mailbox.py", "tests/integration/test_examples_and_packaging.py", "-k", "mailbox or license"],
-        cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "tests/unit/pure/test_mailbox.py",
+            "tests/integration/test_examples_and_packaging.py",
+            "-k",
+            "mailbox or license",
+        ],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ran = re.findall(r"PASSED (\S+)", out.stdout)

@@ -8,8 +8,14 @@ import pytest
 import ray
 
 from weir import (
-    DiscardingSink, InvalidConfigurationError, InvalidJobGraphError, JobExecutionError, JobStatus, NoResourceAvailableError,
-    RestartStrategy, StreamExecutionEnvironment,
+    DiscardingSink,
+    InvalidConfigurationError,
+    InvalidJobGraphError,
+    JobExecutionError,
+    JobStatus,
+    NoResourceAvailableError,
+    RestartStrategy,
+    StreamExecutionEnvironment,
 )
 
 pytestmark = pytest.mark.ray
@@ -19,9 +25,15 @@ def test_operators_get_the_resources_they_ask_for(ray_cluster, checkpoint_dir):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_placement("pack")
-    (env.from_generator(lambda i: i, records_per_second=100).name("src")
-        .rebalance().map(lambda x: x).name("score").with_resources(num_cpus=0.5)
-        .sink_to(DiscardingSink()))
+    (
+        env.from_generator(lambda i: i, records_per_second=100)
+        .name("src")
+        .rebalance()
+        .map(lambda x: x)
+        .name("score")
+        .with_resources(num_cpus=0.5)
+        .sink_to(DiscardingSink())
+    )
     client = env.execute_async("resources")
     try:
         client.savepoint()  # returns once the tasks run
@@ -33,16 +45,22 @@ def test_operators_get_the_resources_they_ask_for(ray_cluster, checkpoint_dir):
         client.cancel()
 
 
-@pytest.mark.parametrize("ask,text", [
-    (dict(num_gpus=1), "asks for num_cpus=0.1, num_gpus=1 per task"),
-    (dict(resources={"ssd": 1}), "asks for num_cpus=0.1, ssd=1 per task"),
-    (dict(num_cpus=64), "asks for num_cpus=64 per task"),
-])
+@pytest.mark.parametrize(
+    "ask,text",
+    [
+        (dict(num_gpus=1), "asks for num_cpus=0.1, num_gpus=1 per task"),
+        (dict(resources={"ssd": 1}), "asks for num_cpus=0.1, ssd=1 per task"),
+        (dict(num_cpus=64), "asks for num_cpus=64 per task"),
+    ],
+)
 def test_a_request_no_node_can_meet_is_refused_at_submission(ray_cluster, checkpoint_dir, ask, text):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_sequence(0, 9).map(lambda x: x).name("score").with_resources(**ask).sink_to(DiscardingSink())
-    with pytest.raises(InvalidJobGraphError, match=r"operator 'score' \(in 'Source: sequence -> score -> Sink: DiscardingSink'\) asks for") as info:
+    with pytest.raises(
+        InvalidJobGraphError,
+        match=r"operator 'score' \(in 'Source: sequence -> score -> Sink: DiscardingSink'\) asks for",
+    ) as info:
         env.execute("infeasible")
     assert text in str(info.value) and "which no node of this Ray cluster has (nodes offer: CPU=" in str(info.value)
 
@@ -80,7 +98,10 @@ def test_a_job_the_cluster_has_no_room_for_fails_naming_what_it_asks(ray_cluster
             env.execute("no-room")
         assert isinstance(info.value.cause, NoResourceAvailableError)
         assert "found no room on the Ray cluster within the slot request timeout of 2 s" in str(info.value)
-        assert "operator 'score' (in 'Source: sequence -> score -> Sink: DiscardingSink') asks for num_cpus=1 per task; free now: num_cpus=" in str(info.value)
+        assert (
+            "operator 'score' (in 'Source: sequence -> score -> Sink: DiscardingSink') asks for num_cpus=1 per task; free now: num_cpus="
+            in str(info.value)
+        )
     finally:
         ray.kill(hog)
 

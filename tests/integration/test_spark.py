@@ -9,10 +9,16 @@ import time
 import pyarrow as pa
 import pytest
 
-from weir.connectors.spark import (
-    ArrowBlockSource, ParquetTableSink, SparkPartition, collect_to_ray_dataset, collect_to_spark, from_ray_dataset, from_spark,
-)
 from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.spark import (
+    ArrowBlockSource,
+    ParquetTableSink,
+    SparkPartition,
+    collect_to_ray_dataset,
+    collect_to_spark,
+    from_ray_dataset,
+    from_spark,
+)
 from weir.runtime.errors import WeirError
 
 pytestmark = pytest.mark.ray
@@ -41,7 +47,9 @@ def totals_job(env, df, out: str, records_per_second: float | None = None):
 def final_totals(spark, path: str) -> dict[str, tuple[int, int]]:
     """The last update per customer of the streamed running totals, read by Spark."""
     spark.read.parquet(path).createOrReplaceTempView("updates")
-    rows = spark.sql("SELECT customer, max(orders) AS orders, max_by(total, orders) AS total FROM updates GROUP BY customer").collect()
+    rows = spark.sql(
+        "SELECT customer, max(orders) AS orders, max_by(total, orders) AS total FROM updates GROUP BY customer"
+    ).collect()
     return {r["customer"]: (r["orders"], r["total"]) for r in rows}
 
 
@@ -115,8 +123,11 @@ def test_the_dataframes_arrow_cache_in_spark_is_released_with_its_source(spark):
 
 def test_a_partition_whose_spark_executor_is_gone_is_named(ray_cluster):
     gone = SparkPartition("raydp-executor-gone", "weir", 7, 3, "{}", "spark://nowhere:1")
-    with pytest.raises(WeirError, match=r"partition 3 of the DataFrame could not be fetched from Spark executor "
-                                        r"raydp-executor-gone .*the driver's Spark session must run while the job reads"):
+    with pytest.raises(
+        WeirError,
+        match=r"partition 3 of the DataFrame could not be fetched from Spark executor "
+        r"raydp-executor-gone .*the driver's Spark session must run while the job reads",
+    ):
         gone.load()
 
 
@@ -159,6 +170,9 @@ def test_the_bridge_without_the_spark_extra_names_it(monkeypatch):
     from weir.connectors.spark import spark_session
 
     monkeypatch.setitem(sys.modules, "pyspark", None)  # as if not installed
-    with pytest.raises(WeirError, match=r"the Spark bridge needs pyspark and raydp, which weir installs only with its "
-                                        r"spark extra \(pyspark is missing\): pip install 'weir\[spark\]'"):
+    with pytest.raises(
+        WeirError,
+        match=r"the Spark bridge needs pyspark and raydp, which weir installs only with its "
+        r"spark extra \(pyspark is missing\): pip install 'weir\[spark\]'",
+    ):
         spark_session()

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from weir import RestartStrategy
 from tests.chaos import ChaosRun, keyed_sum_with_kills, kill_random_task, mixed_chaos
 from tests.regions import outputs, two_pipelines
+from weir import RestartStrategy
 
 pytestmark = [pytest.mark.ray, pytest.mark.stress]
 
@@ -33,10 +33,17 @@ def test_bursts_of_kills_lose_and_duplicate_nothing(ray_cluster, tmp_path, seed)
         run_seed = seed + 100_000 * attempt
         print(f"seed={run_seed}  (replay: pytest -m stress -k {seed})")
         run = keyed_sum_with_kills(
-            run_seed, str(tmp_path / f"out-{attempt}"), "file://" + str(tmp_path / f"chk-{attempt}"),
-            kills=8, pause_s=(0.5, 2.5), burst=rng_burst(run_seed))
+            run_seed,
+            str(tmp_path / f"out-{attempt}"),
+            "file://" + str(tmp_path / f"chk-{attempt}"),
+            kills=8,
+            pause_s=(0.5, 2.5),
+            burst=rng_burst(run_seed),
+        )
         assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), f"seed={run_seed}"
-        assert run.killed and 1 <= run.restarts <= len(run.killed), f"seed={run_seed}: no kill landed, or a kill cost several restarts"
+        assert run.killed and 1 <= run.restarts <= len(run.killed), (
+            f"seed={run_seed}: no kill landed, or a kill cost several restarts"
+        )
         SUMMARY.append(run)
         if run.conclusive:
             break
@@ -49,8 +56,16 @@ def test_a_failover_drill_under_the_default_restart_strategy_ends_exact(ray_clus
     the job's life and the 4th kill failed the job for good."""
     seed = 4242
     print(f"seed={seed} kills={DRILL_KILLS}  (WEIR_DRILL_KILLS=50 for the long drill)")
-    run = keyed_sum_with_kills(seed, str(tmp_path / "out"), "file://" + str(tmp_path / "chk"), records=20_000 * 3 * DRILL_KILLS,
-                               kills=DRILL_KILLS, pause_s=(0.5, 1.5), rate=20_000, default_restarts=True)
+    run = keyed_sum_with_kills(
+        seed,
+        str(tmp_path / "out"),
+        "file://" + str(tmp_path / "chk"),
+        records=20_000 * 3 * DRILL_KILLS,
+        kills=DRILL_KILLS,
+        pause_s=(0.5, 1.5),
+        rate=20_000,
+        default_restarts=True,
+    )
     assert len(run.killed) == DRILL_KILLS, f"the job ended after {len(run.killed)} kills"
     assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), run.verdict
     assert 1 <= run.restarts <= DRILL_KILLS
@@ -121,6 +136,8 @@ def test_zz_print_the_mixed_figures():
         for action, outcome in run.actions:
             key = f"{action} {'refused' if outcome.startswith('refused') else 'done'}"
             actions[key] = actions.get(key, 0) + 1
-    print(f"\nmixed chaos: {len(MIXED)} runs, {sum(r.incarnations for r in MIXED)} incarnations, "
-          f"lost {sum(r.verdict.lost for r in MIXED)}, duplicated {sum(r.verdict.duplicated for r in MIXED)}, "
-          f"out of order {sum(r.verdict.out_of_order for r in MIXED)}; actions {dict(sorted(actions.items()))}")
+    print(
+        f"\nmixed chaos: {len(MIXED)} runs, {sum(r.incarnations for r in MIXED)} incarnations, "
+        f"lost {sum(r.verdict.lost for r in MIXED)}, duplicated {sum(r.verdict.duplicated for r in MIXED)}, "
+        f"out of order {sum(r.verdict.out_of_order for r in MIXED)}; actions {dict(sorted(actions.items()))}"
+    )

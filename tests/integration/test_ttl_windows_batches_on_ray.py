@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
 from weir import (
     AggregateFunction,
     DiscardingSink,
@@ -21,6 +20,7 @@ from weir import (
     StreamExecutionEnvironment,
     ValueStateDescriptor,
 )
+from weir.connectors.files import FileSink, read_committed
 
 pytestmark = pytest.mark.ray
 
@@ -48,9 +48,15 @@ def _double(df):
 def test_map_batches_is_exact_after_a_killed_actor(ray_cluster, checkpoint_dir, out_dir):
     n = 40_000
     env = _env(checkpoint_dir)
-    (env.from_generator(lambda i: {"id": i, "x": i % 13}, count=n, records_per_second=10_000).set_parallelism(1).rebalance()
-        .map_batches(_double, batch_size=500, batch_format="pandas", batch_timeout_ms=None).name("batches")
-        .map(lambda r: (r["id"], r["y"])).sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: {"id": i, "x": i % 13}, count=n, records_per_second=10_000)
+        .set_parallelism(1)
+        .rebalance()
+        .map_batches(_double, batch_size=500, batch_format="pandas", batch_timeout_ms=None)
+        .name("batches")
+        .map(lambda r: (r["id"], r["y"]))
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("ray-map-batches-kill", executor="ray")
     _kill_once_checkpointed(client, "batches")
     assert client.wait(180).restarts >= 1
@@ -77,16 +83,22 @@ class WithKey(ProcessWindowFunction):
 def test_a_window_function_over_an_aggregate_is_exact_after_a_killed_actor(ray_cluster, checkpoint_dir, out_dir):
     n = 40_000
     env = _env(checkpoint_dir)
-    (env.from_generator(lambda i: (f"k{i % 7}", i), count=n, records_per_second=10_000).set_parallelism(1)
-        .key_by(lambda r: r[0]).count_window(100).aggregate(Total(), window_function=WithKey()).name("windows")
-        .sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: (f"k{i % 7}", i), count=n, records_per_second=10_000)
+        .set_parallelism(1)
+        .key_by(lambda r: r[0])
+        .count_window(100)
+        .aggregate(Total(), window_function=WithKey())
+        .name("windows")
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("ray-window-function-kill", executor="ray")
     _kill_once_checkpointed(client, "windows")
     assert client.wait(180).restarts >= 1
     per_key = collections.defaultdict(list)
     for i in range(n):
         per_key[f"k{i % 7}"].append(i)
-    want = [(k, sum(vs[j:j + 100])) for k, vs in per_key.items() for j in range(0, len(vs) - 99, 100)]
+    want = [(k, sum(vs[j : j + 100])) for k, vs in per_key.items() for j in range(0, len(vs) - 99, 100)]
     assert sorted(map(tuple, read_committed(out_dir))) == sorted(want)
 
 
@@ -108,15 +120,27 @@ class Remember(KeyedProcessFunction):
 
 def test_ttl_state_restored_in_new_processes_has_expired_by_then(ray_cluster, checkpoint_dir, out_dir, tmp_path):
     env = _env(checkpoint_dir)
-    (env.from_generator(lambda i: ("write", f"k{i % 5}"), records_per_second=100).uid("writes").key_by(lambda r: r[1])
-        .process(Remember()).uid("remember").sink_to(DiscardingSink()))
+    (
+        env.from_generator(lambda i: ("write", f"k{i % 5}"), records_per_second=100)
+        .uid("writes")
+        .key_by(lambda r: r[1])
+        .process(Remember())
+        .uid("remember")
+        .sink_to(DiscardingSink())
+    )
     client = env.execute_async("ray-ttl-write", executor="ray")
     where = client.stop(str(tmp_path / "sp"))
     assert client.status() is JobStatus.SUSPENDED
     time.sleep(1.2)  # processing time: the TTL runs on the wall clock, in every process alike
     env = _env(checkpoint_dir)
     env.restore_from_savepoint(where, allow_non_restored_state=True)
-    (env.from_collection([("read", f"k{i}") for i in range(5)]).uid("reads").key_by(lambda r: r[1])
-        .process(Remember()).uid("remember").sink_to(FileSink(out_dir)))
+    (
+        env.from_collection([("read", f"k{i}") for i in range(5)])
+        .uid("reads")
+        .key_by(lambda r: r[1])
+        .process(Remember())
+        .uid("remember")
+        .sink_to(FileSink(out_dir))
+    )
     env.execute("ray-ttl-read", executor="ray")
     assert sorted(map(tuple, read_committed(out_dir))) == [(f"k{i}", None) for i in range(5)]

@@ -10,7 +10,20 @@ from weir.runtime.row import Row, RowKind
 from weir.runtime.typeinfo import TypeInformation, Types
 
 __all__ = [
-    "Configuration", "ExecutionConfig", "TypeInformation", "Types", "SerializationSchema", "DeserializationSchema",
-    "SimpleStringSchema", "Encoder", "JobClient", "JobExecutionResult", "JobStatus", "Row", "RowKind",
-    "WatermarkStrategy", "Duration", "Time",
+    "Configuration",
+    "ExecutionConfig",
+    "TypeInformation",
+    "Types",
+    "SerializationSchema",
+    "DeserializationSchema",
+    "SimpleStringSchema",
+    "Encoder",
+    "JobClient",
+    "JobExecutionResult",
+    "JobStatus",
+    "Row",
+    "RowKind",
+    "WatermarkStrategy",
+    "Duration",
+    "Time",
 ]

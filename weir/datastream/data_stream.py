@@ -10,5 +10,10 @@ from weir.runtime.datastream import (
 )
 
 __all__ = [
-    "DataStream", "KeyedStream", "WindowedStream", "ConnectedStreams", "BroadcastStream", "BroadcastConnectedStream",
+    "DataStream",
+    "KeyedStream",
+    "WindowedStream",
+    "ConnectedStreams",
+    "BroadcastStream",
+    "BroadcastConnectedStream",
 ]

@@ -18,7 +18,17 @@ from weir.runtime.state import (
 )
 
 __all__ = [
-    "ValueStateDescriptor", "ValueState", "ListStateDescriptor", "ListState", "MapStateDescriptor", "MapState",
-    "ReadOnlyBroadcastState", "BroadcastState", "StateTtlConfig", "ReducingStateDescriptor", "ReducingState",
-    "AggregatingStateDescriptor", "AggregatingState",
+    "ValueStateDescriptor",
+    "ValueState",
+    "ListStateDescriptor",
+    "ListState",
+    "MapStateDescriptor",
+    "MapState",
+    "ReadOnlyBroadcastState",
+    "BroadcastState",
+    "StateTtlConfig",
+    "ReducingStateDescriptor",
+    "ReducingState",
+    "AggregatingStateDescriptor",
+    "AggregatingState",
 ]

@@ -25,9 +25,23 @@ from weir.runtime.windows import (
 )
 
 __all__ = [
-    "TimeWindow", "TumblingProcessingTimeWindows", "TumblingEventTimeWindows", "SlidingProcessingTimeWindows",
-    "SlidingEventTimeWindows", "ProcessingTimeSessionWindows", "EventTimeSessionWindows", "GlobalWindows",
-    "TriggerResult", "Trigger", "EventTimeTrigger", "ProcessingTimeTrigger", "NeverTrigger", "PurgingTrigger",
-    "CountTrigger", "CountWindow", "CountTumblingWindowAssigner", "CountSlidingWindowAssigner",
+    "TimeWindow",
+    "TumblingProcessingTimeWindows",
+    "TumblingEventTimeWindows",
+    "SlidingProcessingTimeWindows",
+    "SlidingEventTimeWindows",
+    "ProcessingTimeSessionWindows",
+    "EventTimeSessionWindows",
+    "GlobalWindows",
+    "TriggerResult",
+    "Trigger",
+    "EventTimeTrigger",
+    "ProcessingTimeTrigger",
+    "NeverTrigger",
+    "PurgingTrigger",
+    "CountTrigger",
+    "CountWindow",
+    "CountTumblingWindowAssigner",
+    "CountSlidingWindowAssigner",
     "SessionWindowTimeGapExtractor",
 ]

@@ -10,7 +10,6 @@ import random
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
 from weir import (
     Duration,
     InvalidConfigurationError,
@@ -21,8 +20,9 @@ from weir import (
     UserFunctionError,
     WatermarkStrategy,
 )
-from weir.runtime.eventtime import TimestampsAndWatermarksOperator
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import MAX_WATERMARK
+from weir.runtime.eventtime import TimestampsAndWatermarksOperator
 from weir.runtime.testing import OperatorHarness
 
 T = 10**13  # a processing time later than any timer the operator set at open()
@@ -169,12 +169,15 @@ def _reference(lines: list[str]) -> list[tuple[str, int, int]]:
 
 
 def _windowed_counts(env, lines, parse=_parse):
-    ws = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(1))
-          .with_timestamp_assigner(lambda e: e[1]))
-    return (env.from_collection(lines).map(parse).assign_timestamps_and_watermarks(ws)
-            .key_by(lambda e: e[0])
-            .window(TumblingEventTimeWindows.of(WINDOW_MS))
-            .reduce(lambda a, b: (a[0], min(a[1], b[1]), a[2] + b[2])))
+    ws = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(1)).with_timestamp_assigner(lambda e: e[1])
+    return (
+        env.from_collection(lines)
+        .map(parse)
+        .assign_timestamps_and_watermarks(ws)
+        .key_by(lambda e: e[0])
+        .window(TumblingEventTimeWindows.of(WINDOW_MS))
+        .reduce(lambda a, b: (a[0], min(a[1], b[1]), a[2] + b[2]))
+    )
 
 
 def _as_result(rows):
@@ -219,11 +222,15 @@ def test_watermarks_are_periodic_windows_fire_while_an_endless_stream_runs(check
     env = _env(checkpoint_dir).set_parallelism(1)
     env.set_auto_watermark_interval(20)
     ws = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e: e[1])
-    (env.from_generator(lambda i: f"k0,{i * 100}", records_per_second=500)
-        .map(_parse).assign_timestamps_and_watermarks(ws)
-        .key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(WINDOW_MS))
+    (
+        env.from_generator(lambda i: f"k0,{i * 100}", records_per_second=500)
+        .map(_parse)
+        .assign_timestamps_and_watermarks(ws)
+        .key_by(lambda e: e[0])
+        .window(TumblingEventTimeWindows.of(WINDOW_MS))
         .reduce(lambda a, b: (a[0], min(a[1], b[1]), a[2] + b[2]))
-        .sink_to(FileSink(out_dir)))
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("assign-periodic", executor="local")
     client.wait_until(lambda c: bool(read_committed(out_dir)))  # only a watermark mid-stream can close a window
     client.cancel()

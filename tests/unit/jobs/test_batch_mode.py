@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from weir.connectors.files import Encoder, FileSink, OutputFileConfig, RollingPolicy, read_committed
+from tests.unit.pure.test_windows import Count
 from weir import (
     DiscardingSink,
     InvalidConfigurationError,
@@ -28,9 +28,9 @@ from weir import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
+from weir.connectors.files import Encoder, FileSink, OutputFileConfig, RollingPolicy, read_committed
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.testing import OperatorHarness
-from tests.unit.pure.test_windows import Count
 
 BATCH = RuntimeExecutionMode.BATCH
 
@@ -53,6 +53,7 @@ def _sums(pairs) -> dict:
 
 # ---------------------------------------------------------------- keyed reduce and sum
 
+
 def test_a_batch_reduce_and_sum_emit_each_keys_final_value_once(checkpoint_dir, tmp_path):
     pairs = [(f"k{i % 37}", i % 11) for i in range(5_000)]
     env = _env(checkpoint_dir)
@@ -60,8 +61,12 @@ def test_a_batch_reduce_and_sum_emit_each_keys_final_value_once(checkpoint_dir, 
     keyed = env.from_collection(pairs).key_by(lambda kv: kv[0])
     keyed.reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(str(tmp_path / "reduce")))
     keyed.sum(1).sink_to(FileSink(str(tmp_path / "sum")))
-    (env.from_collection([{"k": k, "n": v} for k, v in pairs]).key_by(lambda r: r["k"]).sum("n")
-        .sink_to(FileSink(str(tmp_path / "dicts"))))
+    (
+        env.from_collection([{"k": k, "n": v} for k, v in pairs])
+        .key_by(lambda r: r["k"])
+        .sum("n")
+        .sink_to(FileSink(str(tmp_path / "dicts")))
+    )
     result = env.execute("batch-reduce", executor="local")
     expected = _sums(pairs)
     for folder in ("reduce", "sum"):
@@ -92,6 +97,7 @@ def test_a_batch_reduce_in_a_harness_emits_nothing_before_the_end_and_stamps_max
 
 # ---------------------------------------------------------------- event time and timers
 
+
 class KeyAndWindow:
     """A window function: (key, window start, the aggregate)."""
 
@@ -108,9 +114,13 @@ def _click_counts(env: StreamExecutionEnvironment, folder: str, late_folder: str
     ws = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e: e[1])
     late = OutputTag("late")
     source = env.from_generator(CLICKS.__getitem__, count=len(CLICKS), records_per_second=40, watermark_strategy=ws)
-    counts = (source.set_parallelism(1).key_by(lambda e: e[0])
-              .window(TumblingEventTimeWindows.of(60_000)).side_output_late_data(late)
-              .aggregate(Count(), window_function=KeyAndWindow()))
+    counts = (
+        source.set_parallelism(1)
+        .key_by(lambda e: e[0])
+        .window(TumblingEventTimeWindows.of(60_000))
+        .side_output_late_data(late)
+        .aggregate(Count(), window_function=KeyAndWindow())
+    )
     counts.sink_to(FileSink(folder))
     counts.get_side_output(late).sink_to(FileSink(late_folder))
 
@@ -122,7 +132,8 @@ def test_batch_event_time_windows_fire_at_the_end_with_every_record_counted(chec
     env.execute("batch-windows", executor="local")
     expected = collections.Counter((user, ts - ts % 60_000) for user, ts in CLICKS)
     assert sorted(tuple(r) for r in read_committed(str(tmp_path / "counts"))) == sorted(
-        (user, start, n) for (user, start), n in expected.items())
+        (user, start, n) for (user, start), n in expected.items()
+    )
     assert read_committed(str(tmp_path / "late")) == []
 
 
@@ -159,9 +170,14 @@ def test_batch_processing_time_timers_and_windows_fire_once_at_the_end(checkpoin
     env = _env(checkpoint_dir)
     keyed = env.from_collection(words).key_by(lambda w: w)
     keyed.process(CountUntilTimer()).sink_to(FileSink(str(tmp_path / "timers")))
-    (env.from_collection(words).map(lambda w: (w, 1)).key_by(lambda kv: kv[0])
+    (
+        env.from_collection(words)
+        .map(lambda w: (w, 1))
+        .key_by(lambda kv: kv[0])
         .window(TumblingProcessingTimeWindows.of(3_600_000))
-        .reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(str(tmp_path / "windows"))))
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(str(tmp_path / "windows")))
+    )
     started = time.monotonic()
     env.execute("batch-timers", executor="local")
     assert time.monotonic() - started < 30  # no hour-long wait: processing time jumps to the end
@@ -173,6 +189,7 @@ def test_batch_processing_time_timers_and_windows_fire_once_at_the_end(checkpoin
 
 
 # ---------------------------------------------------------------- choosing the mode
+
 
 def test_automatic_runs_bounded_jobs_in_batch_and_unbounded_ones_in_streaming(checkpoint_dir, out_dir):
     env = _env(checkpoint_dir, RuntimeExecutionMode.AUTOMATIC, p=1)
@@ -199,7 +216,9 @@ def test_batch_mode_refuses_an_unbounded_source_naming_it(checkpoint_dir):
     bounded = env.from_collection([1, 2])
     endless = env.from_generator(lambda i: i)
     bounded.union(endless).key_by(lambda i: i % 2).reduce(lambda a, b: a + b).print()
-    with pytest.raises(InvalidConfigurationError, match=r"runtime_mode='BATCH'.*, and 'Source: generator' does not") as e:
+    with pytest.raises(
+        InvalidConfigurationError, match=r"runtime_mode='BATCH'.*, and 'Source: generator' does not"
+    ) as e:
         env.execute("endless", executor="local")
     assert "count=" in str(e.value) and "STREAMING or AUTOMATIC" in str(e.value)
 
@@ -212,14 +231,19 @@ def test_set_runtime_mode_takes_the_enum_only():
 
 # ---------------------------------------------------------------- failures
 
+
 @pytest.mark.parametrize("vertex", ["reduce", "source-generator"])
 def test_a_task_killed_in_a_batch_job_reruns_it_and_the_output_is_exact_once(checkpoint_dir, out_dir, vertex):
     """No checkpoint before the end: the job restarts from its start, and the
     file sink publishes once, at the end (the first attempt's files are dropped)."""
     n = 12_000
     env = _env(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("batch-kill", executor="local")
 
     def reduced() -> int:
@@ -256,16 +280,19 @@ def batch_word_count(lines, output_path):
     def split(line):
         yield from line.split()
 
-    ds = ds.flat_map(split) \
-        .map(lambda w: (w, 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()])) \
-        .key_by(lambda w: w[0]) \
+    ds = (
+        ds.flat_map(split)
+        .map(lambda w: (w, 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+        .key_by(lambda w: w[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
     if output_path is not None:
         ds.sink_to(
             sink=FileSink.for_row_format(base_path=output_path, encoder=Encoder.simple_string_encoder())
             .with_output_file_config(WORD_FILES)
             .with_rolling_policy(RollingPolicy.default_rolling_policy())
-            .build())
+            .build()
+        )
     else:
         ds.print()
     env.execute()

@@ -10,7 +10,6 @@ import collections
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
 from weir import (
     BroadcastProcessFunction,
     InvalidConfigurationError,
@@ -25,11 +24,14 @@ from weir import (
     UserFunctionError,
     ValueStateDescriptor,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.operators import CoProcessOperator, KeyedCoProcessOperator
 from weir.runtime.state import OperatorSnapshot, broadcast_copy
 from weir.runtime.testing import OperatorHarness
 
-RULES = MapStateDescriptor("rules", Types.STRING(), Types.PICKLED_BYTE_ARRAY())  # PyFlink's shape: (name, key type, value type)
+RULES = MapStateDescriptor(
+    "rules", Types.STRING(), Types.PICKLED_BYTE_ARRAY()
+)  # PyFlink's shape: (name, key type, value type)
 PENDING = ListStateDescriptor("pending")
 UNRULED = OutputTag("unruled")
 
@@ -116,13 +118,21 @@ class Writer(BroadcastProcessFunction):
 
 def test_writing_broadcast_state_from_the_element_side_or_naming_an_unknown_one_is_a_clear_error():
     h = OperatorHarness(_operator(Writer(), keyed=False))
-    with pytest.raises(UserFunctionError, match=(
+    with pytest.raises(
+        UserFunctionError,
+        match=(
             r"process_element of operator 'BroadcastProcess' raised TypeError: broadcast state 'rules' is read-only "
-            r"in process_element: change it in process_broadcast_element")):
+            r"in process_element: change it in process_broadcast_element"
+        ),
+    ):
         h.process(1)
-    with pytest.raises(UserFunctionError, match=(
+    with pytest.raises(
+        UserFunctionError,
+        match=(
             r"process_broadcast_element of operator 'BroadcastProcess' raised ValueError: no broadcast state named "
-            r"'typo': give its descriptor to stream.broadcast\(...\); this operator has \['rules'\]")):
+            r"'typo': give its descriptor to stream.broadcast\(...\); this operator has \['rules'\]"
+        ),
+    ):
         h.process2(1)
 
 
@@ -132,9 +142,13 @@ def test_the_broadcast_side_of_a_keyed_operator_has_no_current_key():
             self.pending.add(rule)
 
     h = OperatorHarness(_operator(KeyedWrite(), keyed=True))
-    with pytest.raises(UserFunctionError, match=(
+    with pytest.raises(
+        UserFunctionError,
+        match=(
             r"process_broadcast_element of operator 'KeyedBroadcastProcess' raised TypeError: process_broadcast_element "
-            r"has no current key, so no keyed state or timers: reach every key's state with ctx.apply_to_keyed_state")):
+            r"has no current key, so no keyed state or timers: reach every key's state with ctx.apply_to_keyed_state"
+        ),
+    ):
         h.process2(("food", 1))
 
 
@@ -156,7 +170,12 @@ def test_apply_to_keyed_state_visits_each_key_with_state_under_the_descriptor_an
             yield from sorted(seen)
 
         def on_timer(self, timestamp, ctx):
-            yield (ctx.get_current_key(), ctx.get_broadcast_state(RULES).get("reset"), self.count.value(), ctx.time_domain().name)
+            yield (
+                ctx.get_current_key(),
+                ctx.get_broadcast_state(RULES).get("reset"),
+                self.count.value(),
+                ctx.time_domain().name,
+            )
 
     fn = Counting()
     calls = (("process_element", fn.process_element), ("process_broadcast_element", fn.process_broadcast_element))
@@ -169,7 +188,11 @@ def test_apply_to_keyed_state_visits_each_key_with_state_under_the_descriptor_an
 
 def test_each_subtask_restores_one_subtasks_copy_round_robin_and_a_running_ones_before_a_finished_ones():
     copies = [OperatorSnapshot(broadcast={"rules": {"v": i}}) for i in range(2)]
-    assert [broadcast_copy(copies, s) for s in range(3)] == [{"rules": {"v": 0}}, {"rules": {"v": 1}}, {"rules": {"v": 0}}]
+    assert [broadcast_copy(copies, s) for s in range(3)] == [
+        {"rules": {"v": 0}},
+        {"rules": {"v": 1}},
+        {"rules": {"v": 0}},
+    ]
     copies[0].finished = True
     exited = OperatorSnapshot(finished=True)  # a subtask that had exited left no state
     assert [broadcast_copy([exited, *copies], s) for s in range(2)] == [{"rules": {"v": 1}}, {"rules": {"v": 1}}]
@@ -186,7 +209,9 @@ def test_a_rescaled_operator_gives_every_new_subtask_the_rules(keyed):
     g.process2(("toys", 10))
     snaps = [h.snapshot(1), g.snapshot(1)]
     for subtask in range(3):
-        new = OperatorHarness(_operator(KeyedRules() if keyed else Rules(), keyed), restore=snaps, subtask=subtask, parallelism=3)
+        new = OperatorHarness(
+            _operator(KeyedRules() if keyed else Rules(), keyed), restore=snaps, subtask=subtask, parallelism=3
+        )
         assert new.process(("ann", "toys", 2)) == [("ann", "toys", 20)]
 
 
@@ -205,7 +230,9 @@ def _rules():
 
 def _job(env, events, out_dir, keyed, events_per_second, rules_per_second):
     stream = env.from_generator(lambda i: events[i], count=len(events), records_per_second=events_per_second)
-    rules = env.from_generator(lambda i: _rules()[i], count=CATEGORIES, records_per_second=rules_per_second).set_parallelism(1)
+    rules = env.from_generator(
+        lambda i: _rules()[i], count=CATEGORIES, records_per_second=rules_per_second
+    ).set_parallelism(1)
     if keyed:
         applied = stream.key_by(lambda e: e[0]).connect(rules.broadcast(RULES)).process(KeyedRules(), output_type=None)
     else:
@@ -272,7 +299,9 @@ def test_misuse_of_broadcast_is_refused_with_what_to_do():
         rules.broadcast(ValueStateDescriptor("rules"))
     with pytest.raises(InvalidConfigurationError, match="each needs a name of its own"):
         rules.broadcast(RULES, MapStateDescriptor("rules"))
-    with pytest.raises(InvalidJobGraphError, match="KeyedRules is a KeyedBroadcastProcessFunction, but the stream .* is not keyed"):
+    with pytest.raises(
+        InvalidJobGraphError, match="KeyedRules is a KeyedBroadcastProcessFunction, but the stream .* is not keyed"
+    ):
         events.connect(rules.broadcast(RULES)).process(KeyedRules())
     with pytest.raises(InvalidJobGraphError, match="Rules is a BroadcastProcessFunction, but the stream .* is keyed"):
         events.key_by(lambda e: e[0]).connect(rules.broadcast(RULES)).process(Rules())

@@ -98,8 +98,13 @@ def test_all_but_the_newest_retained_completed_checkpoints_are_discarded_never_a
     from weir.runtime.checkpointing import CheckpointStats, CheckpointStatus
 
     coordinator = CheckpointCoordinator(_graph())
-    for cid, status, kind in [(1, "COMPLETED", "checkpoint"), (2, "COMPLETED", "savepoint"), (3, "ABORTED", "checkpoint"),
-                              (4, "COMPLETED", "checkpoint"), (5, "COMPLETED", "checkpoint")]:
+    for cid, status, kind in [
+        (1, "COMPLETED", "checkpoint"),
+        (2, "COMPLETED", "savepoint"),
+        (3, "ABORTED", "checkpoint"),
+        (4, "COMPLETED", "checkpoint"),
+        (5, "COMPLETED", "checkpoint"),
+    ]:
         coordinator.history[cid] = CheckpointStats(cid, CheckpointStatus(status), 0, kind, location=f"/cp/{cid}")
     assert coordinator.discard_beyond(2) == ["/cp/1"]
     assert [cid for cid, s in coordinator.history.items() if s.discarded] == [1]

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.checker import check_running_sums
 from weir import (
     CloseableIterator,
     InvalidConfigurationError,
@@ -21,7 +22,6 @@ from weir import (
 )
 from weir.runtime.collect import CollectSink, LocalCollectChannel
 from weir.runtime.testing import OperatorHarness
-from tests.checker import check_running_sums
 
 
 def _env(checkpoint_dir, interval_ms=50, p=2):
@@ -58,7 +58,11 @@ def test_the_sink_publishes_a_checkpoints_records_only_when_it_completes_and_aga
 
 def test_a_bounded_job_collects_every_record_once(checkpoint_dir):
     env = _env(checkpoint_dir)
-    with env.from_collection(range(10_000)).map(lambda i: i * 3).execute_and_collect("collect-all", executor="local") as results:
+    with (
+        env.from_collection(range(10_000))
+        .map(lambda i: i * 3)
+        .execute_and_collect("collect-all", executor="local") as results
+    ):
         assert isinstance(results, CloseableIterator)
         assert sorted(results) == [i * 3 for i in range(10_000)]
         assert results.job_client.status() is JobStatus.FINISHED
@@ -66,7 +70,9 @@ def test_a_bounded_job_collects_every_record_once(checkpoint_dir):
 
 def test_records_arrive_while_an_endless_job_runs_and_closing_cancels_it(checkpoint_dir):
     env = _env(checkpoint_dir, p=1)
-    results = env.from_generator(lambda i: i, records_per_second=2_000).execute_and_collect("collect-stream", executor="local")
+    results = env.from_generator(lambda i: i, records_per_second=2_000).execute_and_collect(
+        "collect-stream", executor="local"
+    )
     with results:
         first = [next(results) for _ in range(300)]
         assert results.job_client.status() is JobStatus.RUNNING
@@ -81,7 +87,8 @@ def test_limit_returns_a_list_of_the_first_records_and_cancels_the_job(checkpoin
     env = _env(checkpoint_dir, p=1)
     before = {t.name for t in threading.enumerate()}
     assert env.from_generator(lambda i: i * i).execute_and_collect("collect-limit", limit=50, executor="local") == [
-        i * i for i in range(50)]
+        i * i for i in range(50)
+    ]
     deadline = time.monotonic() + 10
     while any(t.name.startswith("jobmaster-collect-limit") for t in threading.enumerate() if t.name not in before):
         assert time.monotonic() < deadline, "the endless job still runs after its limit was reached"
@@ -106,6 +113,7 @@ def _failing_once(marker, at):
             open(marker, "w").close()
             raise ValueError(f"record {at}, once")
         return (i % 10, i)
+
     return f
 
 
@@ -125,8 +133,12 @@ def test_a_failover_shows_no_record_twice_and_loses_none(checkpoint_dir, tmp_pat
     env = _env(checkpoint_dir)
     env.set_batch_size(128)
     n = 6_000  # paced, so checkpoints commit records before the failure
-    stream = (env.from_generator(lambda i: i, count=n, records_per_second=20_000).map(fail_once_the_driver_has_records)
-              .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])))
+    stream = (
+        env.from_generator(lambda i: i, count=n, records_per_second=20_000)
+        .map(fail_once_the_driver_has_records)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
     with stream.execute_and_collect("collect-failover", executor="local") as results:
         collected = []
         for r in results:
@@ -138,7 +150,9 @@ def test_a_failover_shows_no_record_twice_and_loses_none(checkpoint_dir, tmp_pat
     assert (verdict.lost, verdict.duplicated, verdict.keys_wrong, verdict.outputs) == (0, 0, 0, n)
 
 
-def test_without_checkpointing_a_bounded_job_delivers_at_its_end_exactly_once_also_after_a_failover(checkpoint_dir, tmp_path):
+def test_without_checkpointing_a_bounded_job_delivers_at_its_end_exactly_once_also_after_a_failover(
+    checkpoint_dir, tmp_path
+):
     marker = str(tmp_path / "raised")
     env = _env(checkpoint_dir, interval_ms=None)
     stream = env.from_collection(range(5_000)).map(_failing_once(marker, 3_000))
@@ -215,7 +229,9 @@ def test_an_iterator_dropped_without_close_cancels_its_job(checkpoint_dir):
     import gc
 
     env = _env(checkpoint_dir, p=1)
-    results = env.from_generator(lambda i: i, records_per_second=2_000).execute_and_collect("collect-dropped", executor="local")
+    results = env.from_generator(lambda i: i, records_per_second=2_000).execute_and_collect(
+        "collect-dropped", executor="local"
+    )
     assert next(results) == 0
     client = results.job_client
     del results

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
 from weir import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -24,12 +24,12 @@ from weir import (
     UserFunctionError,
     ValueStateDescriptor,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import EndOfData, Watermark
 from weir.runtime.keygroups import key_group_for
 from weir.runtime.network import Timestamped
 from weir.runtime.operators import CoProcessOperator, KeyedCoProcessOperator, TwoInputOperator
 from weir.runtime.testing import OperatorHarness, TaskHarness
-from tests.checker import check_running_sums
 
 FINAL = OutputTag("final")
 BAD = OutputTag("bad")
@@ -168,10 +168,14 @@ def test_a_failing_co_function_names_the_operator_its_method_and_the_record():
             raise ValueError("no")
 
     fn = Boom()
-    op = CoProcessOperator("CoProcess", "co", fn, (("process_element1", fn.process_element1), ("process_element2", fn.process_element2)))
+    op = CoProcessOperator(
+        "CoProcess", "co", fn, (("process_element1", fn.process_element1), ("process_element2", fn.process_element2))
+    )
     h = OperatorHarness(op)
     assert h.process(1) == [1]
-    with pytest.raises(UserFunctionError, match=r"process_element2 of operator 'CoProcess' raised ValueError: no on record 'x'"):
+    with pytest.raises(
+        UserFunctionError, match=r"process_element2 of operator 'CoProcess' raised ValueError: no on record 'x'"
+    ):
         h.process2("x")
 
 
@@ -232,7 +236,11 @@ def test_a_co_map_on_two_keyed_streams_reads_and_writes_each_keys_state(checkpoi
     for k, n in out:
         per_key[k].append(n)
     assert {k: sorted(v) for k, v in per_key.items()} == {
-        "a": list(range(1, 51)), "b": list(range(1, 51)), "c": list(range(1, 81)), "d": list(range(1, 31))}
+        "a": list(range(1, 51)),
+        "b": list(range(1, 51)),
+        "c": list(range(1, 81)),
+        "d": list(range(1, 31)),
+    }
 
 
 def _inputs(n):
@@ -261,7 +269,9 @@ def _check_sum_job(out_dir, pairs, lines):
     for k, n in pairs + parsed:
         finals[k] += n
     assert sorted(map(tuple, read_committed(f"{out_dir}/final"))) == sorted((k, t) for k, t in finals.items() if t)
-    assert sorted(read_committed(f"{out_dir}/bad")) == sorted(line for line in lines if not line.partition(":")[2].isdigit())
+    assert sorted(read_committed(f"{out_dir}/bad")) == sorted(
+        line for line in lines if not line.partition(":")[2].isdigit()
+    )
 
 
 def test_a_keyed_co_process_job_matches_the_reference_and_its_timers_wait_for_the_slower_input(checkpoint_dir, out_dir):
@@ -308,12 +318,16 @@ def test_misuse_of_connect_is_refused_with_what_to_do():
         a.connect(b).process(Sum())
     with pytest.raises(InvalidJobGraphError, match="one input is keyed and the other is not"):
         a.key_by(lambda r: r).connect(b).map(Shape())
-    with pytest.raises(TypeError, match=r"ConnectedStreams.map\(\) takes an object with map1\(\) and map2\(\) methods, got function"):
+    with pytest.raises(
+        TypeError, match=r"ConnectedStreams.map\(\) takes an object with map1\(\) and map2\(\) methods, got function"
+    ):
         a.connect(b).map(lambda r: r)
     with pytest.raises(TypeError, match="connect.. takes a DataStream or a BroadcastStream, got list"):
         a.connect([1])
     other = StreamExecutionEnvironment.get_execution_environment().from_collection([2])
-    with pytest.raises(InvalidJobGraphError, match="CoMap: connect.. joins two streams of one StreamExecutionEnvironment"):
+    with pytest.raises(
+        InvalidJobGraphError, match="CoMap: connect.. joins two streams of one StreamExecutionEnvironment"
+    ):
         a.connect(other).map(Shape())
 
 
@@ -326,4 +340,6 @@ def test_the_job_graph_feeds_each_input_by_its_own_edge_and_never_chains_a_two_i
     co = graph.vertices["sum"]
     assert co.name == "sum -> Sink: PrintSink"
     assert [(e.source, e.partition.kind, e.input_index) for e in co.inputs] == [
-        ("source-collection", "hash", 0), ("source-collection-2", "hash", 1)]
+        ("source-collection", "hash", 0),
+        ("source-collection-2", "hash", 1),
+    ]

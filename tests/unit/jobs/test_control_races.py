@@ -20,14 +20,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from weir.connectors.files import committed_files
+from tests.checker import check_sequences
+from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 from weir import StreamExecutionEnvironment
+from weir.connectors.files import committed_files
 from weir.runtime.errors import JobCancelledError, WeirError
 from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.sinks import Sink, SinkWriter
-from tests.checker import check_sequences
-from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 
 N = 1_500
 EXPECTED = {p: N // PARTITIONS for p in range(PARTITIONS)}
@@ -121,7 +121,9 @@ def run_trial(seed: int, tmp_path) -> dict[str, Any]:
     if "cancel" in ops and status is JobStatus.CANCELED:
         assert not stops, f"seed {seed}: cancelled, yet a stop succeeded"
     if stops:
-        assert status is (JobStatus.FINISHED if stops[0][0] == "stop-drain" else JobStatus.SUSPENDED), f"seed {seed}: {stops} but {status}"
+        assert status is (JobStatus.FINISHED if stops[0][0] == "stop-drain" else JobStatus.SUSPENDED), (
+            f"seed {seed}: {stops} but {status}"
+        )
 
     # Whatever happened, nothing is ever duplicated or out of order.
     verdict = check_sequences(committed_sequences(out), EXPECTED)
@@ -160,7 +162,11 @@ def test_seeded_control_races_end_in_one_state_and_every_savepoint_restores(tmp_
     assert set(outcomes) == {"CANCELED", "FINISHED", "SUSPENDED"}, outcomes
 
 
-WRITING, PREPARING, RELEASE = threading.Event(), threading.Event(), threading.Event()  # module level: pickled by reference
+WRITING, PREPARING, RELEASE = (
+    threading.Event(),
+    threading.Event(),
+    threading.Event(),
+)  # module level: pickled by reference
 
 
 class _StuckPrepare(SinkWriter):
@@ -195,5 +201,5 @@ def test_a_cancel_wins_over_a_savepoint_in_flight(tmp_path, monkeypatch):
     finally:
         RELEASE.set()
     assert not t.is_alive() and client.status() is JobStatus.CANCELED
-    (_, result), = outcome
+    ((_, result),) = outcome
     assert isinstance(result, WeirError) and "cancel" in str(result), result

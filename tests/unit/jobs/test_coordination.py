@@ -7,14 +7,21 @@ from typing import Any
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.pausing import PausingReader
 from weir import RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.coordination import CoordinatorContext, CoordinatorHolder, OperatorCoordinator
 from weir.runtime.errors import JobExecutionError
 from weir.runtime.sinks import DiscardingSink
+from weir.runtime.sources import (
+    AddSplits,
+    IndexSplit,
+    NoMoreSplits,
+    SequenceSource,
+    SourceReader,
+    StaticSplitEnumerator,
+)
 from weir.runtime.storage import handle_from_json, read_metadata, read_state
-from weir.runtime.sources import AddSplits, IndexSplit, NoMoreSplits, SequenceSource, SourceReader, StaticSplitEnumerator
-from tests.pausing import PausingReader
 
 
 class Echo(OperatorCoordinator):
@@ -30,7 +37,9 @@ class Echo(OperatorCoordinator):
 
 def _holder(valve: bool = True) -> tuple[CoordinatorHolder, list[tuple[int, int, Any]]]:
     sent: list[tuple[int, int, Any]] = []
-    h = CoordinatorHolder("uid", "op", 2, Echo(), lambda subtask, uid, event_id, event: sent.append((subtask, event_id, event)), valve)
+    h = CoordinatorHolder(
+        "uid", "op", 2, Echo(), lambda subtask, uid, event_id, event: sent.append((subtask, event_id, event)), valve
+    )
     h.start(None)
     return h, sent
 
@@ -150,7 +159,10 @@ def test_a_failing_enumerator_fails_the_job_naming_the_source(checkpoint_dir):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_restart_strategy(RestartStrategy.fixed_delay(1, 0))
     env.from_source(_BrokenEnumerator(1, 10), source_name="numbers").sink_to(DiscardingSink())
-    with pytest.raises(JobExecutionError, match=r"coordinator start of operator 'Source: numbers' raised RuntimeError: no splits for you") as info:
+    with pytest.raises(
+        JobExecutionError,
+        match=r"coordinator start of operator 'Source: numbers' raised RuntimeError: no splits for you",
+    ) as info:
         env.execute("broken-enumerator", executor="local")
     assert "User traceback" in str(info.value) and "after 1 restart(s)" in str(info.value)
 

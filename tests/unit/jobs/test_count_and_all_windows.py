@@ -8,7 +8,7 @@ import collections
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.kills import kill_each_after_checkpoints
 from weir import (
     AggregateFunction,
     DiscardingSink,
@@ -20,7 +20,7 @@ from weir import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from tests.kills import kill_each_after_checkpoints
+from weir.connectors.files import FileSink, read_committed
 
 
 def _env(checkpoint_dir, p=2):
@@ -43,11 +43,11 @@ def _per_key(records):
 
 
 def _tumbling(values, size):
-    return [values[i:i + size] for i in range(0, len(values) - size + 1, size)]
+    return [values[i : i + size] for i in range(0, len(values) - size + 1, size)]
 
 
 def _sliding(values, size, slide):
-    return [values[max(0, end - size):end] for end in range(slide, len(values) + 1, slide)]
+    return [values[max(0, end - size) : end] for end in range(slide, len(values) + 1, slide)]
 
 
 class Count(AggregateFunction):
@@ -76,8 +76,12 @@ def test_tumbling_and_sliding_count_windows_per_key_match_the_reference(checkpoi
     assert sorted(got) == sorted(want) and len(want) == 7 * 14  # 143 records a key: the last 3 never fire
 
     env = _env(checkpoint_dir)
-    sliding = _source(env, records).key_by(lambda r: r[0]).count_window(10, 4).process(
-        lambda key, ctx, elements: [(key, [v for _, v in elements])])
+    sliding = (
+        _source(env, records)
+        .key_by(lambda r: r[0])
+        .count_window(10, 4)
+        .process(lambda key, ctx, elements: [(key, [v for _, v in elements])])
+    )
     got = sliding.execute_and_collect(executor="local", limit=10_000)
     want = [(k, w) for k, vs in _per_key(records).items() for w in _sliding(vs, 10, 4)]
     assert sorted(got) == sorted(want)
@@ -120,9 +124,15 @@ def test_a_count_windows_partial_contents_survive_a_killed_task_exactly(checkpoi
     n = 60_000
     records = _records(n)
     env = _env(checkpoint_dir)
-    (env.from_generator(lambda i: records[i], count=n, records_per_second=30_000).set_parallelism(1)
-        .key_by(lambda r: r[0]).count_window(100).reduce(lambda a, b: (a[0], a[1] + b[1])).name("windows")
-        .sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: records[i], count=n, records_per_second=30_000)
+        .set_parallelism(1)
+        .key_by(lambda r: r[0])
+        .count_window(100)
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .name("windows")
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("count-window-kill", executor="local")
     kill_each_after_checkpoints(client, "windows")
     assert client.wait(120).restarts == 2

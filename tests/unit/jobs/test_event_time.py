@@ -3,10 +3,8 @@ timers in keyed process functions (kept, restored and rescaled as keyed state)."
 
 from __future__ import annotations
 
-
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
 from weir import (
     InvalidConfigurationError,
     KeyedProcessFunction,
@@ -15,8 +13,9 @@ from weir import (
     TimeDomain,
     WatermarkStrategy,
 )
-from weir.runtime.eventtime import BoundedOutOfOrdernessWatermarks
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import EndOfData, Watermark, WatermarkStatus
+from weir.runtime.eventtime import BoundedOutOfOrdernessWatermarks
 from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
 from weir.runtime.operators import StreamOperator
 from weir.runtime.sources import IndexedReader, IndexSplit, Poll, Source, SourceReader, StaticSplitEnumerator
@@ -69,7 +68,9 @@ def test_timers_are_keyed_state_restored_into_another_parallelism():
     for i in range(3):
         r = OperatorHarness.keyed_process(CountPerMinute(), lambda r: r, restore=[snap], subtask=i, parallelism=3)
         out = r.watermark(60_000)
-        assert {k for k, _, _ in out} == {k for k in keys if operator_index_for_key_group(128, 3, key_group_for(k, 128)) == i}
+        assert {k for k, _, _ in out} == {
+            k for k in keys if operator_index_for_key_group(128, 3, key_group_for(k, 128)) == i
+        }
         fired += out
     assert sorted(fired) == sorted((k, 0, 1) for k in keys)
 
@@ -143,8 +144,7 @@ def test_event_time_job_with_out_of_order_records(checkpoint_dir, out_dir):
     ws = WatermarkStrategy.for_bounded_out_of_orderness(Time.minutes(1)).with_timestamp_assigner(lambda c: c[1])
     env.from_collection(CLICKS, ws).key_by(lambda c: c[0]).process(CountPerMinute()).sink_to(FileSink(out_dir))
     env.execute("event-time", executor="local")
-    assert sorted(map(tuple, read_committed(out_dir))) == [
-        ("ann", 0, 3), ("ann", 1, 1), ("bob", 0, 1), ("bob", 2, 1)]
+    assert sorted(map(tuple, read_committed(out_dir))) == [("ann", 0, 3), ("ann", 1, 1), ("bob", 0, 1), ("bob", 2, 1)]
 
 
 class _Silent(Source):
@@ -176,9 +176,16 @@ def test_an_idle_source_does_not_hold_back_the_watermark(checkpoint_dir, out_dir
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_auto_watermark_interval(20)
     assign = lambda c: c[1]  # noqa: E731
-    idle = env.from_source(_Silent(), WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(assign).with_idleness(200), "silent")
-    clicks = env.from_generator(lambda i: ("ann", i * 1_000), records_per_second=500,
-                                watermark_strategy=WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(assign))
+    idle = env.from_source(
+        _Silent(),
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(assign).with_idleness(200),
+        "silent",
+    )
+    clicks = env.from_generator(
+        lambda i: ("ann", i * 1_000),
+        records_per_second=500,
+        watermark_strategy=WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(assign),
+    )
     clicks.union(idle).key_by(lambda c: c[0]).process(CountPerMinute()).sink_to(FileSink(out_dir))
     client = env.execute_async("idle", executor="local")
     client.wait_until(lambda c: bool(read_committed(out_dir)))  # a minute closes only if the silent source is left out
@@ -214,7 +221,9 @@ def test_a_source_subtask_with_no_split_goes_idle_after_the_idle_timeout(checkpo
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_auto_watermark_interval(20)
     ws = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda c: c[1]).with_idleness(200)
-    env.from_source(_OnePartition(), ws, "one-partition").key_by(lambda c: c[0]).process(CountPerMinute()).sink_to(FileSink(out_dir))
+    env.from_source(_OnePartition(), ws, "one-partition").key_by(lambda c: c[0]).process(CountPerMinute()).sink_to(
+        FileSink(out_dir)
+    )
     client = env.execute_async("no-split-idle", executor="local")
     client.wait_until(lambda c: bool(read_committed(out_dir)))  # a minute closes only if subtask 1 is left out
     client.cancel()

@@ -14,29 +14,38 @@ import time
 import pytest
 
 import weir.runtime.storage
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
 from weir import DiscardingSink, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.clock import ManualClock
 from weir.runtime.errors import CheckpointStorageError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
-from weir.runtime.restore import starting_point
-from weir.runtime.off_loop import inline
-from weir.runtime.task import Cancel
 from weir.runtime.local import LocalExecutor, LocalGateway
-from tests.checker import check_running_sums
+from weir.runtime.off_loop import inline
+from weir.runtime.restore import starting_point
+from weir.runtime.task import Cancel
 
 N = 20_000
 
 
-def _job(checkpoint_dir: str, out_dir: str, savepoint: str | None = None, rate: float | None = 40_000, interval_ms: int = 100) -> StreamExecutionEnvironment:
+def _job(
+    checkpoint_dir: str, out_dir: str, savepoint: str | None = None, rate: float | None = 40_000, interval_ms: int = 100
+) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     if savepoint:
         env.restore_from_savepoint(savepoint)
-    (env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=rate).uid("gen")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(FileSink(out_dir)).uid("out"))
+    (
+        env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=rate)
+        .uid("gen")
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .uid("sums")
+        .sink_to(FileSink(out_dir))
+        .uid("out")
+    )
     return env
 
 
@@ -96,7 +105,9 @@ def test_restore_from_the_folder_a_savepoint_was_asked_into(tmp_path, checkpoint
     client = _running(_job(checkpoint_dir, out_dir), "restore-by-target")
     client.stop(str(target), drain=False)
     assert client.wait(30).status is JobStatus.SUSPENDED
-    resumed = _job(checkpoint_dir, out_dir, savepoint=str(target), rate=None).execute("restore-by-target", executor="local")
+    resumed = _job(checkpoint_dir, out_dir, savepoint=str(target), rate=None).execute(
+        "restore-by-target", executor="local"
+    )
     assert resumed.status is JobStatus.FINISHED and _exact(out_dir) == (0, 0, 0, N)
     (target / "savepoint-another").mkdir()
     (target / "savepoint-another" / "_metadata").write_text("{}")
@@ -124,7 +135,9 @@ def test_a_savepoint_commits_nothing_and_recovery_after_it_duplicates_nothing(tm
 
     def ask(location: str | None) -> str:
         answer: list[str] = []
-        asking = threading.Thread(target=lambda: answer.append(master.ask(TriggerSavepoint(location, Request()), 30)), daemon=True)
+        asking = threading.Thread(
+            target=lambda: answer.append(master.ask(TriggerSavepoint(location, Request()), 30)), daemon=True
+        )
         asking.start()
         while not answer:
             master.run_until_idle()
@@ -192,7 +205,9 @@ def test_a_recovering_job_master_that_cannot_list_its_storage_fails_naming_it(ch
     recovered, _ = _master(graph, recovering=True)
     recovered.run()
     assert recovered.status is JobStatus.FAILED
-    assert isinstance(recovered.life.failure, CheckpointStorageError) and "cannot be listed (" in str(recovered.life.failure)
+    assert isinstance(recovered.life.failure, CheckpointStorageError) and "cannot be listed (" in str(
+        recovered.life.failure
+    )
     assert graph.run_id in str(recovered.life.failure)
 
 
@@ -202,7 +217,9 @@ def test_a_recovering_job_master_that_finds_no_trace_of_its_run_fails_instead_of
     recovered, _ = _master(graph, recovering=True)
     recovered.run()
     assert recovered.status is JobStatus.FAILED
-    assert "holds no trace of this run" in str(recovered.life.failure) and str(tmp_path / "elsewhere") in str(recovered.life.failure)
+    assert "holds no trace of this run" in str(recovered.life.failure) and str(tmp_path / "elsewhere") in str(
+        recovered.life.failure
+    )
     assert not pathlib.Path(out_dir).exists() or not read_committed(out_dir)
 
 
@@ -253,10 +270,14 @@ def test_a_second_cancel_does_not_put_off_killing_tasks_that_do_not_close(checkp
     with a stuck task CANCELLING for ever. Found by the transition table."""
     clock = ManualClock()
     gateway = LocalGateway()
-    master = JobMaster(_job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"), gateway, clock=clock.now, storage_io=inline)
+    master = JobMaster(
+        _job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"), gateway, clock=clock.now, storage_io=inline
+    )
     gateway.master = master
     send = gateway.send
-    gateway.send = lambda task, letter: None if isinstance(letter, Cancel) else send(task, letter)  # tasks that never close
+    gateway.send = lambda task, letter: (
+        None if isinstance(letter, Cancel) else send(task, letter)
+    )  # tasks that never close
     master.start()
     try:
         master.cancel()
@@ -327,11 +348,15 @@ def test_a_bounded_job_that_finishes_before_a_stops_savepoint_completes_is_finis
     gateway.exits = [(key, TaskResult(TaskState.FINISHED)) for key in gateway.keys]
     master.run_until_idle()
     assert master.status is JobStatus.FINISHED
-    with pytest.raises(WeirError, match="stop of job 'finishes-first' did not happen: the job finished before its savepoint completed"):
+    with pytest.raises(
+        WeirError, match="stop of job 'finishes-first' did not happen: the job finished before its savepoint completed"
+    ):
         stop.request.wait(1)
 
 
-def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_aborted_attempt_does_not_discard(checkpoint_dir, tmp_path):
+def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_aborted_attempt_does_not_discard(
+    checkpoint_dir, tmp_path
+):
     """A task finished between the plan of a stop's savepoint and its ack: the
     attempt is aborted, its folder discarded on the storage I/O thread, and the
     savepoint retried. The retry used the same folder, so the discard could run

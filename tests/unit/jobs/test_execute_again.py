@@ -50,7 +50,9 @@ def test_an_execute_with_nothing_built_since_the_last_names_the_job_that_ran_it(
         env.execute_async("again", executor="local")
     with pytest.raises(InvalidJobGraphError, match=message):
         env.get_job_graph()
-    with pytest.raises(InvalidJobGraphError, match=r"the job has no sink: add sink_to\(...\) or print\(\) before execute\(\)"):
+    with pytest.raises(
+        InvalidJobGraphError, match=r"the job has no sink: add sink_to\(...\) or print\(\) before execute\(\)"
+    ):
         _env(tmp_path).execute("never-built", executor="local")  # an environment that never ran: the error as before
     assert read_committed(str(tmp_path / "out")) == [1]
 
@@ -122,7 +124,9 @@ def test_a_submission_that_is_refused_keeps_the_pipeline_for_a_retry(tmp_path, m
     assert sorted(read_committed(str(tmp_path / "out"))) == [1, 2]
 
 
-def test_what_a_submitted_job_reads_in_the_driver_lives_on_after_the_environment_forgets_its_pipeline(tmp_path, monkeypatch):
+def test_what_a_submitted_job_reads_in_the_driver_lives_on_after_the_environment_forgets_its_pipeline(
+    tmp_path, monkeypatch
+):
     """A DataFrame's Arrow cache in Spark lives as long as its source object in
     the driver. Ray's executor sends the job graph to the cluster as bytes, so
     once execute_async() cleared the environment's pipeline nothing held the

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
-from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
-from weir.connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
+from tests.checker import check_running_sums
+from tests.kills import kill_each_after_checkpoints
+from tests.pausing import PausingReader
 from weir import (
     Duration,
     JobExecutionError,
@@ -29,11 +29,11 @@ from weir import (
     StreamExecutionEnvironment,
     WatermarkStrategy,
 )
+from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
+from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
+from weir.connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
 from weir.runtime.sources import AddSplits, NoMoreSplits
 from weir.runtime.storage import handle_from_json, read_metadata, read_state
-from tests.checker import check_running_sums
-from tests.kills import kill_each_after_checkpoints
-from tests.pausing import PausingReader
 
 
 def _publish(path: str, data: bytes) -> None:
@@ -51,7 +51,9 @@ def _text(folder: str) -> tuple[StreamFormat, list[Any]]:
     for i in range(3):
         lines = [f"file {i} line {j} é" for j in range(40)]
         expected += lines
-        _publish(os.path.join(folder, f"t{i}.txt"), ("\r\n" if i == 1 else "\n").join(lines).encode())  # the last has no \n
+        _publish(
+            os.path.join(folder, f"t{i}.txt"), ("\r\n" if i == 1 else "\n").join(lines).encode()
+        )  # the last has no \n
     lines = [f"zipped {j}" for j in range(30)]
     expected += lines
     os.makedirs(os.path.join(folder, "zz"))  # folders are read recursively
@@ -62,14 +64,22 @@ def _text(folder: str) -> tuple[StreamFormat, list[Any]]:
 def _json_lines(folder: str) -> tuple[StreamFormat, list[Any]]:
     records = [{"user": f"u{i % 7}", "amount": i, "tags": ["a", str(i)]} for i in range(90)]
     for i in range(3):
-        body = "\n".join(json.dumps(r) for r in records[i * 30:(i + 1) * 30])
+        body = "\n".join(json.dumps(r) for r in records[i * 30 : (i + 1) * 30])
         _publish(os.path.join(folder, f"j{i}.jsonl"), (body + "\n\n").encode())  # a blank line is skipped
     return StreamFormat.json_lines_format(), records
 
 
-CSV_SCHEMA = (CsvSchema.builder().add_number_column("id").add_string_column("name")
-              .add_number_column("price", number_type=float).add_boolean_column("ok")
-              .add_array_column("tags", separator="|").set_use_header().set_strict_headers().build())
+CSV_SCHEMA = (
+    CsvSchema.builder()
+    .add_number_column("id")
+    .add_string_column("name")
+    .add_number_column("price", number_type=float)
+    .add_boolean_column("ok")
+    .add_array_column("tags", separator="|")
+    .set_use_header()
+    .set_strict_headers()
+    .build()
+)
 
 
 def _csv(folder: str) -> tuple[StreamFormat, list[Any]]:
@@ -80,11 +90,18 @@ def _csv(folder: str) -> tuple[StreamFormat, list[Any]]:
         w.writerow(["id", "name", "price", "ok", "tags"])
         for j in range(25):
             n = i * 100 + j
-            name = f"item {n}" if j % 5 else f"quoted, \"multi\"\nline {n}"  # a quoted field over two lines
-            price = "" if j == 3 else f"{n}.5"                                  # an empty number is None
+            name = f"item {n}" if j % 5 else f'quoted, "multi"\nline {n}'  # a quoted field over two lines
+            price = "" if j == 3 else f"{n}.5"  # an empty number is None
             w.writerow([n, name, price, "true" if j % 2 else "FALSE", "a|b" if j % 4 else "x"])
-            expected.append({"id": n, "name": name, "price": None if j == 3 else n + 0.5, "ok": bool(j % 2),
-                             "tags": ["a", "b"] if j % 4 else ["x"]})
+            expected.append(
+                {
+                    "id": n,
+                    "name": name,
+                    "price": None if j == 3 else n + 0.5,
+                    "ok": bool(j % 2),
+                    "tags": ["a", "b"] if j % 4 else ["x"],
+                }
+            )
         _publish(os.path.join(folder, f"c{i}.csv"), out.getvalue().encode())
     return CsvReaderFormat.for_schema(CSV_SCHEMA), expected
 
@@ -105,8 +122,11 @@ FORMATS = {"text": _text, "jsonl": _json_lines, "csv": _csv, "parquet": _parquet
 
 
 def _source(fmt: Any, *paths: str, monitor_ms: int | None = None) -> FileSource:
-    builder = (FileSource.for_bulk_file_format(fmt, *paths) if isinstance(fmt, ParquetColumnarRowInputFormat)
-               else FileSource.for_record_stream_format(fmt, *paths))
+    builder = (
+        FileSource.for_bulk_file_format(fmt, *paths)
+        if isinstance(fmt, ParquetColumnarRowInputFormat)
+        else FileSource.for_record_stream_format(fmt, *paths)
+    )
     return (builder if monitor_ms is None else builder.monitor_continuously(monitor_ms)).build()
 
 
@@ -227,8 +247,9 @@ def test_a_monitored_enumerator_answers_waiting_readers_when_a_listing_finds_fil
     c = list_files([str(folder)])[2].split
     assert ctx.events[2:] == [(0, AddSplits([c]))]
     state = e.snapshot_state()
-    assert state == FileEnumeratorState(frozenset({a.path, b.path, c.path}), (), True,
-                                        frozenset({a.file_id, b.file_id, c.file_id}))
+    assert state == FileEnumeratorState(
+        frozenset({a.path, b.path, c.path}), (), True, frozenset({a.file_id, b.file_id, c.file_id})
+    )
     e.add_splits_back([c], 0)  # subtask 0 restarts alone from a checkpoint before c was handed out
     assert e.snapshot_state().pending == (c,)
 
@@ -278,19 +299,30 @@ class _Forgetful(FileSource):
 
     def create_enumerator(self, parallelism: int, restored: Any | None) -> Any:
         return super().create_enumerator(
-            parallelism, restored and replace(restored, seen=frozenset(), seen_files=frozenset()))
+            parallelism, restored and replace(restored, seen=frozenset(), seen_files=frozenset())
+        )
 
 
 def _sum_job(env: StreamExecutionEnvironment, folder: str, out: str, source_type: type[FileSource]) -> None:
     schema = CsvSchema.builder().add_string_column("key").add_number_column("value").build()
     source = source_type(CsvReaderFormat.for_schema(schema), [folder], Duration.of_millis(20))
-    (env.from_source(source, WatermarkStrategy.no_watermarks(), "csv")
-        .map(lambda r: (r["key"], r["value"])).key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1])).name("sum").sink_to(FileSink(out)))
+    (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "csv")
+        .map(lambda r: (r["key"], r["value"]))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .name("sum")
+        .sink_to(FileSink(out))
+    )
 
 
-def run_with_kills(env: StreamExecutionEnvironment, tmp_path: Any, source_type: type[FileSource] = FileSource,
-                   executor: str | None = "local", timeout_s: float = 30) -> Any:
+def run_with_kills(
+    env: StreamExecutionEnvironment,
+    tmp_path: Any,
+    source_type: type[FileSource] = FileSource,
+    executor: str | None = "local",
+    timeout_s: float = 30,
+) -> Any:
     """Files keep arriving in a watched folder while both source subtasks and a
     sum subtask are killed, each after more checkpoints completed; the verdict on
     the committed running sums."""
@@ -326,7 +358,9 @@ def test_without_the_memory_of_seen_files_a_restore_reads_files_again(checkpoint
     assert v.duplicated > 0, v
 
 
-def test_a_source_subtask_restarting_alone_gets_back_the_files_handed_to_it_after_the_checkpoint(checkpoint_dir, tmp_path):
+def test_a_source_subtask_restarting_alone_gets_back_the_files_handed_to_it_after_the_checkpoint(
+    checkpoint_dir, tmp_path
+):
     """Region failover: each source subtask's pipeline is its own region, so a
     killed one restarts alone while the other reads on; what the enumerator handed
     it after the restored checkpoint is handed out again, once."""
@@ -411,20 +445,37 @@ def _read_all(fmt: Any, path: str) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("fmt, data, message", [
-    (StreamFormat.json_lines_format(), b'{"a": 1}\n{"a": 2}\n{"a": oops}\n',
-     r"file .*/bad, line 3: not JSON \(Expecting value: .*\): '\{\"a\": oops\}'"),
-    (StreamFormat.text_line_format(), b"fine\n\xff\xfe\n",
-     r"file .*/bad, line 2: not UTF-8 \(invalid start byte at byte 0 of the line\)"),
-    (CsvReaderFormat.for_schema(CSV_SCHEMA), b"id,name,price,ok,tags\n1,a,2.5,true,x\n2,b,cheap,true,x\n",
-     r"file .*/bad, line 3: column 'price' is not float: 'cheap'"),
-    (CsvReaderFormat.for_schema(CSV_SCHEMA), b"id,name,price,ok,tags\n1,a,2.5\n",
-     r"file .*/bad, line 2: 3 fields where the schema has 5 \(id, name, price, ok, tags\): \['1', 'a', '2.5'\]"),
-    (CsvReaderFormat.for_schema(CSV_SCHEMA), b"id,title,price,ok,tags\n",
-     r"file .*/bad, line 1: the header is not the schema's columns \['id', 'name', 'price', 'ok', 'tags'\]"),
-    (ParquetColumnarRowInputFormat(), b"PAR1 but not parquet",
-     r"file .*/bad, its footer: not Parquet"),
-])
+@pytest.mark.parametrize(
+    "fmt, data, message",
+    [
+        (
+            StreamFormat.json_lines_format(),
+            b'{"a": 1}\n{"a": 2}\n{"a": oops}\n',
+            r"file .*/bad, line 3: not JSON \(Expecting value: .*\): '\{\"a\": oops\}'",
+        ),
+        (
+            StreamFormat.text_line_format(),
+            b"fine\n\xff\xfe\n",
+            r"file .*/bad, line 2: not UTF-8 \(invalid start byte at byte 0 of the line\)",
+        ),
+        (
+            CsvReaderFormat.for_schema(CSV_SCHEMA),
+            b"id,name,price,ok,tags\n1,a,2.5,true,x\n2,b,cheap,true,x\n",
+            r"file .*/bad, line 3: column 'price' is not float: 'cheap'",
+        ),
+        (
+            CsvReaderFormat.for_schema(CSV_SCHEMA),
+            b"id,name,price,ok,tags\n1,a,2.5\n",
+            r"file .*/bad, line 2: 3 fields where the schema has 5 \(id, name, price, ok, tags\): \['1', 'a', '2.5'\]",
+        ),
+        (
+            CsvReaderFormat.for_schema(CSV_SCHEMA),
+            b"id,title,price,ok,tags\n",
+            r"file .*/bad, line 1: the header is not the schema's columns \['id', 'name', 'price', 'ok', 'tags'\]",
+        ),
+        (ParquetColumnarRowInputFormat(), b"PAR1 but not parquet", r"file .*/bad, its footer: not Parquet"),
+    ],
+)
 def test_a_malformed_line_names_the_file_and_the_line(tmp_path, fmt, data, message):
     path = str(tmp_path / "bad")
     _publish(path, data)
@@ -451,8 +502,10 @@ def test_a_job_reading_a_bad_line_fails_naming_operator_file_and_line_after_its_
         env.execute("bad-orders", executor="local")
     text = str(info.value)
     assert "after 1 restart(s)" in text
-    assert ("source reader of operator 'Source: orders' raised MalformedInputError: "
-            f"file {folder}/orders.jsonl, line 2: not JSON") in text
+    assert (
+        "source reader of operator 'Source: orders' raised MalformedInputError: "
+        f"file {folder}/orders.jsonl, line 2: not JSON"
+    ) in text
 
 
 def test_settings_the_source_cannot_use_are_refused_naming_them(tmp_path):

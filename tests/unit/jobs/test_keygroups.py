@@ -22,8 +22,13 @@ def test_hash_is_the_same_in_another_process_with_another_hash_seed():
         "import sys; sys.path.insert(0, %r); from weir.runtime.keygroups import stable_hash; "
         "print([stable_hash(k) for k in %r])" % (sys.path[0], KEYS)
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    ).stdout
     assert out.strip() == str([stable_hash(k) for k in KEYS])
 
 

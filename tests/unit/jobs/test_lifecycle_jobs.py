@@ -8,7 +8,7 @@ import collections
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 from weir import (
     DiscardingSink,
     JobStatus,
@@ -20,14 +20,14 @@ from weir import (
     Types,
     WatermarkStrategy,
 )
-from weir.runtime.restore import restore_plan
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
 from weir.runtime.off_loop import inline
+from weir.runtime.restore import restore_plan
 from weir.runtime.sources import GeneratorSource, IndexSplit
 from weir.runtime.task import TaskResult, TaskState
-from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 
 def _env(checkpoint_dir, parallelism=2, interval_ms=50):
@@ -53,16 +53,26 @@ N = 4_000
 def _windows_job(env, out_dir, rate):
     """Two event-time sources far apart in event time (b runs 5× ahead of a), a
     union, and 100 ms tumbling windows counting each key's records."""
+
     def source(name, scale):
         strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e: e[1])
-        return env.from_generator(lambda i: (name, i * scale), count=N, records_per_second=rate, watermark_strategy=strategy).uid(name)
+        return env.from_generator(
+            lambda i: (name, i * scale), count=N, records_per_second=rate, watermark_strategy=strategy
+        ).uid(name)
 
     def count(key, ctx, elements):
         return [(key, ctx.window().start, len(list(elements)))]
 
-    (source("a", 1).union(source("b", 5)).key_by(lambda e: e[0])
-        .window(TumblingEventTimeWindows.of(100)).process(count).uid("windows")
-        .sink_to(FileSink(out_dir)).uid("out"))
+    (
+        source("a", 1)
+        .union(source("b", 5))
+        .key_by(lambda e: e[0])
+        .window(TumblingEventTimeWindows.of(100))
+        .process(count)
+        .uid("windows")
+        .sink_to(FileSink(out_dir))
+        .uid("out")
+    )
     return env
 
 
@@ -75,7 +85,9 @@ def _expected():
 
 
 @pytest.mark.parametrize("trial", range(3))
-def test_a_suspended_job_with_several_event_time_sources_resumes_as_if_never_stopped(tmp_path, checkpoint_dir, out_dir, trial):
+def test_a_suspended_job_with_several_event_time_sources_resumes_as_if_never_stopped(
+    tmp_path, checkpoint_dir, out_dir, trial
+):
     """The sources stop one after the other; the one stopped first must keep
     holding the window task's watermark, or windows fire half full before the
     savepoint and the rest of their records come late after the resume."""
@@ -112,7 +124,10 @@ def test_operators_that_fully_finished_are_not_opened_again_after_a_failover(che
     long = env.from_generator(lambda i: (i % 10, 1), records_per_second=2_000).uid("long")
     short.union(long).key_by(lambda kv: kv[0]).sum(1).uid("sum").sink_to(FileSink(out_dir)).uid("out")
     client = env.execute_async("finished-then-failover", executor="local")
-    _wait(lambda: [m["state"] for m in client.metrics() if m["task"].startswith("source-collection")] == ["FINISHED"] * 2, client)
+    _wait(
+        lambda: [m["state"] for m in client.metrics() if m["task"].startswith("source-collection")] == ["FINISHED"] * 2,
+        client,
+    )
     first = max(c["checkpoint_id"] for c in client.checkpoints())
     _wait(lambda: any(c["status"] == "COMPLETED" and c["checkpoint_id"] > first for c in client.checkpoints()), client)
     assert _CountsOpens.opened == 2
@@ -132,12 +147,24 @@ def test_a_restore_that_puts_a_new_operator_in_front_of_a_fully_finished_one_is_
         return env.get_job_graph("refuse")
 
     old = graph(False)
-    metadata = {"operators": {
-        op.uid: {"name": op.name, "max_parallelism": v.max_parallelism, "handles": [None], "fully_finished": op.uid != "sink", "has_state": False}
-        for v in old.vertices.values() for op in v.operators
-    }}
+    metadata = {
+        "operators": {
+            op.uid: {
+                "name": op.name,
+                "max_parallelism": v.max_parallelism,
+                "handles": [None],
+                "fully_finished": op.uid != "sink",
+                "has_state": False,
+            }
+            for v in old.vertices.values()
+            for op in v.operators
+        }
+    }
     assert restore_plan(metadata, old, False)["done"].fully_finished
-    with pytest.raises(InvalidJobGraphError, match=r"operator 'Map' \(uid 'done'\) had fully finished in the snapshot, but operator 'Map' \(uid 'new'\) in front of it is new"):
+    with pytest.raises(
+        InvalidJobGraphError,
+        match=r"operator 'Map' \(uid 'done'\) had fully finished in the snapshot, but operator 'Map' \(uid 'new'\) in front of it is new",
+    ):
         restore_plan(metadata, graph(True), False)
 
 
@@ -176,8 +203,14 @@ def _partially_finishing(checkpoint_dir, union, savepoint=None, parallelism=2):
     env = _env(checkpoint_dir, parallelism)
     if savepoint:
         env.restore_from_savepoint(savepoint)
-    (env.from_source(_Uneven(), source_name="uneven").uid("uneven")
-        .map(_Remembers(union)).uid("remembers").sink_to(DiscardingSink()).uid("sink"))
+    (
+        env.from_source(_Uneven(), source_name="uneven")
+        .uid("uneven")
+        .map(_Remembers(union))
+        .uid("remembers")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
     return env.execute_async(f"partial-{union}", executor="local")
 
 
@@ -191,7 +224,9 @@ def test_union_list_state_of_a_partially_finished_operator_declines_its_checkpoi
     _wait(lambda: _source_states(client) == ["FINISHING", "RUNNING"], client)
     reason = CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED.message
     _wait(lambda: any(c["status"] == "ABORTED" and reason in c["reason"] for c in client.checkpoints()), client)
-    assert _source_states(client) == ["FINISHING", "RUNNING"], "no checkpoint completes, so the finished subtask cannot exit"
+    assert _source_states(client) == ["FINISHING", "RUNNING"], (
+        "no checkpoint completes, so the finished subtask cannot exit"
+    )
     client.cancel()
 
 
@@ -226,7 +261,8 @@ def test_a_task_that_finishes_while_a_trigger_is_in_flight_aborts_that_checkpoin
     master.run_until_idle()
     assert first not in master.coordinator.pending
     entry = master.coordinator.history[first]
-    assert entry.status.value == "ABORTED" and entry.reason.startswith(CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK.message), entry
+    assert entry.status.value == "ABORTED" and entry.reason.startswith(
+        CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK.message
+    ), entry
     (retry,) = master.coordinator.pending  # the savepoint asked for is tried again without the finished task
     assert finished not in master.coordinator.pending[retry].plan.to_ack
-

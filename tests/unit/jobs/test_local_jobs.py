@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
 from weir import (
     DiscardingSink,
     InvalidConfigurationError,
     InvalidJobGraphError,
-    JobStatus,
     JobExecutionError,
+    JobStatus,
     KeyedProcessFunction,
     KeySelectionError,
     ListStateDescriptor,
@@ -25,7 +25,7 @@ from weir import (
     UserFunctionError,
     ValueStateDescriptor,
 )
-from tests.checker import check_running_sums
+from weir.connectors.files import FileSink, read_committed
 
 
 def _env(checkpoint_dir: str, p: int = 2, interval_ms: int | None = 50) -> StreamExecutionEnvironment:
@@ -43,8 +43,13 @@ def _keyed_sum(env, n, out_dir, fail=None):
             fail(i)
         return (i % 100, 2 * i)
 
-    (env.from_sequence(0, n - 1).map(to_kv).key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out_dir)))
+    (
+        env.from_sequence(0, n - 1)
+        .map(to_kv)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out_dir))
+    )
 
 
 def _verdict(out_dir, n):
@@ -128,9 +133,18 @@ def test_a_function_that_always_raises_fails_the_job_with_operator_record_and_tr
 def test_an_unpicklable_record_names_the_operator(checkpoint_dir, out_dir):
     env = _env(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.no_restart())
-    (env.from_sequence(0, 9).map(lambda i: (i, threading.Lock())).name("attach-lock").key_by(lambda r: r[0])
-        .reduce(lambda a, b: a).sink_to(DiscardingSink()))
-    with pytest.raises(JobExecutionError, match=r"operator 'attach-lock' emitted a record that cannot be pickled: \(\d+, <unlocked _thread.lock") as info:
+    (
+        env.from_sequence(0, 9)
+        .map(lambda i: (i, threading.Lock()))
+        .name("attach-lock")
+        .key_by(lambda r: r[0])
+        .reduce(lambda a, b: a)
+        .sink_to(DiscardingSink())
+    )
+    with pytest.raises(
+        JobExecutionError,
+        match=r"operator 'attach-lock' emitted a record that cannot be pickled: \(\d+, <unlocked _thread.lock",
+    ) as info:
         env.execute("local-unpicklable", executor="local")
     assert isinstance(info.value.__cause__, RecordSerializationError)
 
@@ -138,8 +152,13 @@ def test_an_unpicklable_record_names_the_operator(checkpoint_dir, out_dir):
 def test_an_unhashable_key_names_the_operator_and_the_record(checkpoint_dir):
     env = _env(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.no_restart())
-    env.from_collection([{"user": ["a"], "n": 1}]).key_by(lambda r: r["user"]).reduce(lambda a, b: a).sink_to(DiscardingSink())
-    with pytest.raises(JobExecutionError, match=r"key selector of operator 'Reduce' raised TypeError: key \['a'\] of type list has no stable hash.* on record \{'user': \['a'\], 'n': 1\}") as info:
+    env.from_collection([{"user": ["a"], "n": 1}]).key_by(lambda r: r["user"]).reduce(lambda a, b: a).sink_to(
+        DiscardingSink()
+    )
+    with pytest.raises(
+        JobExecutionError,
+        match=r"key selector of operator 'Reduce' raised TypeError: key \['a'\] of type list has no stable hash.* on record \{'user': \['a'\], 'n': 1\}",
+    ) as info:
         env.execute("local-unhashable", executor="local")
     assert isinstance(info.value.__cause__, KeySelectionError)
 
@@ -195,7 +214,9 @@ def test_restart_after_a_source_finished_skips_it_and_stays_exact(checkpoint_dir
     client.kill_task("sum", 0)
     result = client.wait(60)
     assert result.restarts == 1
-    v = check_running_sums(map(tuple, read_committed(out_dir)), [(k, 1) for k in range(10)] + [(i % 10, 1) for i in range(20_000)])
+    v = check_running_sums(
+        map(tuple, read_committed(out_dir)), [(k, 1) for k in range(10)] + [(i % 10, 1) for i in range(20_000)]
+    )
     assert v.exact, v
 
 
@@ -203,13 +224,18 @@ def test_a_function_that_cannot_be_pickled_is_refused_before_the_job_starts(chec
     env = _env(checkpoint_dir)
     lock = threading.Lock()
     env.from_sequence(0, 9).map(lambda i: (i, lock)).name("holds-lock").sink_to(DiscardingSink())
-    with pytest.raises(InvalidJobGraphError, match=r"operator 'holds-lock' cannot be shipped to its tasks: .*cannot pickle '_thread.lock' object"):
+    with pytest.raises(
+        InvalidJobGraphError,
+        match=r"operator 'holds-lock' cannot be shipped to its tasks: .*cannot pickle '_thread.lock' object",
+    ):
         env.execute("local-unshippable", executor="local")
 
 
 def test_from_collection_refuses_an_element_that_cannot_be_pickled_naming_it():
     env = StreamExecutionEnvironment.get_execution_environment()
-    with pytest.raises(InvalidJobGraphError, match=r"from_collection\(\): element 2, <unlocked _thread.lock.*cannot be pickled"):
+    with pytest.raises(
+        InvalidJobGraphError, match=r"from_collection\(\): element 2, <unlocked _thread.lock.*cannot be pickled"
+    ):
         env.from_collection([1, 2, threading.Lock()])
 
 
@@ -229,8 +255,12 @@ def test_a_source_pausing_between_records_sends_a_batch_per_buffer_timeout_not_p
     buffer goes out when the buffer timeout (50 ms) is due, so half a second of
     records travels in a few dozen batches, not one delivery per record."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1).set_buffer_timeout(50)
-    (env.from_generator(lambda i: (i % 10, i), count=1_000, records_per_second=2_000)
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: b).sink_to(DiscardingSink()))
+    (
+        env.from_generator(lambda i: (i % 10, i), count=1_000, records_per_second=2_000)
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: b)
+        .sink_to(DiscardingSink())
+    )
     result = env.execute("paced-source", executor="local")
     source = next(m for m in result.metrics if m["task"].startswith("source"))
     assert source["records_out"] == 1_000
@@ -259,7 +289,10 @@ def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
         with pytest.raises(KeyboardInterrupt):
             env.execute("interrupted", executor="local")
     assert clients[0].status() is JobStatus.CANCELED
-    assert "weir: job 'interrupted' cancelled (use execute_async() for a job that runs on without you)" in capsys.readouterr().err
+    assert (
+        "weir: job 'interrupted' cancelled (use execute_async() for a job that runs on without you)"
+        in capsys.readouterr().err
+    )
 
 
 def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsys):
@@ -288,7 +321,10 @@ def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsy
             env.execute("interrupted-early", executor="local")
     assert clients[0].status() is JobStatus.CANCELED
     err = capsys.readouterr().err
-    assert "weir: Ctrl-C while job 'interrupted-early' is being submitted: it will be cancelled once it is (Ctrl-C again to stop waiting)" in err
+    assert (
+        "weir: Ctrl-C while job 'interrupted-early' is being submitted: it will be cancelled once it is (Ctrl-C again to stop waiting)"
+        in err
+    )
     assert "weir: job 'interrupted-early' cancelled" in err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
@@ -304,7 +340,9 @@ def test_execute_draws_progress_of_records_read_of_the_total_and_checkpoints(mon
     monkeypatch.setattr(weir.runtime.progress, "_console", lambda: Console(file=out, width=120, force_terminal=False))
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2).set_progress_bar(True)
     env.enable_checkpointing(100).get_checkpoint_config().set_checkpoint_storage(str(tmp_path))
-    env.from_generator(lambda i: i, count=3_000, records_per_second=6_000).union(env.from_sequence(1, 1_000)).sink_to(DiscardingSink())
+    env.from_generator(lambda i: i, count=3_000, records_per_second=6_000).union(env.from_sequence(1, 1_000)).sink_to(
+        DiscardingSink()
+    )
     env.execute("with-progress", executor="local")
     final = out.getvalue().strip().splitlines()[-1]
     assert final.startswith("with-progress") and "4000/4000 records" in final and "checkpoints" in final, final

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 from weir import DiscardingSink, InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.clock import ManualClock
 from weir.runtime.letters import EventFromOperator
 from weir.runtime.sources import RequestSplit
-from tests.checker import check_running_sums
-from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 N = 40_000
 
@@ -21,15 +20,22 @@ def _job(checkpoint_dir, out_dir, n=N):
     env.set_max_parallelism(8)
     env.enable_checkpointing(100)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=20_000)
-        .map(lambda kv: kv).name("enrich")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).name("totals")
-        .sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=20_000)
+        .map(lambda kv: kv)
+        .name("enrich")
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .name("totals")
+        .sink_to(FileSink(out_dir))
+    )
     return env
 
 
 def _wait_for_checkpoint(client, after: int = 0):
-    client.wait_until(lambda c: any(s["status"] == "COMPLETED" and s["checkpoint_id"] > after for s in c.checkpoints()), 300)
+    client.wait_until(
+        lambda c: any(s["status"] == "COMPLETED" and s["checkpoint_id"] > after for s in c.checkpoints()), 300
+    )
 
 
 def test_rescale_2_4_1_while_running_is_exact(checkpoint_dir, out_dir):
@@ -53,7 +59,9 @@ def test_rescale_errors_name_the_operator_and_the_limit(checkpoint_dir, out_dir)
     try:
         with pytest.raises(InvalidJobGraphError, match="has no operator named 'nope'; its operators: .*enrich.*totals"):
             client.rescale({"nope": 2})
-        with pytest.raises(InvalidJobGraphError, match="operator 'totals': parallelism 9 is above its max parallelism 8"):
+        with pytest.raises(
+            InvalidJobGraphError, match="operator 'totals': parallelism 9 is above its max parallelism 8"
+        ):
             client.rescale({"totals": 9})
         assert client.status() is JobStatus.RUNNING
     finally:
@@ -94,7 +102,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
     """The job processes on while the slots start (a process start is seconds on a
     small machine); then it stops at a checkpoint and redeploys."""
     from weir.runtime.jobmaster import JobMaster
-    from weir.runtime.letters import RescaleJob, Request
+    from weir.runtime.letters import Request, RescaleJob
     from weir.runtime.off_loop import inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -123,7 +131,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
 
 def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoint_dir):
     from weir.runtime.jobmaster import JobMaster
-    from weir.runtime.letters import RescaleJob, Request
+    from weir.runtime.letters import Request, RescaleJob
     from weir.runtime.off_loop import inline
     from weir.runtime.stopping import RESCALE_WAIT_S
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
 from weir import JobExecutionError, JobStatus, StreamExecutionEnvironment, WeirError
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.operators import StreamOperator
-from tests.checker import check_running_sums
 
 N = 30_000
 
@@ -23,7 +22,9 @@ def _job(checkpoint_dir, out_dir, parallelism=2, savepoint=None, rate=40_000, al
     s = env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=rate).uid("gen")
     if extra_uid:
         s = s.map(lambda r: r).uid(extra_uid)
-    s.key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(FileSink(out_dir)).uid("out")
+    s.key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(FileSink(out_dir)).uid(
+        "out"
+    )
     return env
 
 
@@ -36,7 +37,9 @@ def _exact(out_dir):
 
 
 @pytest.mark.parametrize("p_before,p_after", [(2, 2), (2, 3), (3, 1)])
-def test_stop_without_drain_then_resume_equals_an_uninterrupted_run(tmp_path, checkpoint_dir, out_dir, p_before, p_after):
+def test_stop_without_drain_then_resume_equals_an_uninterrupted_run(
+    tmp_path, checkpoint_dir, out_dir, p_before, p_after
+):
     client = _job(checkpoint_dir, out_dir, p_before).execute_async("stop-resume", executor="local")
     _wait_for_checkpoint(client)
     savepoint = client.stop(str(tmp_path / "sp"), drain=False)
@@ -44,7 +47,9 @@ def test_stop_without_drain_then_resume_equals_an_uninterrupted_run(tmp_path, ch
     assert result.status is JobStatus.SUSPENDED
     committed = len(read_committed(out_dir))
     assert 0 < committed < N, "the stop should land mid-stream"
-    resumed = _job(checkpoint_dir, out_dir, p_after, savepoint=savepoint, rate=None).execute("stop-resume", executor="local")
+    resumed = _job(checkpoint_dir, out_dir, p_after, savepoint=savepoint, rate=None).execute(
+        "stop-resume", executor="local"
+    )
     assert resumed.status is JobStatus.FINISHED
     v = _exact(out_dir)
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N)
@@ -80,7 +85,10 @@ def test_savepoint_keeps_the_job_running_and_can_be_resumed_elsewhere(tmp_path, 
     client = _job(checkpoint_dir, out_dir).execute_async("savepoint-run", executor="local")
     _wait_for_checkpoint(client)
     sp = client.savepoint(str(tmp_path / "sp"))
-    assert sp.startswith(f"file://{tmp_path}/sp/savepoint-") and (tmp_path / "sp" / sp.rsplit("/", 1)[1] / "_metadata").exists()
+    assert (
+        sp.startswith(f"file://{tmp_path}/sp/savepoint-")
+        and (tmp_path / "sp" / sp.rsplit("/", 1)[1] / "_metadata").exists()
+    )
     assert client.status() is JobStatus.RUNNING
     assert client.wait(30).status is JobStatus.FINISHED
     assert _exact(out_dir).exact
@@ -108,7 +116,9 @@ def test_restore_refuses_state_of_a_missing_uid_unless_allowed(tmp_path, checkpo
         env.from_generator(lambda i: (i % 50, i), count=N).uid("gen").sink_to(FileSink(str(tmp_path / "o3"))).uid("out")
 
     without_the_reduce()
-    with pytest.raises(JobExecutionError, match=r"holds state of operator 'Reduce' \(uid 'sums'\), which this job does not have"):
+    with pytest.raises(
+        JobExecutionError, match=r"holds state of operator 'Reduce' \(uid 'sums'\), which this job does not have"
+    ):
         env.execute("uid-check-3", executor="local")
     env.restore_from_savepoint(sp, allow_non_restored_state=True)
     without_the_reduce()  # the failed execute ran the pipeline: the next runs what is built after it, as in PyFlink
@@ -153,8 +163,12 @@ def test_stop_with_drain_delivers_max_watermark_before_finish(tmp_path, checkpoi
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
     env.enable_checkpointing(100)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: i, records_per_second=1000).key_by(lambda i: i % 3)
-        .transform("recorder", _Recorder).sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: i, records_per_second=1000)
+        .key_by(lambda i: i % 3)
+        .transform("recorder", _Recorder)
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("drain", executor="local")
     _wait_for_checkpoint(client)
     client.stop(str(tmp_path / "sp"), drain=drain)
@@ -184,13 +198,24 @@ def test_a_failing_stop_fails_the_request_with_the_reason_and_the_job_keeps_runn
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
     env.enable_checkpointing(100)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (env.from_generator(lambda i: (i % 5, i), count=N, records_per_second=20_000).uid("gen")
-        .transform("fragile", _FailingSnapshots).uid("fragile")
-        .key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(FileSink(out_dir)).uid("out"))
+    (
+        env.from_generator(lambda i: (i % 5, i), count=N, records_per_second=20_000)
+        .uid("gen")
+        .transform("fragile", _FailingSnapshots)
+        .uid("fragile")
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .uid("sums")
+        .sink_to(FileSink(out_dir))
+        .uid("out")
+    )
     client = env.execute_async("failing-stop", executor="local")
     _wait_for_checkpoint(client)
     _FailingSnapshots.broken = True
-    with pytest.raises(WeirError, match=r"stop of job 'failing-stop' failed.*snapshot_state\(\) of operator 'fragile' raised OSError: No space left on device"):
+    with pytest.raises(
+        WeirError,
+        match=r"stop of job 'failing-stop' failed.*snapshot_state\(\) of operator 'fragile' raised OSError: No space left on device",
+    ):
         client.stop(str(tmp_path / "sp"))
     _FailingSnapshots.broken = False
     client.wait_until(lambda c: c.status() is JobStatus.RUNNING)

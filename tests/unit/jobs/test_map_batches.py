@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.kills import kill_each_after_checkpoints
 from weir import (
     DiscardingSink,
     InvalidConfigurationError,
@@ -17,9 +17,9 @@ from weir import (
     RestartStrategy,
     StreamExecutionEnvironment,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.batches import MapBatchesOperator
 from weir.runtime.testing import OperatorHarness
-from tests.kills import kill_each_after_checkpoints
 
 
 def _rows(n):
@@ -75,9 +75,9 @@ def test_a_partial_batch_goes_before_the_barrier_a_watermark_the_end_and_its_tim
     fn = Sizes()
     h = _harness(fn)
     assert h.process(*[{"i": i} for i in range(10)]) == [{"i": i} for i in range(8)]
-    snap = h.snapshot(1)                        # the checkpoint takes the last 2 rows first
+    snap = h.snapshot(1)  # the checkpoint takes the last 2 rows first
     assert h.output[8:] == [{"i": 8}, {"i": 9}] and fn.sizes == [4, 4, 2]
-    assert not snap.summary().has_state         # no rows held in the snapshot
+    assert not snap.summary().has_state  # no rows held in the snapshot
     h.process({"i": 10})
     assert h.watermark(5) == [{"i": 10}] and fn.sizes[-1] == 1
     h.process({"i": 11})
@@ -115,7 +115,9 @@ def test_a_callable_class_is_built_once_per_subtask_and_gpus_are_asked_for():
     env = StreamExecutionEnvironment.get_execution_environment()
     stream = env.from_collection(_rows(10))
     stream.map_batches(Model, fn_constructor_args=(2,), num_gpus=1).name("infer").sink_to(DiscardingSink())
-    stream.map_batches(Model, fn_constructor_args=(3,)).name("infer2").with_resources(num_gpus=0.5).sink_to(DiscardingSink())
+    stream.map_batches(Model, fn_constructor_args=(3,)).name("infer2").with_resources(num_gpus=0.5).sink_to(
+        DiscardingSink()
+    )
     vertices = {v.id: v for v in env.get_job_graph().vertices.values()}
     assert vertices["infer"].resources["num_gpus"] == 1 and vertices["infer2"].resources["num_gpus"] == 0.5
 
@@ -129,14 +131,22 @@ def test_misuse_names_the_operator_and_the_setting():
         stream.map_batches(lambda b: b, batch_size=0)
     with pytest.raises(InvalidConfigurationError, match="fn is not a class"):
         stream.map_batches(lambda b: b, fn_constructor_args=(1,))
-    with pytest.raises(Exception, match=r'map_batches function of operator \'MapBatches\' raised TypeError: returned list, '
-                       r'not a batch of batch_format="pandas" \(a pandas.DataFrame\)'):
+    with pytest.raises(
+        Exception,
+        match=r"map_batches function of operator \'MapBatches\' raised TypeError: returned list, "
+        r'not a batch of batch_format="pandas" \(a pandas.DataFrame\)',
+    ):
         _harness(lambda df: list(df.index), fmt="pandas").process(*[{"x": 1}] * 4)
-    with pytest.raises(Exception, match=r"returned dict, not a batch of batch_format=\"numpy\" \(a dict of numpy arrays of one length\)"):
+    with pytest.raises(
+        Exception,
+        match=r"returned dict, not a batch of batch_format=\"numpy\" \(a dict of numpy arrays of one length\)",
+    ):
         _harness(lambda b: {"x": [1, 2, 3, 4]}, fmt="numpy").process(*[{"x": 1}] * 4)
     env.set_restart_strategy(RestartStrategy.no_restart())
     env.from_sequence(1, 10).map_batches(lambda t: t).name("vectorised").sink_to(DiscardingSink())
-    with pytest.raises(JobExecutionError, match=r"of operator 'vectorised' raised TypeError: map_batches takes rows \(dicts\), got int"):
+    with pytest.raises(
+        JobExecutionError, match=r"of operator 'vectorised' raised TypeError: map_batches takes rows \(dicts\), got int"
+    ):
         env.execute("not-rows", executor="local")
 
 
@@ -149,12 +159,16 @@ def test_a_map_batches_job_is_exact_after_its_tasks_are_killed(checkpoint_dir, o
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.01))
     # Batches of 1,000 at 30,000 rows/s: every barrier finds a partial batch,
     # which only the flush before the snapshot saves from being lost.
-    (env.from_generator(lambda i: rows[i], count=n, records_per_second=30_000).set_parallelism(1).rebalance()
-        .map_batches(double_pandas, batch_size=1_000, batch_format="pandas", batch_timeout_ms=None).name("batches")
+    (
+        env.from_generator(lambda i: rows[i], count=n, records_per_second=30_000)
+        .set_parallelism(1)
+        .rebalance()
+        .map_batches(double_pandas, batch_size=1_000, batch_format="pandas", batch_timeout_ms=None)
+        .name("batches")
         .map(lambda r: (r["id"], r["y"]))
-        .sink_to(FileSink(out_dir)))
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("map-batches-kill", executor="local")
     kill_each_after_checkpoints(client, "batches")
     assert client.wait(120).restarts == 2
     assert sorted(map(tuple, read_committed(out_dir))) == _reference(rows)
-

@@ -12,8 +12,7 @@ RUNTIME = pathlib.Path(__file__).resolve().parents[3] / "runtime"
 
 def test_no_runtime_module_imports_ray():
     offenders = [
-        str(p) for p in RUNTIME.rglob("*.py")
-        if re.search(r"^\s*(import ray\b|from ray\b)", p.read_text(), re.M)
+        str(p) for p in RUNTIME.rglob("*.py") if re.search(r"^\s*(import ray\b|from ray\b)", p.read_text(), re.M)
     ]
     assert offenders == []
 

@@ -46,10 +46,12 @@ def word_count(lines):
     def split(line):
         yield from line.lower().replace(",", "").split()
 
-    counts = ds.flat_map(split, output_type=Types.STRING()) \
-        .map(lambda word: (word, 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()])) \
-        .key_by(lambda pair: pair[0], key_type=Types.STRING()) \
+    counts = (
+        ds.flat_map(split, output_type=Types.STRING())
+        .map(lambda word: (word, 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+        .key_by(lambda pair: pair[0], key_type=Types.STRING())
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
     with counts.execute_and_collect() as results:
         return list(results)
 
@@ -64,12 +66,12 @@ def test_word_count_with_types():
 # typed Types.ROW_NAMED: the shape of PyFlink's examples/datastream/state_access.py and
 # event_time_timer.py (a KeyedProcessFunction keeping a running value per key in open()'s state).
 
-class CountVisits(KeyedProcessFunction):
 
+class CountVisits(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext):
         self.visits = runtime_context.get_state(ValueStateDescriptor("visits", Types.INT()))
 
-    def process_element(self, value, ctx: 'KeyedProcessFunction.Context'):
+    def process_element(self, value, ctx: "KeyedProcessFunction.Context"):
         visits = self.visits.value()
         visits = 1 if visits is None else visits + 1
         self.visits.update(visits)
@@ -79,19 +81,31 @@ class CountVisits(KeyedProcessFunction):
 def visits_per_user(clicks):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)  # each user's clicks in order
-    visits = env.from_collection(clicks) \
-        .key_by(lambda click: click["user"], key_type=Types.STRING()) \
-        .process(CountVisits(),
-                 output_type=Types.ROW_NAMED(["user", "page", "visits"], [Types.STRING(), Types.STRING(), Types.INT()]))
+    visits = (
+        env.from_collection(clicks)
+        .key_by(lambda click: click["user"], key_type=Types.STRING())
+        .process(
+            CountVisits(),
+            output_type=Types.ROW_NAMED(["user", "page", "visits"], [Types.STRING(), Types.STRING(), Types.INT()]),
+        )
+    )
     return visits.filter(lambda row: row.visits > 1).execute_and_collect(limit=100)
 
 
 def test_keyed_process_function_with_int_value_state_and_named_rows():
-    clicks = [{"user": "ann", "page": "/a"}, {"user": "bob", "page": "/b"}, {"user": "ann", "page": "/c"},
-              {"user": "ann", "page": "/a"}, {"user": "bob", "page": "/a"}]
+    clicks = [
+        {"user": "ann", "page": "/a"},
+        {"user": "bob", "page": "/b"},
+        {"user": "ann", "page": "/c"},
+        {"user": "ann", "page": "/a"},
+        {"user": "bob", "page": "/a"},
+    ]
     got = visits_per_user(clicks)
     assert sorted(got, key=repr) == [
-        Row(user="ann", page="/a", visits=3), Row(user="ann", page="/c", visits=2), Row(user="bob", page="/a", visits=2)]
+        Row(user="ann", page="/a", visits=3),
+        Row(user="ann", page="/c", visits=2),
+        Row(user="bob", page="/a", visits=2),
+    ]
     # The rows a PyFlink job hands on: named as the type says, read by name and position.
     assert [(r.user, r["visits"], r[1]) for r in sorted(got, key=repr)][0] == ("ann", 3, "/a")
 
@@ -102,11 +116,10 @@ def test_keyed_process_function_with_int_value_state_and_named_rows():
 # keyed FlatMapFunction of Flink's state documentation (docs/dev/datastream/fault-tolerance/state,
 # "Using Keyed State", Python tab: an average emitted every two records of a key).
 
-class AverageOfTwo(FlatMapFunction):
 
+class AverageOfTwo(FlatMapFunction):
     def open(self, runtime_context: RuntimeContext):
-        self.sum = runtime_context.get_state(
-            ValueStateDescriptor("sum", Types.TUPLE([Types.INT(), Types.INT()])))
+        self.sum = runtime_context.get_state(ValueStateDescriptor("sum", Types.TUPLE([Types.INT(), Types.INT()])))
 
     def flat_map(self, value):
         count, total = self.sum.value() or (0, 0)
@@ -126,17 +139,21 @@ def average_tel_per_country():
             (2, '{"name": "Bo", "tel": 135, "addr": {"country": "China", "city": "Shanghai"}}'),
             (3, '{"name": "Cy", "tel": 124, "addr": {"country": "USA", "city": "Boston"}}'),
             (4, '{"name": "Di", "tel": 32, "addr": {"country": "China", "city": "Hangzhou"}}'),
-            (5, '{"name": "Ed", "tel": 15, "addr": {"country": "UK", "city": "Leeds"}}')],
-        type_info=Types.ROW_NAMED(["id", "info"], [Types.INT(), Types.STRING()]))
+            (5, '{"name": "Ed", "tel": 15, "addr": {"country": "UK", "city": "Leeds"}}'),
+        ],
+        type_info=Types.ROW_NAMED(["id", "info"], [Types.INT(), Types.STRING()]),
+    )
 
     def parse(data):
         info = json.loads(data.info)
         return Row(data.id, info["addr"]["country"], info["tel"])
 
-    people = ds.map(parse, output_type=Types.ROW_NAMED(["id", "country", "tel"],
-                                                      [Types.INT(), Types.STRING(), Types.INT()]))
-    averages = people.key_by(lambda person: person.country) \
-        .flat_map(AverageOfTwo(), output_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+    people = ds.map(
+        parse, output_type=Types.ROW_NAMED(["id", "country", "tel"], [Types.INT(), Types.STRING(), Types.INT()])
+    )
+    averages = people.key_by(lambda person: person.country).flat_map(
+        AverageOfTwo(), output_type=Types.TUPLE([Types.STRING(), Types.INT()])
+    )
     with averages.execute_and_collect() as results:
         return sorted(results)
 
@@ -150,8 +167,8 @@ def test_named_rows_through_a_typed_map_into_keyed_state():
 # examples/datastream/windowing/tumbling_time_window.py. The one record out of order
 # (("b", 6, 3) after a timestamp of 4) is within the bound, so no record is late.
 
-class ThirdField(TimestampAssigner):
 
+class ThirdField(TimestampAssigner):
     def extract_timestamp(self, value, record_timestamp) -> int:
         return value[2]
 
@@ -160,13 +177,18 @@ def window_sums(events):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
     ds = env.from_collection(events, type_info=Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()]))
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(2)) \
-        .with_timestamp_assigner(ThirdField())
-    sums = ds.assign_timestamps_and_watermarks(strategy) \
-        .key_by(lambda e: e[0], key_type=Types.STRING()) \
-        .window(TumblingEventTimeWindows.of(Time.milliseconds(5))) \
-        .reduce(lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2])),
-                output_type=Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()]))
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(2)).with_timestamp_assigner(
+        ThirdField()
+    )
+    sums = (
+        ds.assign_timestamps_and_watermarks(strategy)
+        .key_by(lambda e: e[0], key_type=Types.STRING())
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(5)))
+        .reduce(
+            lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2])),
+            output_type=Types.TUPLE([Types.STRING(), Types.INT(), Types.LONG()]),
+        )
+    )
     with sums.execute_and_collect() as results:
         return sorted(results)
 

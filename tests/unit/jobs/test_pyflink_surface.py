@@ -71,8 +71,11 @@ class SecondField(TimestampAssigner):
 
 
 def stamped(env: StreamExecutionEnvironment, records: list) -> DataStream:
-    return env.from_collection(records, type_info=Types.TUPLE([Types.STRING(), Types.INT()])) \
-        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField()))
+    return env.from_collection(
+        records, type_info=Types.TUPLE([Types.STRING(), Types.INT()])
+    ).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    )
 
 
 _written: list = []
@@ -91,6 +94,7 @@ class _Append(SinkWriter):
 
 
 # ---------------------------------------------------------------- names and module paths
+
 
 def test_pyflinks_module_paths_for_streams_and_output_tags_hold_weirs_classes():
     from weir.runtime.datastream import DataStream as Own
@@ -122,16 +126,19 @@ def test_add_sink_attaches_a_weir_sink_as_sink_to_does():
 
 # ---------------------------------------------------------------- windows
 
+
 def test_dynamic_gap_sessions_open_each_record_a_session_of_its_own_gap():
     class GapIsTheTimestamp(SessionWindowTimeGapExtractor):
         def extract(self, element) -> int:
             return element[1]
 
     env = StreamExecutionEnvironment.get_execution_environment()
-    windows = stamped(env, [("hi", 1), ("hi", 2), ("hi", 3), ("hi", 4), ("hi", 9), ("hi", 9), ("hi", 15)]) \
-        .key_by(lambda x: x[0]) \
-        .window(EventTimeSessionWindows.with_dynamic_gap(GapIsTheTimestamp())) \
+    windows = (
+        stamped(env, [("hi", 1), ("hi", 2), ("hi", 3), ("hi", 4), ("hi", 9), ("hi", 9), ("hi", 15)])
+        .key_by(lambda x: x[0])
+        .window(EventTimeSessionWindows.with_dynamic_gap(GapIsTheTimestamp()))
         .process(lambda key, ctx, elements: [(key, ctx.window().start, ctx.window().end, len(list(elements)))])
+    )
     # [1,2) [2,4) [3,6) [4,8) touch one after another; [9,18) [9,18) [15,30) do; 8 < 9 splits them.
     assert sorted(collect(windows)) == [("hi", 1, 8, 4), ("hi", 9, 30, 3)]
 
@@ -142,8 +149,9 @@ def test_a_dynamic_gap_that_is_not_positive_fails_naming_the_record():
             return 0
 
     env = StreamExecutionEnvironment.get_execution_environment()
-    stamped(env, [("hi", 1)]).key_by(lambda x: x[0]).window(EventTimeSessionWindows.with_dynamic_gap(Zero())) \
-        .process(lambda key, ctx, elements: [key]).print()
+    stamped(env, [("hi", 1)]).key_by(lambda x: x[0]).window(EventTimeSessionWindows.with_dynamic_gap(Zero())).process(
+        lambda key, ctx, elements: [key]
+    ).print()
     with pytest.raises(JobExecutionError, match=r"session gap of record \('hi', 1\)"):
         env.execute("zero-gap")
 
@@ -165,8 +173,7 @@ def test_count_windows_hand_the_window_function_pyflinks_count_windows():
 def test_sliding_count_windows_fire_only_when_full_as_pyflinks():
     env = StreamExecutionEnvironment.get_execution_environment()
     data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello")]
-    sums = env.from_collection(data).key_by(lambda x: x[1]).window(CountSlidingWindowAssigner(2, 1)) \
-        .apply(SumWithId())
+    sums = env.from_collection(data).key_by(lambda x: x[1]).window(CountSlidingWindowAssigner(2, 1)).apply(SumWithId())
     assert sorted(collect(sums)) == [("hello", 0, 6), ("hello", 1, 10), ("hi", 0, 4), ("hi", 1, 8)]
 
 
@@ -177,14 +184,18 @@ def test_a_count_window_of_no_records_is_refused_naming_the_setting():
 
 def test_purging_event_time_trigger_on_sessions():
     env = StreamExecutionEnvironment.get_execution_environment()
-    windows = stamped(env, [("hi", 1), ("hi", 2), ("hi", 3), ("hi", 4), ("hi", 8), ("hi", 9), ("hi", 15)]) \
-        .key_by(lambda x: x[0]).window(EventTimeSessionWindows.with_gap(3)) \
-        .trigger(PurgingTrigger.of(EventTimeTrigger.create())) \
+    windows = (
+        stamped(env, [("hi", 1), ("hi", 2), ("hi", 3), ("hi", 4), ("hi", 8), ("hi", 9), ("hi", 15)])
+        .key_by(lambda x: x[0])
+        .window(EventTimeSessionWindows.with_gap(3))
+        .trigger(PurgingTrigger.of(EventTimeTrigger.create()))
         .process(lambda key, ctx, elements: [(key, ctx.window().start, ctx.window().end, len(list(elements)))])
+    )
     assert sorted(collect(windows)) == [("hi", 1, 7, 4), ("hi", 8, 12, 2), ("hi", 15, 18, 1)]
 
 
 # ---------------------------------------------------------------- declared types
+
 
 class RunningSum(KeyedProcessFunction):
     def open(self, runtime_context):
@@ -198,8 +209,11 @@ class RunningSum(KeyedProcessFunction):
 def test_float_records_and_float_state_round_through_four_bytes_as_pyflinks_serializer():
     env = StreamExecutionEnvironment.get_execution_environment()
     data = [("Alice", 110.1), ("Alice", 20.0), ("Alice", 13.1), ("Alice", 20.1)]
-    sums = env.from_collection(data, type_info=Types.TUPLE([Types.STRING(), Types.FLOAT()])) \
-        .key_by(lambda x: x[0]).process(RunningSum())
+    sums = (
+        env.from_collection(data, type_info=Types.TUPLE([Types.STRING(), Types.FLOAT()]))
+        .key_by(lambda x: x[0])
+        .process(RunningSum())
+    )
     # What PyFlink prints for the same program (its examples/datastream/state_access.py sums these).
     assert collect(sums)[-1] == ("Alice", 163.30001831054688)
 
@@ -227,10 +241,13 @@ def test_filter_keeps_the_streams_declared_type():
 
 # ---------------------------------------------------------------- print()
 
+
 def test_print_shows_records_as_pyflink_does(capsys):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
-    typed = env.from_collection([("a", 1.5, True)], type_info=Types.TUPLE([Types.STRING(), Types.FLOAT(), Types.BOOLEAN()]))
+    typed = env.from_collection(
+        [("a", 1.5, True)], type_info=Types.TUPLE([Types.STRING(), Types.FLOAT(), Types.BOOLEAN()])
+    )
     typed.print()
     typed.map(lambda t: Row(t[0], None), output_type=Types.ROW([Types.STRING(), Types.INT()])).print("rows")
     env.from_collection([("a", 1)]).print()
@@ -246,33 +263,41 @@ def test_print_numbers_each_subtask_from_one_above_parallelism_one(capsys):
     assert capsys.readouterr().out.strip() in ("out:1> x", "out:2> x")
 
 
-@pytest.mark.parametrize(("value", "type_info", "printed"), [
-    (163.3000030517578, Types.FLOAT(), "163.3"),  # the 4-byte float nearest 163.3
-    (163.30001831054688, Types.DOUBLE(), "163.30001831054688"),
-    (1e7, None, "1.0E7"),
-    (0.00015, None, "1.5E-4"),
-    (0.001, None, "0.001"),
-    (-2.0, None, "-2.0"),
-    (float("inf"), None, "Infinity"),
-    ([1, 2], Types.LIST(Types.INT()), "[1, 2]"),
-    ({"a": None}, None, "{a=null}"),
-    (Row(1, ("x", False)), None, "+I[1, (x,false)]"),
-    (datetime.datetime(2021, 1, 9, 12, 0, 0, 11000), Types.SQL_TIMESTAMP(), "2021-01-09 12:00:00.011"),
-    (datetime.datetime(2021, 1, 9), None, "2021-01-09 00:00:00.0"),
-    (datetime.time(12, 0, 0, 5), Types.SQL_TIME(), "12:00:00"),
-])
+@pytest.mark.parametrize(
+    ("value", "type_info", "printed"),
+    [
+        (163.3000030517578, Types.FLOAT(), "163.3"),  # the 4-byte float nearest 163.3
+        (163.30001831054688, Types.DOUBLE(), "163.30001831054688"),
+        (1e7, None, "1.0E7"),
+        (0.00015, None, "1.5E-4"),
+        (0.001, None, "0.001"),
+        (-2.0, None, "-2.0"),
+        (float("inf"), None, "Infinity"),
+        ([1, 2], Types.LIST(Types.INT()), "[1, 2]"),
+        ({"a": None}, None, "{a=null}"),
+        (Row(1, ("x", False)), None, "+I[1, (x,false)]"),
+        (datetime.datetime(2021, 1, 9, 12, 0, 0, 11000), Types.SQL_TIMESTAMP(), "2021-01-09 12:00:00.011"),
+        (datetime.datetime(2021, 1, 9), None, "2021-01-09 00:00:00.0"),
+        (datetime.time(12, 0, 0, 5), Types.SQL_TIME(), "12:00:00"),
+    ],
+)
 def test_java_strings(value, type_info, printed):
     assert java_string(value, type_info) == printed
 
 
 # ---------------------------------------------------------------- state
 
+
 class Sums(KeyedProcessFunction):
     """A reducing and an aggregating state of the same running sum, as PyFlink's tests use them."""
 
     def open(self, runtime_context):
-        self.reduced = runtime_context.get_reducing_state(ReducingStateDescriptor("reduced", lambda a, b: a + b, Types.INT()))
-        self.aggregated = runtime_context.get_aggregating_state(AggregatingStateDescriptor("aggregated", Adding(), Types.INT()))
+        self.reduced = runtime_context.get_reducing_state(
+            ReducingStateDescriptor("reduced", lambda a, b: a + b, Types.INT())
+        )
+        self.aggregated = runtime_context.get_aggregating_state(
+            AggregatingStateDescriptor("aggregated", Adding(), Types.INT())
+        )
 
     def process_element(self, value, ctx):
         self.reduced.add(value[0])
@@ -300,7 +325,13 @@ def test_reducing_and_aggregating_state_fold_each_keys_values():
     data = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello")]
     sums = env.from_collection(data).key_by(lambda x: x[1]).process(Sums())
     assert sorted(collect(sums)) == [
-        (1, 10, "hi"), (2, 20, "hello"), (4, 40, "hi"), (6, 60, "hello"), (9, 90, "hi"), (12, 120, "hello")]
+        (1, 10, "hi"),
+        (2, 20, "hello"),
+        (4, 40, "hi"),
+        (6, 60, "hello"),
+        (9, 90, "hi"),
+        (12, 120, "hello"),
+    ]
 
 
 def test_a_reducing_state_without_a_function_is_refused_naming_it():
@@ -326,14 +357,23 @@ def test_map_state_reads_as_a_dict():
 
 # ---------------------------------------------------------------- keyed aggregations
 
+
 def test_sum_min_max_and_by_on_rows_tuples_and_numbers():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
-    rows = env.from_collection([(1, 1), (1, 2), (1, 3), (2, 5), (2, 1)], type_info=Types.ROW_NAMED(["v1", "v2"], [Types.INT(), Types.INT()]))
-    sums = rows.key_by(lambda x: x[0]).sum("v2").key_by(lambda x: x[0]).sum(1) \
-        .map(lambda x: (x[1], x[0]), output_type=Types.TUPLE([Types.INT(), Types.INT()])).key_by(lambda x: x[1]).sum()
+    rows = env.from_collection(
+        [(1, 1), (1, 2), (1, 3), (2, 5), (2, 1)], type_info=Types.ROW_NAMED(["v1", "v2"], [Types.INT(), Types.INT()])
+    )
+    sums = (
+        rows.key_by(lambda x: x[0])
+        .sum("v2")
+        .key_by(lambda x: x[0])
+        .sum(1)
+        .map(lambda x: (x[1], x[0]), output_type=Types.TUPLE([Types.INT(), Types.INT()]))
+        .key_by(lambda x: x[1])
+        .sum()
+    )
     assert collect(sums) == [(1, 1), (5, 1), (15, 1), (5, 2), (16, 2)]  # PyFlink's test_keyed_sum
-
 
 
 def keyed_rows():
@@ -345,7 +385,12 @@ def keyed_rows():
 
 
 def test_min_and_max_keep_the_first_records_other_fields_and_by_keeps_the_record():
-    assert [tuple(r) for r in collect(keyed_rows().min_by("v2"))] == [("a", 3, 0), ("a", 1, 1), ("b", 5, 0), ("b", 3, 1)]
+    assert [tuple(r) for r in collect(keyed_rows().min_by("v2"))] == [
+        ("a", 3, 0),
+        ("a", 1, 1),
+        ("b", 5, 0),
+        ("b", 3, 1),
+    ]
     assert [tuple(r) for r in collect(keyed_rows().max_by(1))] == [("a", 3, 0), ("a", 3, 0), ("b", 5, 0), ("b", 5, 0)]
     assert [tuple(r) for r in collect(keyed_rows().min(1))] == [("a", 3, 0), ("a", 1, 0), ("b", 5, 0), ("b", 3, 0)]
     assert [tuple(r) for r in collect(keyed_rows().max("v3"))] == [("a", 3, 0), ("a", 3, 1), ("b", 5, 0), ("b", 5, 1)]
@@ -362,12 +407,17 @@ def test_a_field_name_a_record_lacks_fails_naming_it():
 
 # ---------------------------------------------------------------- partitioning and the plan
 
+
 def test_partition_custom_sends_each_record_to_the_chosen_subtask():
     env = StreamExecutionEnvironment.get_execution_environment()
-    routed = env.from_collection([("a", 0), ("b", 1), ("c", 2), ("d", 3)]) \
-        .partition_custom(lambda key, n: key % n, lambda x: x[1]) \
-        .map(lambda x: x).set_parallelism(2) \
-        .process(Subtask()).set_parallelism(2)
+    routed = (
+        env.from_collection([("a", 0), ("b", 1), ("c", 2), ("d", 3)])
+        .partition_custom(lambda key, n: key % n, lambda x: x[1])
+        .map(lambda x: x)
+        .set_parallelism(2)
+        .process(Subtask())
+        .set_parallelism(2)
+    )
     assert sorted(collect(routed)) == [("a", 0), ("b", 1), ("c", 0), ("d", 1)]
 
 
@@ -381,14 +431,18 @@ class Subtask(ProcessFunction):
 
 def test_a_custom_partitioner_choosing_no_subtask_fails_naming_the_record():
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.from_collection([("a", 7)]).partition_custom(lambda key, n: key, lambda x: x[1]).map(lambda x: x).set_parallelism(2).print()
+    env.from_collection([("a", 7)]).partition_custom(lambda key, n: key, lambda x: x[1]).map(
+        lambda x: x
+    ).set_parallelism(2).print()
     with pytest.raises(JobExecutionError, match=r"custom partitioner.*channel 7, not one of 0..1"):
         env.execute("bad-channel")
 
 
 def test_shuffle_reaches_every_record_downstream():
     env = StreamExecutionEnvironment.get_execution_environment()
-    assert sorted(collect(env.from_collection(list(range(50))).shuffle().map(lambda x: x).set_parallelism(3))) == list(range(50))
+    assert sorted(collect(env.from_collection(list(range(50))).shuffle().map(lambda x: x).set_parallelism(3))) == list(
+        range(50)
+    )
 
 
 @pytest.mark.parametrize("repartition", ["rebalance", "broadcast", "forward", "shuffle", "rescale"])
@@ -400,7 +454,10 @@ def test_a_keyed_stream_refuses_repartitioning_as_pyflink_does(repartition):
 
 def test_project_keeps_the_chosen_tuple_fields_and_their_types():
     env = StreamExecutionEnvironment.get_execution_environment()
-    ds = env.from_collection([[1, 2, 3, "4"], [5, 6, 7, "8"]], type_info=Types.TUPLE([Types.INT(), Types.LONG(), Types.INT(), Types.STRING()]))
+    ds = env.from_collection(
+        [[1, 2, 3, "4"], [5, 6, 7, "8"]],
+        type_info=Types.TUPLE([Types.INT(), Types.LONG(), Types.INT(), Types.STRING()]),
+    )
     with pytest.raises(InvalidConfigurationError, match="project"):
         ds.project(4)
     with pytest.raises(InvalidJobGraphError, match="only a stream of a declared Types.TUPLE"):
@@ -414,12 +471,23 @@ def test_the_execution_plan_is_flinks_json():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     ds = env.from_collection([1, 2, 3])
-    ds.union(env.from_collection([4])).broadcast().map(lambda x: x).set_parallelism(3).key_by(lambda x: x).reduce(max).print()
+    ds.union(env.from_collection([4])).broadcast().map(lambda x: x).set_parallelism(3).key_by(lambda x: x).reduce(
+        max
+    ).print()
     plan = json.loads(env.get_execution_plan())
     assert [(n["type"], n["pact"], n["parallelism"]) for n in plan["nodes"]] == [
-        ("Source: collection", "Data Source", 2), ("Source: collection", "Data Source", 2),
-        ("Map", "Operator", 3), ("Reduce", "Operator", 2), ("Sink: PrintSink", "Data Sink", 2)]
-    assert [p["ship_strategy"] for n in plan["nodes"] for p in n["predecessors"]] == ["BROADCAST", "BROADCAST", "HASH", "FORWARD"]
+        ("Source: collection", "Data Source", 2),
+        ("Source: collection", "Data Source", 2),
+        ("Map", "Operator", 3),
+        ("Reduce", "Operator", 2),
+        ("Sink: PrintSink", "Data Sink", 2),
+    ]
+    assert [p["ship_strategy"] for n in plan["nodes"] for p in n["predecessors"]] == [
+        "BROADCAST",
+        "BROADCAST",
+        "HASH",
+        "FORWARD",
+    ]
 
 
 def test_a_keyed_streams_records_are_collected_with_their_keys_as_pyflinks():
@@ -427,7 +495,10 @@ def test_a_keyed_streams_records_are_collected_with_their_keys_as_pyflinks():
     data = [("pyflink", 1), ("datastream", 2)]
     keyed = env.from_collection(data, type_info=Types.TUPLE([Types.STRING(), Types.INT()])).key_by(lambda r: r[0])
     with keyed.execute_and_collect() as records:
-        assert sorted(records, key=str) == [Row(f0="datastream", f1=("datastream", 2)), Row(f0="pyflink", f1=("pyflink", 1))]
+        assert sorted(records, key=str) == [
+            Row(f0="datastream", f1=("datastream", 2)),
+            Row(f0="pyflink", f1=("pyflink", 1)),
+        ]
 
 
 def test_rescale_and_shuffle_show_in_the_plan():
@@ -436,7 +507,10 @@ def test_rescale_and_shuffle_show_in_the_plan():
     ds.rescale().map(lambda x: x).print()
     ds.shuffle().map(lambda x: x).print()
     plan = json.loads(env.get_execution_plan())
-    assert [p["ship_strategy"] for n in plan["nodes"] if n["type"] == "Map" for p in n["predecessors"]] == ["RESCALE", "SHUFFLE"]
+    assert [p["ship_strategy"] for n in plan["nodes"] if n["type"] == "Map" for p in n["predecessors"]] == [
+        "RESCALE",
+        "SHUFFLE",
+    ]
 
 
 class Counting(MapFunction):
@@ -468,6 +542,7 @@ def test_add_python_file_makes_the_file_importable_by_functions(tmp_path):
 
     def add(value):
         from helper_for_weir_test import add_two
+
         return add_two(value)
 
     assert sorted(collect(env.from_collection([1, 2]).map(add))) == [3, 4]
@@ -488,13 +563,19 @@ def test_a_configuration_sets_parallelism_and_mode_and_names_what_it_ignores(cap
     config.set_boolean("pipeline.object-reuse", True)
     env = StreamExecutionEnvironment.get_execution_environment(config)
     assert env.get_parallelism() == 3 and env.config.runtime_mode is RuntimeExecutionMode.BATCH
-    assert config.get_boolean("pipeline.object-reuse", False) and Configuration(config).get_integer("parallelism.default", 1) == 3
+    assert (
+        config.get_boolean("pipeline.object-reuse", False)
+        and Configuration(config).get_integer("parallelism.default", 1) == 3
+    )
     assert "configuration keys weir does not apply: pipeline.object-reuse" in caplog.text
     with pytest.raises(InvalidConfigurationError, match="execution.runtime-mode"):
-        StreamExecutionEnvironment.get_execution_environment(Configuration().set_string("execution.runtime-mode", "fast"))
+        StreamExecutionEnvironment.get_execution_environment(
+            Configuration().set_string("execution.runtime-mode", "fast")
+        )
 
 
 # ---------------------------------------------------------------- window joins and co-groups (Flink's, beyond PyFlink)
+
 
 def two_streams():
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -511,8 +592,13 @@ class Pair(JoinFunction):
 
 def test_a_window_join_pairs_each_keys_records_of_a_window():
     orders, payments = two_streams()
-    joined = orders.join(payments).where(lambda o: o[0]).equal_to(lambda p: p[0]) \
-        .window(TumblingEventTimeWindows.of(10)).apply(Pair())
+    joined = (
+        orders.join(payments)
+        .where(lambda o: o[0])
+        .equal_to(lambda p: p[0])
+        .window(TumblingEventTimeWindows.of(10))
+        .apply(Pair())
+    )
     # [0,10): ann's orders 1 and 4 with payments 3 and 5; [10,20): 12 with 11; bob and cid have no partner.
     assert sorted(collect(joined)) == [("ann", 1, 3), ("ann", 1, 5), ("ann", 4, 3), ("ann", 4, 5), ("ann", 12, 11)]
 
@@ -523,8 +609,13 @@ def test_a_co_group_gets_both_sides_of_a_key_even_when_one_is_empty():
             yield len(first), len(second)
 
     orders, payments = two_streams()
-    grouped = orders.co_group(payments).where(lambda o: o[0]).equal_to(lambda p: p[0]) \
-        .window(TumblingEventTimeWindows.of(10)).apply(Counts())
+    grouped = (
+        orders.co_group(payments)
+        .where(lambda o: o[0])
+        .equal_to(lambda p: p[0])
+        .window(TumblingEventTimeWindows.of(10))
+        .apply(Counts())
+    )
     assert sorted(collect(grouped)) == [(0, 1), (1, 0), (1, 1), (2, 2)]
 
 
@@ -536,6 +627,7 @@ def test_a_join_without_its_window_is_refused_naming_the_step():
 
 # ---------------------------------------------------------------- interval joins (Flink's, beyond PyFlink)
 
+
 class Within(ProcessJoinFunction):
     def process_element(self, left, right, ctx):
         yield left[0], left[1], right[1], ctx.get_timestamp()
@@ -543,23 +635,36 @@ class Within(ProcessJoinFunction):
 
 def test_an_interval_join_pairs_records_of_a_key_within_the_bounds():
     orders, payments = two_streams()
-    joined = orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0])).between(-1, 2).process(Within())
+    joined = (
+        orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0])).between(-1, 2).process(Within())
+    )
     # ann's order at 1 takes payments at 0..3 (3); at 4 takes 3..6 (3, 5); at 12 takes 11..14 (11).
     assert sorted(collect(joined)) == [("ann", 1, 3, 3), ("ann", 4, 3, 4), ("ann", 4, 5, 5), ("ann", 12, 11, 12)]
 
 
 def test_exclusive_bounds_leave_the_bounds_out():
     orders, payments = two_streams()
-    joined = orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0])).between(-1, 2) \
-        .lower_bound_exclusive().upper_bound_exclusive().process(Within())
+    joined = (
+        orders.key_by(lambda o: o[0])
+        .interval_join(payments.key_by(lambda p: p[0]))
+        .between(-1, 2)
+        .lower_bound_exclusive()
+        .upper_bound_exclusive()
+        .process(Within())
+    )
     assert sorted(collect(joined)) == [("ann", 4, 5, 5)]  # 3 - 4 is the lower bound, 1 + 2 = 3 the upper
 
 
 def test_the_results_carry_the_later_records_time_into_windows():
     orders, payments = two_streams()
-    joined = orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0])).between(0, 10).process(Within())
-    per_window = joined.key_by(lambda j: j[0]).window(TumblingEventTimeWindows.of(5)) \
+    joined = (
+        orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0])).between(0, 10).process(Within())
+    )
+    per_window = (
+        joined.key_by(lambda j: j[0])
+        .window(TumblingEventTimeWindows.of(5))
         .process(lambda key, ctx, elements: [(ctx.window().start, len(list(elements)))])
+    )
     # Pairs (1,3)@3 (1,5)@5 (1,11)@11 (4,5)@5 (4,11)@11, none for 12: [0,5) has 1, [5,10) 2, [10,15) 2.
     assert sorted(collect(per_window)) == [(0, 1), (5, 2), (10, 2)]
 
@@ -571,6 +676,7 @@ def test_interval_join_bounds_in_the_wrong_order_are_refused():
 
 
 # ---------------------------------------------------------------- async I/O (PyFlink 2.x's AsyncDataStream)
+
 
 class Lookup(AsyncFunction):
     """Answers after a delay that makes later records finish first; fails each record's first attempt when asked."""
@@ -604,8 +710,12 @@ def test_unordered_wait_emits_as_calls_complete():
 
 def test_a_retry_strategy_calls_again_after_an_accepted_failure():
     retry = AsyncRetryStrategy.fixed_delay(
-        max_attempts=2, backoff_time_millis=1,
-        exception_predicate=functools.partial(async_retry_predicates.exception_type_predicate, expected_error_type=TimeoutError))
+        max_attempts=2,
+        backoff_time_millis=1,
+        exception_predicate=functools.partial(
+            async_retry_predicates.exception_type_predicate, expected_error_type=TimeoutError
+        ),
+    )
     results = collect(AsyncDataStream.ordered_wait_with_retry(numbers(), Lookup(fail_first=True), 5_000, retry))
     assert results == [i * 10 for i in range(8)]
 
@@ -613,7 +723,10 @@ def test_a_retry_strategy_calls_again_after_an_accepted_failure():
 def test_a_failure_no_strategy_retries_fails_the_job_naming_the_record():
     env = StreamExecutionEnvironment.get_execution_environment()
     AsyncDataStream.ordered_wait(env.from_collection([0]), Lookup(fail_first=True), 5_000).print()
-    with pytest.raises(JobExecutionError, match="async_invoke of operator 'AsyncWait' raised TimeoutError: the service timed out on record 0"):
+    with pytest.raises(
+        JobExecutionError,
+        match="async_invoke of operator 'AsyncWait' raised TimeoutError: the service timed out on record 0",
+    ):
         env.execute("async-fails")
 
 

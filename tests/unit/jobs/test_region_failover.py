@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
-from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment, WeirError
 from tests.regions import kill_and_watch, outputs, two_pipelines
+from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment, WeirError
+from weir.connectors.files import FileSink, read_committed
 
 
 def _graph(build) -> list[set[str]]:
@@ -22,12 +22,14 @@ def test_regions_are_the_tasks_joined_by_channels():
         src = env.from_collection([1, 2]).name("src")
         src.map(str).name("m1").print()
         src.map(repr).name("m2").print()
+
     assert _graph(fan_out) == [{"m1/0", "m2/0", "src/0"}, {"m1/1", "m2/1", "src/1"}]
 
     # A shuffle joins everything it reaches; an independent pipeline stays apart.
     def shuffle_and_apart(env):
         env.from_collection([1, 2]).name("keyed").key_by(lambda x: x).reduce(lambda a, b: a).name("sum").print()
         env.from_collection([1, 2]).name("apart").print()
+
     assert _graph(shuffle_and_apart) == [{"apart/0"}, {"apart/1"}, {"keyed/0", "keyed/1", "sum/0", "sum/1"}]
 
 
@@ -36,6 +38,7 @@ def test_a_union_into_one_sink_joins_the_pipelines_into_one_region():
         a = env.from_collection([1]).name("a")
         b = env.from_collection([2]).name("b")
         a.union(b).sink_to(FileSink("/tmp/unused")).set_parallelism(1)
+
     assert len(_graph(union)) == 1
 
 
@@ -48,11 +51,15 @@ def test_killing_a_task_restarts_its_region_while_the_other_pipeline_goes_on(tmp
     assert outputs(str(tmp_path / "a"), "a") == (0, 0, [])
     assert outputs(str(tmp_path / "b"), "b") == (0, 0, [])
     assert result.restarts == 1
-    assert sorted(m["task"] for m in client.metrics()) == ["a/0", "a/1", "b/0", "b/1"], "an ended job still reports its tasks' counters"
+    assert sorted(m["task"] for m in client.metrics()) == ["a/0", "a/1", "b/0", "b/1"], (
+        "an ended job still reports its tasks' counters"
+    )
 
 
 def test_with_full_failover_the_other_pipeline_restarts_too(tmp_path):
-    env = two_pipelines(f"file://{tmp_path}/chk", str(tmp_path / "a"), str(tmp_path / "b")).set_failover_strategy("full")
+    env = two_pipelines(f"file://{tmp_path}/chk", str(tmp_path / "a"), str(tmp_path / "b")).set_failover_strategy(
+        "full"
+    )
     client = env.execute_async("full", executor="local")
     window = kill_and_watch(client, ("a", 0), "b")
     client.wait(120)
@@ -63,6 +70,7 @@ def test_with_full_failover_the_other_pipeline_restarts_too(tmp_path):
 
 def test_region_restarts_count_against_the_jobs_restart_strategy(tmp_path):
     """Failures in two different regions use up one strategy: the second fails the job."""
+
     def boom(i):
         if i == 300:
             raise ValueError(f"bad record {i}")

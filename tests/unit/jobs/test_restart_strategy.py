@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.unit.jobs.test_lifecycle_jobs import _wait
 from weir import (
     InvalidConfigurationError,
     JobExecutionError,
@@ -19,9 +19,9 @@ from weir import (
     RuntimeExecutionMode,
     StreamExecutionEnvironment,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.restarts import RestartBackoff
-from tests.unit.jobs.test_lifecycle_jobs import _wait
 
 # Flink's exponential delay without jitter, from 0.1 s doubling to 1 s.
 EXP = RestartStrategy.exponential_delay(None, 0.1, 2.0, 1.0, jitter=0.0, reset_backoff_threshold_s=60.0)
@@ -50,7 +50,9 @@ def test_jitter_moves_a_delay_by_up_to_its_share_either_way_and_never_below_the_
     jittered = RestartStrategy.exponential_delay(None, 0.1, 2.0, 1.0, jitter=0.1)
     assert [jittered.delay_before(3, draw) for draw in (0.0, 0.5, 1.0)] == pytest.approx([0.36, 0.4, 0.44])
     assert jittered.delay_before(1, 0.0) == 0.1  # as Flink: jitter does not restart sooner than the initial delay
-    assert jittered.delay_before(4, 1.0) == pytest.approx(0.88) and jittered.delay_before(5, 1.0) == 1.0  # the cap holds
+    assert (
+        jittered.delay_before(4, 1.0) == pytest.approx(0.88) and jittered.delay_before(5, 1.0) == 1.0
+    )  # the cap holds
     # The job master draws from its restart_jitter: a seed replays the delays.
     seed = 1234
     runs = []
@@ -91,7 +93,9 @@ def test_after_running_the_reset_threshold_without_failing_the_backoff_starts_ov
     reset = backoff.failed(2.4 + 60.0, 0.5)  # 60 s since the latest restart was due
     assert reset is not None and reset.attempts == 1 and reset.restart_at == pytest.approx(2.4 + 60.0 + 0.1)
     # A bounded strategy counts its attempts since the reset, as Flink's.
-    bounded = RestartBackoff(RestartStrategy.exponential_delay(2, 0.1, 2.0, 1.0, jitter=0.0, reset_backoff_threshold_s=60.0))
+    bounded = RestartBackoff(
+        RestartStrategy.exponential_delay(2, 0.1, 2.0, 1.0, jitter=0.0, reset_backoff_threshold_s=60.0)
+    )
     bounded, _ = _delays(bounded, [0.0, 1.0])
     assert bounded.failed(2.0, 0.5) is None and bounded.failed(1.2 + 60.0, 0.5) is not None
 
@@ -147,16 +151,21 @@ def test_without_a_strategy_set_the_default_depends_on_checkpointing():
     # BATCH mode runs without periodic checkpoints, and so with the fixed default.
     env.enable_checkpointing(100).set_runtime_mode(RuntimeExecutionMode.BATCH)
     graph = env.get_job_graph()
-    assert restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled) == RestartStrategy.fixed_delay(3, 0.5)
+    assert restart_strategy_for(
+        graph.execution.restart_strategy, graph.checkpointing.enabled
+    ) == RestartStrategy.fixed_delay(3, 0.5)
 
 
-@pytest.mark.parametrize("make,setting", [
-    (lambda: RestartStrategy.exponential_delay(jitter=1.5), "restart jitter"),
-    (lambda: RestartStrategy.exponential_delay(jitter=-0.1), "restart jitter"),
-    (lambda: RestartStrategy.exponential_delay(reset_backoff_threshold_s=0), "restart reset_backoff_threshold_s"),
-    (lambda: RestartStrategy.exponential_delay(2.5), "restart max_attempts"),
-    (lambda: RestartStrategy.exponential_delay(3, 0.5, 0.5), "restart multiplier"),
-])
+@pytest.mark.parametrize(
+    "make,setting",
+    [
+        (lambda: RestartStrategy.exponential_delay(jitter=1.5), "restart jitter"),
+        (lambda: RestartStrategy.exponential_delay(jitter=-0.1), "restart jitter"),
+        (lambda: RestartStrategy.exponential_delay(reset_backoff_threshold_s=0), "restart reset_backoff_threshold_s"),
+        (lambda: RestartStrategy.exponential_delay(2.5), "restart max_attempts"),
+        (lambda: RestartStrategy.exponential_delay(3, 0.5, 0.5), "restart multiplier"),
+    ],
+)
 def test_invalid_restart_settings_are_refused_by_name(make, setting):
     with pytest.raises(InvalidConfigurationError) as info:
         make()
@@ -191,8 +200,11 @@ def _failing_job(tmp_path, times: int, checkpoint_ms: int | None) -> StreamExecu
     env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/chk")
     if checkpoint_ms is not None:
         env.enable_checkpointing(checkpoint_ms)
-    (env.from_generator(lambda i: i, count=N, records_per_second=5_000).map(FailsAtFirst(str(folder), 1_000, times))
-        .sink_to(FileSink(str(tmp_path / "out"))))
+    (
+        env.from_generator(lambda i: i, count=N, records_per_second=5_000)
+        .map(FailsAtFirst(str(folder), 1_000, times))
+        .sink_to(FileSink(str(tmp_path / "out")))
+    )
     return env
 
 
@@ -215,7 +227,10 @@ def test_a_bounded_exponential_delay_names_its_limit_when_the_job_fails(tmp_path
     env.set_restart_strategy(RestartStrategy.exponential_delay(2, 0.01, 2.0, 0.1))
     with pytest.raises(JobExecutionError) as info:
         env.execute("bounded", executor="local")
-    assert "failed after 2 restart(s) (restart strategy allows 2 in a row, counted since its backoff last reset): " in str(info.value)
+    assert (
+        "failed after 2 restart(s) (restart strategy allows 2 in a row, counted since its backoff last reset): "
+        in str(info.value)
+    )
 
 
 def _completed(client) -> int:
@@ -228,15 +243,17 @@ def test_kills_a_checkpoint_apart_never_use_up_a_strategy_that_allows_one_in_a_r
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(20).get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/chk")
     env.set_restart_strategy(RestartStrategy.exponential_delay(1, 0.01, 2.0, 0.1))
-    env.from_generator(lambda i: i, count=N, records_per_second=1_000).name("nums").sink_to(FileSink(str(tmp_path / "out")))
+    env.from_generator(lambda i: i, count=N, records_per_second=1_000).name("nums").sink_to(
+        FileSink(str(tmp_path / "out"))
+    )
     client = env.execute_async("kills", executor="local")
     kills = 4
     for n in range(kills):
         _wait(lambda: "nums/0" in client.tasks(), client)
         done = _completed(client)
-        _wait(lambda: _completed(client) >= done + 2, client)
+        _wait(lambda done=done: _completed(client) >= done + 2, client)
         client.kill_task("nums", 0)
-        _wait(lambda: client.restarts() == n + 1, client)
+        _wait(lambda n=n: client.restarts() == n + 1, client)
     result = client.wait(60)
     assert result.status is JobStatus.FINISHED and result.restarts == kills
     assert sorted(read_committed(str(tmp_path / "out"))) == list(range(N))

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.checker import check_running_sums
 from weir import (
     InvalidConfigurationError,
     KeyedProcessFunction,
@@ -25,10 +25,10 @@ from weir import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.functions import as_callable
 from weir.runtime.operators import ProcessOperator
 from weir.runtime.testing import OperatorHarness
-from tests.checker import check_running_sums
 
 BAD = OutputTag("bad")
 MILESTONES = OutputTag("milestones")
@@ -122,8 +122,8 @@ def _lines(n: int) -> list[str]:
     return [f"garbage-{i}" if i % 97 == 0 else f"u{i % 5}:{i % 13}" for i in range(n)]
 
 
-def _job(env, lines, out_dir, route=Route()):
-    parsed = env.from_collection(lines).process(route)
+def _job(env, lines, out_dir, route=None):
+    parsed = env.from_collection(lines).process(route or Route())
     totals = parsed.key_by(lambda r: r[0]).process(Totals())
     totals.sink_to(FileSink(f"{out_dir}/totals"))
     totals.get_side_output(MILESTONES).sink_to(FileSink(f"{out_dir}/milestones"))
@@ -192,10 +192,19 @@ def test_a_process_window_function_yields_to_a_side_output(checkpoint_dir, out_d
     events = [("a", 1, 1_000), ("a", 9, 2_000), ("b", 4, 1_500), ("a", 2, 12_000), ("b", 5, 3_000), ("b", 0, 25_000)]
     env = _env(checkpoint_dir)
     ws = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e: e[2])
-    counts = (env.from_collection(events, ws).key_by(lambda e: e[0])
-              .window(TumblingEventTimeWindows.of(10_000)).process(Spread()))
+    counts = (
+        env.from_collection(events, ws)
+        .key_by(lambda e: e[0])
+        .window(TumblingEventTimeWindows.of(10_000))
+        .process(Spread())
+    )
     counts.sink_to(FileSink(f"{out_dir}/counts"))
     counts.get_side_output(BAD).sink_to(FileSink(f"{out_dir}/spread"))
     env.execute("window-side", executor="local")
-    assert sorted(map(tuple, read_committed(f"{out_dir}/counts"))) == [("a", 0, 2), ("a", 10_000, 1), ("b", 0, 2), ("b", 20_000, 1)]
+    assert sorted(map(tuple, read_committed(f"{out_dir}/counts"))) == [
+        ("a", 0, 2),
+        ("a", 10_000, 1),
+        ("b", 0, 2),
+        ("b", 20_000, 1),
+    ]
     assert sorted(map(tuple, read_committed(f"{out_dir}/spread"))) == [("a", 0)]

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import weir.runtime.state
-from weir.connectors.files import FileSink, read_committed
+from tests.kills import kill_each_after_checkpoints
 from weir import (
     InvalidConfigurationError,
     KeyedProcessFunction,
@@ -23,8 +23,8 @@ from weir import (
     Time,
     ValueStateDescriptor,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.testing import OperatorHarness
-from tests.kills import kill_each_after_checkpoints
 
 UpdateType = StateTtlConfig.UpdateType
 StateVisibility = StateTtlConfig.StateVisibility
@@ -105,7 +105,9 @@ class Model:
 
 
 @pytest.mark.parametrize("update", [UpdateType.OnCreateAndWrite, UpdateType.OnReadAndWrite])
-@pytest.mark.parametrize("visibility", [StateVisibility.NeverReturnExpired, StateVisibility.ReturnExpiredIfNotCleanedUp])
+@pytest.mark.parametrize(
+    "visibility", [StateVisibility.NeverReturnExpired, StateVisibility.ReturnExpiredIfNotCleanedUp]
+)
 def test_value_state_ttl_matches_flinks_rules_over_random_reads_and_writes(update, visibility):
     seed = 17  # the sequence replays from it
     rng = random.Random(seed)
@@ -152,7 +154,9 @@ def test_list_elements_and_map_entries_expire_one_by_one():
     assert h.process(("a", None)) == [([2], [2], False, False)]
     CLOCK.set(160)
     assert h.process(("a", None)) == [([], [], False, True)]
-    assert not h.operator.keyed_backend.tables["items"] and not h.operator.keyed_backend.tables["seen"]  # cleaned on access
+    assert (
+        not h.operator.keyed_backend.tables["items"] and not h.operator.keyed_backend.tables["seen"]
+    )  # cleaned on access
 
 
 def _write_then_snapshot(background, written_ms, snapshot_ms):
@@ -167,7 +171,12 @@ def _write_then_snapshot(background, written_ms, snapshot_ms):
 def _restored(snapshot, now_ms, subtask=0, parallelism=1, background=True):
     CLOCK.set(now_ms)
     return OperatorHarness.keyed_process(
-        Touch(_ttl(1_000, background=background)), lambda r: r[0], restore=[snapshot], subtask=subtask, parallelism=parallelism)
+        Touch(_ttl(1_000, background=background)),
+        lambda r: r[0],
+        restore=[snapshot],
+        subtask=subtask,
+        parallelism=parallelism,
+    )
 
 
 def _stored_keys(snapshot):
@@ -288,8 +297,14 @@ def test_a_ttl_job_matches_the_reference_through_killed_tasks(checkpoint_dir, ou
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.01))
     # One source subtask: each key's records reach its subtask in order, so its clock only moves forward.
-    (env.from_generator(lambda i: records[i], count=n, records_per_second=15_000).set_parallelism(1)
-        .key_by(lambda r: r[0]).process(Sessions()).name("sessions").sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: records[i], count=n, records_per_second=15_000)
+        .set_parallelism(1)
+        .key_by(lambda r: r[0])
+        .process(Sessions())
+        .name("sessions")
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("ttl-kill", executor="local")
     kill_each_after_checkpoints(client, "sessions")
     assert client.wait(120).restarts == 2

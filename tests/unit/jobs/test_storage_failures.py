@@ -13,8 +13,8 @@ import pathlib
 import pytest
 
 import weir.runtime.storage
-from weir.connectors.files import FileSink, read_committed
 from weir import DiscardingSink, RestartStrategy, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.errors import JobExecutionError
 
 N, KEYS = 20_000, 10
@@ -69,9 +69,14 @@ def _job(tmp_path, how: str, retained: int):
     cc.set_num_retained_checkpoints(retained)
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0))
     out = str(tmp_path / "out")
-    (env.from_generator(lambda i: i, count=N, records_per_second=20_000).map(Sabotage(root, str(tmp_path / "flag"), how, retained))
-        .map(lambda i: (i % KEYS, i)).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(FileSink(out)))
+    (
+        env.from_generator(lambda i: i, count=N, records_per_second=20_000)
+        .map(Sabotage(root, str(tmp_path / "flag"), how, retained))
+        .map(lambda i: (i % KEYS, i))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(FileSink(out))
+    )
     return env, out
 
 
@@ -117,7 +122,8 @@ def _summing_job(tmp_path, tolerable: int | None = None):
         cc.set_tolerable_checkpoint_failure_number(tolerable)
     out = str(tmp_path / "out")
     env.from_generator(lambda i: i, count=N, records_per_second=40_000).map(lambda i: (i % KEYS, i)).key_by(
-        lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out))
+        lambda kv: kv[0]
+    ).reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(FileSink(out))
     return env, out
 
 
@@ -136,7 +142,9 @@ def test_a_full_disk_declines_that_checkpoint_and_the_job_goes_on(tmp_path, monk
 def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, monkeypatch):
     _failing_state_writes(monkeypatch, lambda uri: "/chk-1/" not in uri)
     env, _ = _summing_job(tmp_path, tolerable=2)
-    with pytest.raises(JobExecutionError, match=r"3 checkpoints failed in a row \(tolerable: 2\); last: .*No space left on device"):
+    with pytest.raises(
+        JobExecutionError, match=r"3 checkpoints failed in a row \(tolerable: 2\); last: .*No space left on device"
+    ):
         env.execute("disk-full", executor="local")
 
 
@@ -155,17 +163,24 @@ def test_a_recovering_job_master_skips_a_checkpoint_with_truncated_metadata(tmp_
     metadata = done[-1] / "_metadata"
     metadata.write_bytes(metadata.read_bytes()[:40])
     (done[-1].parent / "_result").unlink()  # as if its job master had died before the end
-    start = starting_point(CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id), graph, recovering=True)
+    start = starting_point(
+        CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id), graph, recovering=True
+    )
     assert start.points[-1][1]["checkpoint_id"] == int(done[-2].name.split("-")[1])
-    assert any("skipping damaged checkpoint" in r.message and "_metadata is unusable" in r.message for r in caplog.records)
+    assert any(
+        "skipping damaged checkpoint" in r.message and "_metadata is unusable" in r.message for r in caplog.records
+    )
 
 
-@pytest.mark.parametrize("metadata", [
-    '{"operators": {}}',
-    '{"checkpoint_id": 3, "operators": {"sums": {"vertex": "reduce", "parallelism": 2}}}',
-    '{"checkpoint_id": 3, "operators": {"sums": {"vertex": "reduce", "parallelism": 2, "max_parallelism": 128, '
-    '"fully_finished": false, "handles": [{"uri": "x"}]}}}',
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        '{"operators": {}}',
+        '{"checkpoint_id": 3, "operators": {"sums": {"vertex": "reduce", "parallelism": 2}}}',
+        '{"checkpoint_id": 3, "operators": {"sums": {"vertex": "reduce", "parallelism": 2, "max_parallelism": 128, '
+        '"fully_finished": false, "handles": [{"uri": "x"}]}}}',
+    ],
+)
 def test_well_formed_but_wrong_metadata_is_a_damaged_checkpoint_not_a_key_error(tmp_path, metadata):
     """Issue #13 item 7: restoring it raised a bare KeyError."""
     (tmp_path / "sp").mkdir()
@@ -197,10 +212,14 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
         write(location, metadata)
 
     monkeypatch.setattr(weir.runtime.checkpoint_flow, "write_metadata", hanging_write)
-    monkeypatch.setattr(OffLoopThread, "CLOSE_TIMEOUT_S", 1.0)  # how long the cancel waits for the hung write (5 s by default)
+    monkeypatch.setattr(
+        OffLoopThread, "CLOSE_TIMEOUT_S", 1.0
+    )  # how long the cancel waits for the hung write (5 s by default)
     clock = ManualClock()
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(500)
+    env.enable_checkpointing(50).get_checkpoint_config().set_checkpoint_storage(str(tmp_path)).set_checkpoint_timeout(
+        500
+    )
     env.from_generator(lambda i: i, records_per_second=1000).map(lambda x: x).sink_to(DiscardingSink())
     client = LocalExecutor(clock).submit(env.get_job_graph("hanging-storage"))
     try:
@@ -208,7 +227,9 @@ def test_a_hanging_storage_write_does_not_stall_the_job_master(tmp_path, monkeyp
         clock.advance(0.05)  # the first checkpoint is due
         assert entered.wait(10)
         clock.advance(1.0)  # its timeout (0.5 s) passes while the metadata is written
-        client.wait_until(lambda c: any("its metadata was still being written" in (s["reason"] or "") for s in c.checkpoints()))
+        client.wait_until(
+            lambda c: any("its metadata was still being written" in (s["reason"] or "") for s in c.checkpoints())
+        )
         client.cancel(timeout_s=OffLoopThread.CLOSE_TIMEOUT_S + 5)
         assert client.status() is JobStatus.CANCELED
     finally:
@@ -228,7 +249,9 @@ def test_a_bounded_job_whose_storage_fills_up_fails_naming_it_and_keeps_what_it_
     monkeypatch.setattr(FailedCheckpoints, "MAX_RETRY_DELAY_S", 0.05)
     _failing_state_writes(monkeypatch, lambda uri: bool(committed_files(out)))  # full once something is committed
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.enable_checkpointing(20).get_checkpoint_config().set_checkpoint_storage("file://" + str(tmp_path / "checkpoints"))
+    env.enable_checkpointing(20).get_checkpoint_config().set_checkpoint_storage(
+        "file://" + str(tmp_path / "checkpoints")
+    )
     env.from_generator(lambda i: i, count=6_000, records_per_second=20_000).sink_to(FileSink(out))
     client = env.execute_async("storage-fills-up", executor="local")
     with pytest.raises(JobExecutionError) as info:
@@ -236,9 +259,13 @@ def test_a_bounded_job_whose_storage_fills_up_fails_naming_it_and_keeps_what_it_
     error = info.value.cause
     assert isinstance(error, CheckpointStorageError)
     assert str(error).startswith(f"checkpoint storage file://{tmp_path}/checkpoints/storage-fills-up/")
-    assert "11 checkpoints failed in a row writing to it" in str(error) and "[Errno 28] No space left on device" in str(error)
+    assert "11 checkpoints failed in a row writing to it" in str(error) and "[Errno 28] No space left on device" in str(
+        error
+    )
     statuses = [s["status"] for s in client.checkpoints()]
     completed = statuses.index("ABORTED")
-    assert completed >= 1 and statuses == ["COMPLETED"] * completed + ["ABORTED"] * (DEFAULT_TOLERABLE_STORAGE_FAILURES + 1)
+    assert completed >= 1 and statuses == ["COMPLETED"] * completed + ["ABORTED"] * (
+        DEFAULT_TOLERABLE_STORAGE_FAILURES + 1
+    )
     rows = read_committed(out)
     assert rows and sorted(rows) == list(range(len(rows)))  # what was committed is all there, once

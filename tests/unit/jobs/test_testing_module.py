@@ -97,7 +97,10 @@ def test_wait_for_and_wait_until_wait_for_what_the_job_does(checkpoint_dir):
 def test_the_ray_executor_refuses_testing_sources_and_sinks_naming_them_before_it_starts_anything(checkpoint_dir):
     env = _env(checkpoint_dir)
     env.from_source(TestingSource([1]), source_name="numbers").sink_to(TestingSink())
-    with pytest.raises(InvalidJobGraphError, match=r"job 'on-ray': 'Source: numbers', 'Sink: TestingSink' keep their records in the process"):
+    with pytest.raises(
+        InvalidJobGraphError,
+        match=r"job 'on-ray': 'Source: numbers', 'Sink: TestingSink' keep their records in the process",
+    ):
         RayExecutor().submit(env.get_job_graph("on-ray"))
 
 

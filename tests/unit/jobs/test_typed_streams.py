@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.pure.test_windows import Count
 from weir import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -34,7 +35,6 @@ from weir import (
     WindowFunction,
 )
 from weir.runtime.sources import CollectionSource
-from tests.unit.pure.test_windows import Count
 
 T = Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.INT()])
 
@@ -80,11 +80,15 @@ def _calls(env):
         "window aggregate": windowed.aggregate(Count(), accumulator_type=Types.INT(), output_type=T),
         "window process": windowed.process(ProcessWindowFunction(), output_type=T),
         "window apply": windowed.apply(WindowFunction(), output_type=T),
-        "all-window aggregate": all_windowed.aggregate(Count(), window_function=None, accumulator_type=Types.INT(), output_type=T),
+        "all-window aggregate": all_windowed.aggregate(
+            Count(), window_function=None, accumulator_type=Types.INT(), output_type=T
+        ),
         "co map": connected.map(Both(), output_type=T),
         "co flat_map": connected.flat_map(Both(), output_type=T),
         "co process": connected.process(Both(), output_type=T),
-        "keyed co process": connected.key_by(lambda r: r, lambda r: r, key_type=Types.INT()).process(Both(), output_type=T),
+        "keyed co process": connected.key_by(lambda r: r, lambda r: r, key_type=Types.INT()).process(
+            Both(), output_type=T
+        ),
         "broadcast process": ds.connect(rules).process(Both(), output_type=T),
     }
     by_position = {
@@ -125,15 +129,22 @@ def test_state_descriptors_and_output_tags_take_pyflinks_types_by_position():
     assert ValueStateDescriptor("x", Types.INT(), default=0).default == 0  # weir's default goes by keyword
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda env: env.from_collection([1]).map(str, output_type=str), "output_type of Map=<class 'str'>"),
-    (lambda env: env.from_collection([1]).key_by(str, key_type="int"), "key_by\\(\\) key_type='int'"),
-    (lambda env: env.from_collection([1], type_info=int), "type_info of source 'collection'"),
-    (lambda env: ValueStateDescriptor("count", 0), "value_type_info of state 'count'=0: .*default=..."),
-    (lambda env: MapStateDescriptor("m", "key type", "value type"), "key_type_info of state 'm'='key type'"),
-    (lambda env: env.from_collection([1], WatermarkStrategy.for_monotonous_timestamps(),
-                                     WatermarkStrategy.for_monotonous_timestamps()), "give one"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda env: env.from_collection([1]).map(str, output_type=str), "output_type of Map=<class 'str'>"),
+        (lambda env: env.from_collection([1]).key_by(str, key_type="int"), "key_by\\(\\) key_type='int'"),
+        (lambda env: env.from_collection([1], type_info=int), "type_info of source 'collection'"),
+        (lambda env: ValueStateDescriptor("count", 0), "value_type_info of state 'count'=0: .*default=..."),
+        (lambda env: MapStateDescriptor("m", "key type", "value type"), "key_type_info of state 'm'='key type'"),
+        (
+            lambda env: env.from_collection(
+                [1], WatermarkStrategy.for_monotonous_timestamps(), WatermarkStrategy.for_monotonous_timestamps()
+            ),
+            "give one",
+        ),
+    ],
+)
 def test_a_type_argument_that_is_not_a_type_is_refused_naming_it(make, message):
     with pytest.raises(InvalidConfigurationError, match=message):
         make(StreamExecutionEnvironment.get_execution_environment())
@@ -149,19 +160,28 @@ def test_a_row_named_output_gives_rows_with_its_names_downstream():
     env = _env()
     words = env.from_collection(["a", "bb", "a"])
     rows = words.map(lambda w: Row(w, len(w)), output_type=T)  # a positional Row takes the type's names
-    got = rows.key_by(lambda r: r.word).map(lambda r: (r.word, r["n"], repr(r))).execute_and_collect(executor="local", limit=10)
+    got = (
+        rows.key_by(lambda r: r.word)
+        .map(lambda r: (r.word, r["n"], repr(r)))
+        .execute_and_collect(executor="local", limit=10)
+    )
     assert sorted(got) == [("a", 1, "Row(word='a', n=1)")] * 2 + [("bb", 2, "Row(word='bb', n=2)")]
 
 
 def test_from_collection_with_a_row_type_makes_rows_of_tuples_and_dicts():
     env = _env()
     ds = env.from_collection([("a", 1), {"n": 2, "word": "b"}], type_info=T)
-    assert sorted(ds.execute_and_collect(executor="local", limit=10), key=repr) == [Row(word="a", n=1), Row(word="b", n=2)]
+    assert sorted(ds.execute_and_collect(executor="local", limit=10), key=repr) == [
+        Row(word="a", n=1),
+        Row(word="b", n=2),
+    ]
 
 
 def test_a_tuple_output_type_gives_tuples_and_basic_types_convert():
     env = _env()
-    ds = env.from_collection([[1, 2], [3, 4]]).map(lambda xs: xs, output_type=Types.TUPLE([Types.INT(), Types.DOUBLE()]))
+    ds = env.from_collection([[1, 2], [3, 4]]).map(
+        lambda xs: xs, output_type=Types.TUPLE([Types.INT(), Types.DOUBLE()])
+    )
     assert sorted(ds.execute_and_collect(executor="local", limit=10)) == [(1, 2.0), (3, 4.0)]
 
 
@@ -206,12 +226,19 @@ def test_keyed_process_and_window_outputs_are_typed():
     env = _env()
     tallies = env.from_collection(["a", "b", "a"]).key_by(lambda w: w).process(Tally(), output_type=T)
     assert sorted(tallies.execute_and_collect(executor="local", limit=10), key=repr) == [
-        Row(word="a", n=1), Row(word="a", n=2), Row(word="b", n=1)]
+        Row(word="a", n=1),
+        Row(word="a", n=2),
+        Row(word="b", n=1),
+    ]
 
     env = _env()
     ws = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r: r[1])
-    counts = (env.from_collection([("a", 1), ("a", 2), ("b", 3)], ws).key_by(lambda r: r[0])
-              .window(TumblingEventTimeWindows.of(10)).aggregate(Count(), output_type=Types.LONG()))
+    counts = (
+        env.from_collection([("a", 1), ("a", 2), ("b", 3)], ws)
+        .key_by(lambda r: r[0])
+        .window(TumblingEventTimeWindows.of(10))
+        .aggregate(Count(), output_type=Types.LONG())
+    )
     assert sorted(counts.execute_and_collect(executor="local", limit=10)) == [1, 2]
 
 
@@ -230,7 +257,9 @@ def test_a_reduce_keeps_its_streams_type_as_in_pyflink():
     rows = env.from_collection([("a", 1), ("a", 2)], type_info=T)
     sums = rows.key_by(lambda r: r.word).reduce(lambda a, b: Row(a[0], a[1] + b[1]))  # a positional Row ...
     assert sorted(sums.execute_and_collect(executor="local", limit=10), key=repr) == [
-        Row(word="a", n=1), Row(word="a", n=3)]  # ... named by the stream's type
+        Row(word="a", n=1),
+        Row(word="a", n=3),
+    ]  # ... named by the stream's type
 
     env = _env()
     rows = env.from_collection([("a", 1), ("a", 2)], type_info=T)
@@ -271,13 +300,23 @@ def test_a_keyed_streams_map_flat_map_and_filter_have_the_keys_state_as_in_pyfli
     env = _env()
     keyed = env.from_collection(words).key_by(lambda w: w)
     assert sorted(keyed.map(Number()).execute_and_collect(executor="local", limit=10)) == [
-        ("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2)]
+        ("a", 1),
+        ("a", 2),
+        ("a", 3),
+        ("b", 1),
+        ("b", 2),
+    ]
     env = _env()
-    assert sorted(env.from_collection(words).key_by(lambda w: w).flat_map(Deduplicate())
-                  .execute_and_collect(executor="local", limit=10)) == ["a", "b"]
+    assert sorted(
+        env.from_collection(words)
+        .key_by(lambda w: w)
+        .flat_map(Deduplicate())
+        .execute_and_collect(executor="local", limit=10)
+    ) == ["a", "b"]
     env = _env()
-    assert sorted(env.from_collection(words).key_by(lambda w: w).filter(Second())
-                  .execute_and_collect(executor="local", limit=10)) == ["a", "b"]
+    assert sorted(
+        env.from_collection(words).key_by(lambda w: w).filter(Second()).execute_and_collect(executor="local", limit=10)
+    ) == ["a", "b"]
 
 
 def test_a_failing_keyed_map_is_named_as_a_map_function():

@@ -89,6 +89,10 @@ def test_state_that_cannot_be_pickled_fails_the_checkpoint_naming_the_task(check
     cc.set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(1, 0))
     env.from_generator(lambda i: i, count=5_000, records_per_second=5_000).key_by(lambda i: i % 3).process(
-        KeepsALock()).name("locker").print()
-    with pytest.raises(JobExecutionError, match=r"task \S+ holds state that cannot be pickled \(TypeError: cannot pickle '_thread.lock' object\)"):
+        KeepsALock()
+    ).name("locker").print()
+    with pytest.raises(
+        JobExecutionError,
+        match=r"task \S+ holds state that cannot be pickled \(TypeError: cannot pickle '_thread.lock' object\)",
+    ):
         env.execute("unpicklable-state", executor="local")

@@ -13,17 +13,18 @@ from typing import Any
 
 import pytest
 
+from tests.unit.jobs.test_file_source import _Context, _env, _publish
+from weir import Duration, InvalidConfigurationError, WatermarkStrategy
 from weir.connectors import file_source
 from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, FileSplit, list_files
 from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
-from weir import Duration, InvalidConfigurationError, WatermarkStrategy
 from weir.runtime.clock import ManualClock
 from weir.runtime.sources import AddSplits
-from tests.unit.jobs.test_file_source import _Context, _env, _publish
 
 
-def _watching(folder: Any, settle_ms: int, clock: ManualClock,
-              state: FileEnumeratorState | None = None) -> tuple[FileEnumerator, _Context]:
+def _watching(
+    folder: Any, settle_ms: int, clock: ManualClock, state: FileEnumeratorState | None = None
+) -> tuple[FileEnumerator, _Context]:
     """A monitored enumerator on ``folder``, started, with subtask 0 waiting for a file."""
     ctx = _Context()
     e = FileEnumerator((str(folder),), 100, state or FileEnumeratorState(), settle_ms=settle_ms, clock=clock.now)
@@ -95,8 +96,21 @@ def test_without_a_settle_time_a_file_is_taken_at_the_first_listing(tmp_path):
 
 
 def test_names_of_files_in_progress_are_skipped(tmp_path):
-    for name in [".a", "_b", "c.tmp", "d.TEMP", "e.part", "f.partial", "g.csv._COPYING_", "h.crdownload",
-                 "i.filepart", "j.inprogress", "k~", "data.csv", "report.partition.csv"]:
+    for name in [
+        ".a",
+        "_b",
+        "c.tmp",
+        "d.TEMP",
+        "e.part",
+        "f.partial",
+        "g.csv._COPYING_",
+        "h.crdownload",
+        "i.filepart",
+        "j.inprogress",
+        "k~",
+        "data.csv",
+        "report.partition.csv",
+    ]:
         (tmp_path / name).write_text("x\n")
     names = [os.path.basename(f.split.path) for f in list_files([str(tmp_path)])]
     assert names == ["data.csv", "report.partition.csv"]
@@ -158,8 +172,7 @@ def test_a_checkpoint_of_the_memory_of_paths_only_still_restores(tmp_path):
     old_split = FileSplit.__new__(FileSplit)
     old_split.__dict__.update(root=str(tmp_path), path=str(tmp_path / "b"), offset=0, records=0)
     old = FileEnumeratorState.__new__(FileEnumeratorState)
-    old.__dict__.update(seen=frozenset({str(tmp_path / "a"), str(tmp_path / "b")}), pending=(old_split,),
-                        listed=True)
+    old.__dict__.update(seen=frozenset({str(tmp_path / "a"), str(tmp_path / "b")}), pending=(old_split,), listed=True)
     state = pickle.loads(pickle.dumps(old))
     clock = ManualClock()
     e, ctx = _watching(tmp_path, 0, clock, state)
@@ -176,8 +189,11 @@ def test_a_job_does_not_read_a_renamed_file_again(checkpoint_dir, tmp_path):
     folder.mkdir()
     _publish(str(folder / "a.txt"), b"a1\na2\n")
     env = _env(checkpoint_dir, parallelism=1)
-    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(folder))
-              .monitor_continuously(Duration.of_millis(20), settle_time=Duration.of_millis(50)).build())
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(folder))
+        .monitor_continuously(Duration.of_millis(20), settle_time=Duration.of_millis(50))
+        .build()
+    )
     env.from_source(source, WatermarkStrategy.no_watermarks(), "watched").sink_to(FileSink(out))
     client = env.execute_async("renamed", executor="local")
     client.wait_until(lambda c: len(read_committed(out)) >= 2)
@@ -198,8 +214,10 @@ def test_a_file_deleted_before_its_turn_is_skipped_with_a_warning_naming_it(tmp_
     with caplog.at_level(logging.WARNING, logger="weir.file_source"):
         assert _read([a, restored_mid_file, c]) == ["a1", "a2", "c1", "c2"]
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning.getMessage() == (f"FileSource: file {b.path} is gone (deleted or moved out) "
-                                    "before it was read to its end: skipping the rest of it")
+    assert warning.getMessage() == (
+        f"FileSource: file {b.path} is gone (deleted or moved out) "
+        "before it was read to its end: skipping the rest of it"
+    )
 
 
 class _PermissionDenied(StreamFormat):
@@ -233,8 +251,7 @@ class _DeletesTheNext(StreamFormat):
         return super().open(fs, split)
 
 
-def test_a_job_whose_file_is_deleted_before_its_turn_finishes_with_the_other_files(checkpoint_dir, tmp_path,
-                                                                                    caplog):
+def test_a_job_whose_file_is_deleted_before_its_turn_finishes_with_the_other_files(checkpoint_dir, tmp_path, caplog):
     folder = tmp_path / "in"
     folder.mkdir()
     for name in ["a", "b", "c"]:
@@ -248,4 +265,3 @@ def test_a_job_whose_file_is_deleted_before_its_turn_finishes_with_the_other_fil
     assert (result.status.name, result.restarts) == ("FINISHED", 0)  # not a failure that a restart hides
     assert sorted(read_committed(out)) == ["a1", "a2", "c1", "c2"]
     assert f"FileSource: file {folder}/b is gone (deleted or moved out) before it was read" in caplog.text
-

@@ -12,7 +12,7 @@ import collections
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
+from tests.kills import kill_each_after_checkpoints
 from weir import (
     AggregateFunction,
     AllWindowFunction,
@@ -26,10 +26,10 @@ from weir import (
     WatermarkStrategy,
     WindowFunction,
 )
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 from weir.runtime.testing import OperatorHarness
 from weir.runtime.windows import AggregateContents, ReduceContents, WindowCall, WindowOperator
-from tests.kills import kill_each_after_checkpoints
 
 
 class Average(AggregateFunction):
@@ -93,13 +93,17 @@ def test_reduce_and_aggregate_with_window_functions_match_the_reference():
     records = _stamped(2_000)
     windows = _by_window(records, 1_000)
     env = _env()
-    tumbling = env.from_collection(records, WS).key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(Time.seconds(1)))
+    tumbling = (
+        env.from_collection(records, WS).key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(Time.seconds(1)))
+    )
     averages = tumbling.aggregate(Average(), window_function=WithWindow())
     got = averages.execute_and_collect(executor="local", limit=10_000)
     assert sorted(got) == sorted((k, s, s + 1_000, sum(vs) / len(vs)) for (k, s), vs in windows.items())
 
     env = _env()
-    tumbling = env.from_collection(records, WS).key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(Time.seconds(1)))
+    tumbling = (
+        env.from_collection(records, WS).key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(Time.seconds(1)))
+    )
     maxima = tumbling.reduce(lambda a, b: max(a, b), window_function=Keyed())
     got = maxima.execute_and_collect(executor="local", limit=10_000)
     assert sorted(got) == sorted((k, s, [(k, max(vs))]) for (k, s), vs in windows.items())
@@ -119,11 +123,13 @@ class Sized(AllWindowFunction):
 def test_window_all_and_count_windows_take_window_functions_too():
     records = _stamped(1_000)
     totals = collections.Counter()
-    for key, v in records:
+    for _key, v in records:
         totals[v * 10 // 2_000 * 2_000] += v
     env = _env()
     stream = env.from_collection(records, WS).window_all(TumblingEventTimeWindows.of(Time.seconds(2)))
-    got = stream.reduce(lambda a, b: ("all", a[1] + b[1]), window_function=Span()).execute_and_collect(executor="local", limit=1_000)
+    got = stream.reduce(lambda a, b: ("all", a[1] + b[1]), window_function=Span()).execute_and_collect(
+        executor="local", limit=1_000
+    )
     assert sorted(got) == sorted((start, ("all", total)) for start, total in totals.items())
 
     env = _env()
@@ -134,14 +140,18 @@ def test_window_all_and_count_windows_take_window_functions_too():
 
 def _harness(contents, function, lateness=0):
     call = WindowCall(function, True, "reduce() window_function")
-    op = WindowOperator("Window", "window", contents, call, lambda r: r[0], TumblingEventTimeWindows.of(10), None, lateness, None)
+    op = WindowOperator(
+        "Window", "window", contents, call, lambda r: r[0], TumblingEventTimeWindows.of(10), None, lateness, None
+    )
     return OperatorHarness(op)
 
 
 def test_a_window_keeps_one_accumulator_not_its_records():
     h = _harness(AggregateContents(Average()), WithWindow())
     h.process(*[("a", v) for v in range(50)], timestamps=[1] * 50)
-    assert h.operator.keyed_backend.tables["_windows"] == {"a": {TumblingEventTimeWindows.of(10).assign(1, 0)[0]: (1225, 50)}}
+    assert h.operator.keyed_backend.tables["_windows"] == {
+        "a": {TumblingEventTimeWindows.of(10).assign(1, 0)[0]: (1225, 50)}
+    }
     h = _harness(ReduceContents(lambda x, y: (x[0], x[1] + y[1])), Keyed())
     h.process(*[("a", v) for v in range(50)], timestamps=[1] * 50)
     assert list(h.operator.keyed_backend.tables["_windows"]["a"].values()) == [("a", 1225)]
@@ -153,9 +163,9 @@ def test_clear_runs_when_a_window_is_dropped_at_its_end_plus_lateness():
     h = _harness(AggregateContents(Average()), fn, lateness=5)
     h.process(("a", 4), ("a", 6), timestamps=[1, 2])
     assert h.watermark(9) == [("a", 0, 10, 5.0)] and fn.cleared == []  # fired, kept for late records
-    assert h.process(("a", 8), timestamps=[3]) == [("a", 0, 10, 6.0)]   # a late record fires it again
+    assert h.process(("a", 8), timestamps=[3]) == [("a", 0, 10, 6.0)]  # a late record fires it again
     assert h.watermark(13) == [] and fn.cleared == []
-    h.watermark(14)                                                      # end 9 + lateness 5: dropped
+    h.watermark(14)  # end 9 + lateness 5: dropped
     assert fn.cleared == [(0, 14)] and not h.operator.keyed_backend.tables["_windows"]
 
 
@@ -173,7 +183,9 @@ def test_misused_window_functions_name_the_call_and_the_operator():
     with pytest.raises(TypeError, match=r"apply\(\) takes a WindowFunction"):
         windowed.apply(WithWindow())
     failing = windowed.aggregate(Average(), window_function=Failing()).name("averages")
-    with pytest.raises(JobExecutionError, match="process window function of operator 'averages' raised ValueError: no luck"):
+    with pytest.raises(
+        JobExecutionError, match="process window function of operator 'averages' raised ValueError: no luck"
+    ):
         failing.execute_and_collect(executor="local", limit=10)
 
 
@@ -181,15 +193,24 @@ def test_count_windows_with_a_window_function_are_exact_after_killed_tasks(check
     n = 60_000
     records = [(f"k{i % 7}", i) for i in range(n)]
     env = _env(checkpoint_dir)
-    (env.from_generator(lambda i: records[i], count=n, records_per_second=30_000).set_parallelism(1)
-        .key_by(lambda r: r[0]).count_window(100).aggregate(Average(), window_function=WithWindow()).name("windows")
-        .sink_to(FileSink(out_dir)))
+    (
+        env.from_generator(lambda i: records[i], count=n, records_per_second=30_000)
+        .set_parallelism(1)
+        .key_by(lambda r: r[0])
+        .count_window(100)
+        .aggregate(Average(), window_function=WithWindow())
+        .name("windows")
+        .sink_to(FileSink(out_dir))
+    )
     client = env.execute_async("window-function-kill", executor="local")
     kill_each_after_checkpoints(client, "windows")
     assert client.wait(120).restarts == 2
     per_key = collections.defaultdict(list)
     for key, v in records:
         per_key[key].append(v)
-    want = [(k, MIN_WATERMARK, MAX_WATERMARK + 1, sum(vs[i:i + 100]) / 100)
-            for k, vs in per_key.items() for i in range(0, len(vs) - 99, 100)]
+    want = [
+        (k, MIN_WATERMARK, MAX_WATERMARK + 1, sum(vs[i : i + 100]) / 100)
+        for k, vs in per_key.items()
+        for i in range(0, len(vs) - 99, 100)
+    ]
     assert sorted(map(tuple, read_committed(out_dir))) == sorted(want)

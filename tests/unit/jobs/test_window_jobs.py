@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
 from weir import (
     EventTimeSessionWindows,
     JobStatus,
@@ -18,6 +17,7 @@ from weir import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
+from weir.connectors.files import FileSink, read_committed
 
 N, KEYS, STEP, DISORDER = 3_000, 7, 10, 400
 
@@ -78,9 +78,16 @@ def final_per_window(rows) -> set[tuple]:
 
 def window_job(env, seed, kind, out_dir, rate=None, count=N):
     ws = WatermarkStrategy.for_bounded_out_of_orderness(DISORDER).with_timestamp_assigner(lambda e: e[1])
-    (env.from_generator(lambda i: event(seed, i), count=count, records_per_second=rate, watermark_strategy=ws).uid("events")
-        .key_by(lambda e: e[0]).window(ASSIGNERS[kind]).process(describe).uid("windows")
-        .sink_to(FileSink(out_dir)).uid("out"))
+    (
+        env.from_generator(lambda i: event(seed, i), count=count, records_per_second=rate, watermark_strategy=ws)
+        .uid("events")
+        .key_by(lambda e: e[0])
+        .window(ASSIGNERS[kind])
+        .process(describe)
+        .uid("windows")
+        .sink_to(FileSink(out_dir))
+        .uid("out")
+    )
     return env
 
 
@@ -101,7 +108,9 @@ def _completed(client) -> int:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_windows_match_the_reference_with_a_failover_in_the_middle(checkpoint_dir, out_dir, kind, seed):
     print(f"seed={seed} kind={kind}")
-    client = window_job(_env(checkpoint_dir), seed, kind, out_dir, rate=6_000).execute_async(f"windows-{kind}", executor="local")
+    client = window_job(_env(checkpoint_dir), seed, kind, out_dir, rate=6_000).execute_async(
+        f"windows-{kind}", executor="local"
+    )
     client.wait_until(lambda c: _completed(c) >= 2)
     client.kill_task("window-process", seed % 2)
     result = client.wait(60)
@@ -113,7 +122,9 @@ def test_windows_match_the_reference_with_a_failover_in_the_middle(checkpoint_di
 
 
 def test_stop_with_drain_fires_every_open_window(tmp_path, checkpoint_dir, out_dir):
-    client = window_job(_env(checkpoint_dir), 3, "tumbling", out_dir, rate=3_000, count=None).execute_async("drain-windows", executor="local")
+    client = window_job(_env(checkpoint_dir), 3, "tumbling", out_dir, rate=3_000, count=None).execute_async(
+        "drain-windows", executor="local"
+    )
     client.wait_until(lambda c: _completed(c) >= 2)
     client.stop(str(tmp_path / "sp"), drain=True)
     result = client.wait(30)
@@ -125,7 +136,9 @@ def test_stop_with_drain_fires_every_open_window(tmp_path, checkpoint_dir, out_d
 
 
 def test_suspend_keeps_open_windows_and_a_resumed_job_finishes_them(tmp_path, checkpoint_dir, out_dir):
-    client = window_job(_env(checkpoint_dir), 4, "sliding", out_dir, rate=3_000).execute_async("suspend-windows", executor="local")
+    client = window_job(_env(checkpoint_dir), 4, "sliding", out_dir, rate=3_000).execute_async(
+        "suspend-windows", executor="local"
+    )
     client.wait_until(lambda c: _completed(c) >= 2)
     savepoint = client.stop(str(tmp_path / "sp"))
     assert client.wait(30).status is JobStatus.SUSPENDED
@@ -143,10 +156,19 @@ def test_windows_fire_while_one_source_is_idle(checkpoint_dir, out_dir):
 
     env = _env(checkpoint_dir, parallelism=1)
     ts = lambda e: e[1]  # noqa: E731
-    silent = env.from_source(_Silent(), WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ts).with_idleness(200), "silent")
-    clicks = env.from_generator(lambda i: ("ann", i * 100, 1), records_per_second=1_000,
-                                watermark_strategy=WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ts))
-    clicks.union(silent).key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(10_000)).process(describe).sink_to(FileSink(out_dir))
+    silent = env.from_source(
+        _Silent(),
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ts).with_idleness(200),
+        "silent",
+    )
+    clicks = env.from_generator(
+        lambda i: ("ann", i * 100, 1),
+        records_per_second=1_000,
+        watermark_strategy=WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ts),
+    )
+    clicks.union(silent).key_by(lambda e: e[0]).window(TumblingEventTimeWindows.of(10_000)).process(describe).sink_to(
+        FileSink(out_dir)
+    )
     client = env.execute_async("idle-windows", executor="local")
     client.wait_until(lambda c: bool(read_committed(out_dir)))  # a window fires only if the silent source is left out
     client.cancel()

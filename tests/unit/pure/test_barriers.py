@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weir.runtime.barriers import Abort, BarrierHandler, BarrierProtocolError, CollectingBarriers, Snapshot, WaitingForFirstBarrier
+from weir.runtime.barriers import (
+    Abort,
+    BarrierHandler,
+    BarrierProtocolError,
+    CollectingBarriers,
+    Snapshot,
+    WaitingForFirstBarrier,
+)
 from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointBarrier
 

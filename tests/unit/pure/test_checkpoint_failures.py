@@ -9,15 +9,15 @@ import logging
 
 import pytest
 
+from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 from weir import DiscardingSink, StreamExecutionEnvironment
-from weir.runtime.clock import ManualClock
 from weir.runtime.checkpointing import DEFAULT_TOLERABLE_STORAGE_FAILURES, FailedCheckpoints
+from weir.runtime.clock import ManualClock
 from weir.runtime.errors import CheckpointFailureReason, CheckpointStorageError
 from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Decline, EndOfInput
 from weir.runtime.off_loop import inline
-from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED
 ENOSPC = "writing its state failed: [Errno 28] No space left on device: '/full/chk-1/map-0.state'"
@@ -30,24 +30,34 @@ def test_each_failed_checkpoint_doubles_the_wait_for_the_next_from_the_interval_
         waits.append(failures.retry_at - now)
     assert waits == [0.5, 1, 2, 4, 8, 10, 10, 10, 10]
     assert FailedCheckpoints().aborted(STORAGE, 0.0, None).retry_at == FailedCheckpoints.RETRY_BASE_S  # no interval
-    assert FailedCheckpoints().aborted(STORAGE, 0.0, 60.0).aborted(STORAGE, 0.0, 60.0).retry_at == 60.0  # a long interval is its cap
+    assert (
+        FailedCheckpoints().aborted(STORAGE, 0.0, 60.0).aborted(STORAGE, 0.0, 60.0).retry_at == 60.0
+    )  # a long interval is its cap
 
 
 def test_only_failures_count_and_a_job_may_go_on_up_to_the_tolerable_number():
     failures = FailedCheckpoints()
-    for reason in (CheckpointFailureReason.DECLINED_SUBSUMED, CheckpointFailureReason.JOB_STOPPING,
-                   CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK, CheckpointFailureReason.TASK_FAILURE):
+    for reason in (
+        CheckpointFailureReason.DECLINED_SUBSUMED,
+        CheckpointFailureReason.JOB_STOPPING,
+        CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK,
+        CheckpointFailureReason.TASK_FAILURE,
+    ):
         assert failures.aborted(reason, 5.0, 1.0) is failures
     failures = failures.aborted(CheckpointFailureReason.TIMEOUT, 0.0, 1.0)
     for _ in range(DEFAULT_TOLERABLE_STORAGE_FAILURES):
         failures = failures.aborted(CheckpointFailureReason.STORAGE_FAILURE, 0.0, 1.0)
-    assert (failures.failed, failures.storage_failed) == (DEFAULT_TOLERABLE_STORAGE_FAILURES + 1, DEFAULT_TOLERABLE_STORAGE_FAILURES)
+    assert (failures.failed, failures.storage_failed) == (
+        DEFAULT_TOLERABLE_STORAGE_FAILURES + 1,
+        DEFAULT_TOLERABLE_STORAGE_FAILURES,
+    )
     assert failures.beyond(None) is None  # unset: only storage failures are bounded, and the timeout is none
     assert failures.beyond(DEFAULT_TOLERABLE_STORAGE_FAILURES + 1) is None
     assert failures.beyond(DEFAULT_TOLERABLE_STORAGE_FAILURES) == "11 checkpoints failed in a row (tolerable: 10)"
     failures = failures.aborted(STORAGE, 0.0, 1.0)
     assert failures.beyond(None) == (
-        "11 checkpoints failed in a row writing to it (tolerable: 10 unless set_tolerable_checkpoint_failure_number says otherwise)")
+        "11 checkpoints failed in a row writing to it (tolerable: 10 unless set_tolerable_checkpoint_failure_number says otherwise)"
+    )
 
 
 class _Gateway(_StubGateway):
@@ -63,7 +73,9 @@ class _Gateway(_StubGateway):
             self.triggered.append(barrier.checkpoint_id)
 
 
-def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_backoff_then_fails(checkpoint_dir, caplog):
+def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_backoff_then_fails(
+    checkpoint_dir, caplog
+):
     """Before: the final checkpoint was triggered again the moment it aborted
     (1,097 aborts in 25 s, at INFO), and the job stayed RUNNING for ever."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -103,13 +115,17 @@ def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_b
     )
     aborts = [r for r in caplog.records if "checkpoint" in r.message and "of full-disk failed" in r.message]
     assert len(aborts) == 11 and all(r.levelno == logging.WARNING for r in aborts)
-    assert "(1 in a row; the next begins in 1.0s at the earliest): a task failed to write its state" in aborts[0].message
+    assert (
+        "(1 in a row; the next begins in 1.0s at the earliest): a task failed to write its state" in aborts[0].message
+    )
     assert "No space left on device" in aborts[0].message
 
 
 def test_a_failing_store_with_tolerable_failures_set_fails_the_job_after_that_many(checkpoint_dir):
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.enable_checkpointing(1000).get_checkpoint_config().set_checkpoint_storage(checkpoint_dir).set_tolerable_checkpoint_failure_number(0)
+    env.enable_checkpointing(1000).get_checkpoint_config().set_checkpoint_storage(
+        checkpoint_dir
+    ).set_tolerable_checkpoint_failure_number(0)
     env.from_collection([1, 2, 3]).sink_to(DiscardingSink())
     gateway = _Gateway()
     master = JobMaster(env.get_job_graph("no-tolerance"), gateway, clock=lambda: 0.0, storage_io=inline)
@@ -121,5 +137,8 @@ def test_a_failing_store_with_tolerable_failures_set_fails_the_job_after_that_ma
     master.mailbox.put_control(Decline(attempt, source, 1, STORAGE, ENOSPC))
     master.run_until_idle()
     assert master.status is JobStatus.FAILED
-    with pytest.raises(CheckpointStorageError, match=r"cannot be written: 1 checkpoints failed in a row \(tolerable: 0\); last: .*No space"):
+    with pytest.raises(
+        CheckpointStorageError,
+        match=r"cannot be written: 1 checkpoints failed in a row \(tolerable: 0\); last: .*No space",
+    ):
         raise master.life.failure

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
+from weir import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
 from weir.runtime import sources
 from weir.runtime.clock import ManualClock
-from weir import InvalidConfigurationError, RestartStrategy, StreamExecutionEnvironment
 
 
 def test_negative_checkpoint_interval_names_the_setting():
@@ -21,15 +21,18 @@ def test_unknown_storage_scheme_names_the_setting():
         env.get_checkpoint_config().set_checkpoint_storage("nosuch://bucket/x")
 
 
-@pytest.mark.parametrize("call,setting", [
-    (lambda env: env.set_parallelism(0), "parallelism"),
-    (lambda env: env.set_max_parallelism(-1), "max_parallelism"),
-    (lambda env: env.get_checkpoint_config().set_checkpoint_timeout(0), "checkpoint timeout_ms"),
-    (lambda env: env.set_task_cpus(0), "task_cpus"),
-    (lambda env: env.set_restart_strategy("always"), "restart strategy"),
-    (lambda env: env.get_config().set_auto_watermark_interval(0), "auto watermark interval_ms"),
-    (lambda env: env.from_generator(lambda i: i, records_per_second=0), "from_generator: records_per_second"),
-])
+@pytest.mark.parametrize(
+    "call,setting",
+    [
+        (lambda env: env.set_parallelism(0), "parallelism"),
+        (lambda env: env.set_max_parallelism(-1), "max_parallelism"),
+        (lambda env: env.get_checkpoint_config().set_checkpoint_timeout(0), "checkpoint timeout_ms"),
+        (lambda env: env.set_task_cpus(0), "task_cpus"),
+        (lambda env: env.set_restart_strategy("always"), "restart strategy"),
+        (lambda env: env.get_config().set_auto_watermark_interval(0), "auto watermark interval_ms"),
+        (lambda env: env.from_generator(lambda i: i, records_per_second=0), "from_generator: records_per_second"),
+    ],
+)
 def test_invalid_settings_are_refused_by_name(call, setting):
     env = StreamExecutionEnvironment.get_execution_environment()
     with pytest.raises(InvalidConfigurationError) as info:
@@ -43,14 +46,17 @@ def test_restart_delays():
     assert [exp.delay_before(i) for i in (1, 2, 3, 4)] == [0.5, 1, 2, 3]
 
 
-@pytest.mark.parametrize("call,setting", [
-    (lambda env: env.enable_checkpointing(0.5), "checkpoint interval_ms"),
-    (lambda env: env.set_parallelism(2.5), "parallelism"),
-    (lambda env: env.set_batch_size(0.9), "batch_size"),
-    (lambda env: env.set_buffer_timeout(0.5), "buffer_timeout_ms"),
-    (lambda env: env.get_checkpoint_config().set_num_retained_checkpoints(1.5), "num_retained_checkpoints"),
-    (lambda env: RestartStrategy.fixed_delay(2.5, 1), "restart_attempts"),
-])
+@pytest.mark.parametrize(
+    "call,setting",
+    [
+        (lambda env: env.enable_checkpointing(0.5), "checkpoint interval_ms"),
+        (lambda env: env.set_parallelism(2.5), "parallelism"),
+        (lambda env: env.set_batch_size(0.9), "batch_size"),
+        (lambda env: env.set_buffer_timeout(0.5), "buffer_timeout_ms"),
+        (lambda env: env.get_checkpoint_config().set_num_retained_checkpoints(1.5), "num_retained_checkpoints"),
+        (lambda env: RestartStrategy.fixed_delay(2.5, 1), "restart_attempts"),
+    ],
+)
 def test_a_fraction_where_a_whole_number_is_meant_is_refused_not_truncated(call, setting):
     """Issue #13 item 7: 0.5 ms used to become 0 (a checkpoint as often as possible)."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -113,28 +119,37 @@ _NOT_NUMBERS = [float("nan"), float("inf"), float("-inf"), "2", None, True]
 
 
 @pytest.mark.parametrize("value", _NOT_NUMBERS, ids=repr)
-@pytest.mark.parametrize("call,setting", [
-    (lambda env, v: env.enable_checkpointing(v), "checkpoint interval_ms"),
-    (lambda env, v: env.get_checkpoint_config().set_checkpoint_timeout(v), "checkpoint timeout_ms"),
-    (lambda env, v: env.get_checkpoint_config().set_min_pause_between_checkpoints(v), "checkpoint min_pause_ms"),
-    (lambda env, v: env.get_checkpoint_config().set_max_concurrent_checkpoints(v), "max_concurrent_checkpoints"),
-    (lambda env, v: env.get_checkpoint_config().set_num_retained_checkpoints(v), "num_retained_checkpoints"),
-    (lambda env, v: env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(v), "tolerable_checkpoint_failures"),
-    (lambda env, v: env.set_parallelism(v), "parallelism"),
-    (lambda env, v: env.set_max_parallelism(v), "max_parallelism"),
-    (lambda env, v: env.get_config().set_auto_watermark_interval(v), "auto watermark interval_ms"),
-    (lambda env, v: env.set_task_cpus(v), "task_cpus"),
-    (lambda env, v: env.set_batch_size(v), "batch_size"),
-    (lambda env, v: env.set_buffer_timeout(v), "buffer_timeout_ms"),
-    (lambda env, v: RestartStrategy.fixed_delay(v, 1), "restart_attempts"),
-    (lambda env, v: RestartStrategy.fixed_delay(3, v), "restart delay_s"),
-    (lambda env, v: RestartStrategy.exponential_delay(max_attempts=v), "restart max_attempts"),
-    (lambda env, v: RestartStrategy.exponential_delay(initial_delay_s=v), "restart initial_delay_s"),
-    (lambda env, v: RestartStrategy.exponential_delay(multiplier=v), "restart multiplier"),
-    (lambda env, v: RestartStrategy.exponential_delay(max_delay_s=v), "restart max_delay_s"),
-    (lambda env, v: RestartStrategy.exponential_delay(jitter=v), "restart jitter"),
-    (lambda env, v: RestartStrategy.exponential_delay(reset_backoff_threshold_s=v), "restart reset_backoff_threshold_s"),
-])
+@pytest.mark.parametrize(
+    "call,setting",
+    [
+        (lambda env, v: env.enable_checkpointing(v), "checkpoint interval_ms"),
+        (lambda env, v: env.get_checkpoint_config().set_checkpoint_timeout(v), "checkpoint timeout_ms"),
+        (lambda env, v: env.get_checkpoint_config().set_min_pause_between_checkpoints(v), "checkpoint min_pause_ms"),
+        (lambda env, v: env.get_checkpoint_config().set_max_concurrent_checkpoints(v), "max_concurrent_checkpoints"),
+        (lambda env, v: env.get_checkpoint_config().set_num_retained_checkpoints(v), "num_retained_checkpoints"),
+        (
+            lambda env, v: env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(v),
+            "tolerable_checkpoint_failures",
+        ),
+        (lambda env, v: env.set_parallelism(v), "parallelism"),
+        (lambda env, v: env.set_max_parallelism(v), "max_parallelism"),
+        (lambda env, v: env.get_config().set_auto_watermark_interval(v), "auto watermark interval_ms"),
+        (lambda env, v: env.set_task_cpus(v), "task_cpus"),
+        (lambda env, v: env.set_batch_size(v), "batch_size"),
+        (lambda env, v: env.set_buffer_timeout(v), "buffer_timeout_ms"),
+        (lambda env, v: RestartStrategy.fixed_delay(v, 1), "restart_attempts"),
+        (lambda env, v: RestartStrategy.fixed_delay(3, v), "restart delay_s"),
+        (lambda env, v: RestartStrategy.exponential_delay(max_attempts=v), "restart max_attempts"),
+        (lambda env, v: RestartStrategy.exponential_delay(initial_delay_s=v), "restart initial_delay_s"),
+        (lambda env, v: RestartStrategy.exponential_delay(multiplier=v), "restart multiplier"),
+        (lambda env, v: RestartStrategy.exponential_delay(max_delay_s=v), "restart max_delay_s"),
+        (lambda env, v: RestartStrategy.exponential_delay(jitter=v), "restart jitter"),
+        (
+            lambda env, v: RestartStrategy.exponential_delay(reset_backoff_threshold_s=v),
+            "restart reset_backoff_threshold_s",
+        ),
+    ],
+)
 def test_nan_infinity_and_non_numbers_are_refused_by_name(call, setting, value):
     """Issue row 12: enable_checkpointing(nan) raised a bare ValueError, inf an
     OverflowError, and a NaN multiplier or delay was taken (every comparison with

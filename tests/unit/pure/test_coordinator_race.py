@@ -78,7 +78,9 @@ def _graph(seed: int, storage: str, failover: str, run: str) -> JobGraph:
     return env.get_job_graph("race")
 
 
-def run_race(seed: int, storage: str, valve: bool = True, max_failures: int = 3, failover: str = "region") -> tuple[int, int, int, int]:
+def run_race(
+    seed: int, storage: str, valve: bool = True, max_failures: int = 3, failover: str = "region"
+) -> tuple[int, int, int, int]:
     """One seeded run to the job's end: (lost, duplicated, failures, region restarts)."""
     run = f"run-{seed}-{valve}-{failover}"
     COMMITTED.pop(run, None)
@@ -100,7 +102,9 @@ def test_split_assignment_races_lose_and_duplicate_nothing_over_200_seeds(tmp_pa
         lost, duplicated, f, r = run_race(seed, f"file://{tmp_path}/valve", failover=failover)
         assert (lost, duplicated) == (0, 0), f"seed {seed}: lost {lost}, duplicated {duplicated} of {RECORDS} records"
         failures, regions = failures + f, regions + r
-    print(f"{failover} failover: 200 runs, {failures} task failures, {regions} region restarts, nothing lost or read twice")
+    print(
+        f"{failover} failover: 200 runs, {failures} task failures, {regions} region restarts, nothing lost or read twice"
+    )
     assert failures >= 200, f"only {failures} failures injected over 200 runs: the harness is not racing"
     assert (regions >= failures * 0.9) if failover == "region" else regions == 0
 
@@ -142,8 +146,13 @@ def test_a_keyed_shuffle_under_seeded_kills_commits_every_running_sum_once(tmp_p
         env.enable_checkpointing(100)
         env.checkpoint_config.set_checkpoint_storage(f"file://{tmp_path}/shuffle")
         env.set_restart_strategy(RestartStrategy.fixed_delay(1000, 0.0))
-        (env.from_collection(inputs).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).set_parallelism(3)
-            .sink_to(MemorySink(run)))
+        (
+            env.from_collection(inputs)
+            .key_by(lambda kv: kv[0])
+            .reduce(lambda a, b: (a[0], a[1] + b[1]))
+            .set_parallelism(3)
+            .sink_to(MemorySink(run))
+        )
         sim = SimulatedJob(env.get_job_graph(run), seed)
         assert sim.run() is JobStatus.FINISHED, f"seed {seed}: {sim.master.life.failure}"
         failures += sim.failures

@@ -34,8 +34,10 @@ def test_a_region_deploys_only_its_tasks_with_their_operators_restored_state():
     source = g.vertices["source-sequence"]
     uid = source.operators[0].uid
     restore = {uid: OperatorRestore([None, None], False), "not-in-this-job": OperatorRestore([], True)}
-    region = frozenset({("source-sequence", 1), ("pointwise", 1)} | {k for k in g.task_names() if k[0] != "source-sequence"
-                                                                    and k[0] != "pointwise"})
+    region = frozenset(
+        {("source-sequence", 1), ("pointwise", 1)}
+        | {k for k in g.task_names() if k[0] != "source-sequence" and k[0] != "pointwise"}
+    )
     deployments = plan_deployments(g, 1, "a2", restore, region)
     assert {d.key for d in deployments} == region
     restored = {d.key: d.task.restore for d in deployments}

@@ -165,9 +165,7 @@ def test_a_channel_out_of_range_is_refused(inbox: Inbox, channel: int) -> None:
     with pytest.raises(DeliveryError) as info:
         out.send(0, 0, b"astray")
         out.drain()
-    assert f"input channel {channel} is out of range: the receiving task has input channels 0 to 1" in str(
-        info.value
-    )
+    assert f"input channel {channel} is out of range: the receiving task has input channels 0 to 1" in str(info.value)
     assert _take_all(mailbox) == []
 
 

@@ -8,9 +8,9 @@ from weir.runtime.errors import CorruptCheckpointError
 from weir.runtime.failover import (
     Failover,
     FailoverAction,
+    Restarts,
     coordinator_resets,
     decide_failover,
-    Restarts,
     fall_back,
     region_of,
 )
@@ -72,7 +72,10 @@ def test_a_damaged_checkpoint_falls_back_to_the_one_before_it():
     points = [("/cp/1", {"checkpoint_id": 1}), ("/cp/2", {"checkpoint_id": 2})]
     decision = fall_back(points, error, "j")
     assert decision.restore_points == points[:1] and decision.error is error and decision.restartable
-    assert points == [("/cp/1", {"checkpoint_id": 1}), ("/cp/2", {"checkpoint_id": 2})]  # the caller's list is left as it was
+    assert points == [
+        ("/cp/1", {"checkpoint_id": 1}),
+        ("/cp/2", {"checkpoint_id": 2}),
+    ]  # the caller's list is left as it was
 
 
 def test_with_no_earlier_checkpoint_left_the_job_fails_rather_than_start_from_scratch():

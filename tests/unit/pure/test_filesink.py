@@ -7,14 +7,16 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from weir.connectors.files import FileSink, read_committed
 from weir import InvalidConfigurationError, StreamExecutionEnvironment
+from weir.connectors.files import FileSink, read_committed
 from weir.runtime.state import OperatorSnapshot
 from weir.runtime.testing import OperatorHarness
 
 
 def _sink_op(path: str, fmt: str, attempt: str, restored: OperatorSnapshot | None = None) -> OperatorHarness:
-    return OperatorHarness.sink(FileSink(path, format=fmt), attempt_id=attempt, restore=None if restored is None else [restored])
+    return OperatorHarness.sink(
+        FileSink(path, format=fmt), attempt_id=attempt, restore=None if restored is None else [restored]
+    )
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -34,9 +36,9 @@ def test_restore_commits_what_was_pending_and_cleans_up_leftovers(tmp_path):
     path = str(tmp_path / "out")
     op = _sink_op(path, "jsonl", "a1")
     op.process([1, 1])
-    snap = op.snapshot(1)          # pending, but the notification never comes
-    op.process([2, 2])           # in progress when the task dies
-    op.snapshot(2)                 # pending of a checkpoint that never completes
+    snap = op.snapshot(1)  # pending, but the notification never comes
+    op.process([2, 2])  # in progress when the task dies
+    op.snapshot(2)  # pending of a checkpoint that never completes
     op.process([3, 3])
     # A new attempt restores checkpoint 1.
     new = _sink_op(path, "jsonl", "b2", snap)
@@ -55,12 +57,12 @@ def test_a_subtask_cleans_only_its_own_leftovers_and_those_of_removed_subtasks(t
     path = str(tmp_path / "out")
     live = OperatorHarness.sink(FileSink(path), attempt_id="a1", subtask=1, parallelism=2)
     live.process([1, 1])
-    live.snapshot(1)                                    # pending, committed at checkpoint 1
-    live.process([2, 2])                                # in progress
+    live.snapshot(1)  # pending, committed at checkpoint 1
+    live.process([2, 2])  # in progress
     gone = OperatorHarness.sink(FileSink(path), attempt_id="a0", subtask=3, parallelism=4)
-    gone.process([9, 9])                                # a subtask a rescale to 2 removed
+    gone.process([9, 9])  # a subtask a rescale to 2 removed
     old = OperatorHarness.sink(FileSink(path), attempt_id="a0", subtask=0, parallelism=2)
-    old.process([0, 0])                                 # subtask 0's attempt that died
+    old.process([0, 0])  # subtask 0's attempt that died
     restarted = OperatorHarness.sink(FileSink(path), attempt_id="b2", subtask=0, parallelism=2)
     restarted.snapshot(1)
     restarted.notify_complete(1)
@@ -79,11 +81,11 @@ def test_a_run_never_cleans_up_the_files_another_run_left_for_its_savepoint(tmp_
     path = str(tmp_path / "out")
     stopped = OperatorHarness.sink(FileSink(path), attempt_id="a1", run_id="r1")
     stopped.process([1, 1])
-    savepoint = stopped.snapshot(1)                     # pending: the savepoint publishes it
+    savepoint = stopped.snapshot(1)  # pending: the savepoint publishes it
     later = OperatorHarness.sink(FileSink(path), attempt_id="b1", run_id="r2")
     later.process([2, 2])
     later.snapshot(1)
-    later.notify_complete(1)                            # its first checkpoint: its cleanup runs
+    later.notify_complete(1)  # its first checkpoint: its cleanup runs
     assert read_committed(path) == [[2, 2]]
     resumed = OperatorHarness.sink(FileSink(path), attempt_id="c1", run_id="r3", restore=[savepoint])
     resumed.snapshot(2)
@@ -115,7 +117,10 @@ def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
     numbers = env.from_collection([1, 2, 3])
     numbers.sink_to(FileSink(str(tmp_path / "out")))
     numbers.map(lambda x: -x).sink_to(FileSink(str(tmp_path / "other")))  # another folder: fine
-    with pytest.raises(InvalidJobGraphError, match=rf"two sinks of this job write to folder {tmp_path}/out \(Sink: FileSink and another FileSink\)"):
+    with pytest.raises(
+        InvalidJobGraphError,
+        match=rf"two sinks of this job write to folder {tmp_path}/out \(Sink: FileSink and another FileSink\)",
+    ):
         numbers.map(lambda x: x * 2).sink_to(FileSink(str(tmp_path / "out") + "/"))
 
 
@@ -123,10 +128,12 @@ def test_two_file_sinks_of_a_job_on_one_folder_are_refused_naming_it(tmp_path):
 def _lines_sink(path, prefix="words", suffix=".txt", policy=None):
     from weir.connectors.files import Encoder, OutputFileConfig, RollingPolicy
 
-    return (FileSink.for_row_format(path, Encoder.simple_string_encoder())
-            .with_output_file_config(OutputFileConfig.builder().with_part_prefix(prefix).with_part_suffix(suffix).build())
-            .with_rolling_policy(policy or RollingPolicy.on_checkpoint_rolling_policy())
-            .build())
+    return (
+        FileSink.for_row_format(path, Encoder.simple_string_encoder())
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix(prefix).with_part_suffix(suffix).build())
+        .with_rolling_policy(policy or RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
 
 
 def test_a_row_format_sink_writes_str_lines_named_by_its_output_file_config(tmp_path):
@@ -147,8 +154,8 @@ def test_the_default_rolling_policy_rolls_at_part_size_and_commits_at_the_checkp
     path = str(tmp_path / "out")
     sink = _lines_sink(path, policy=RollingPolicy.default_rolling_policy(part_size=10))
     op = OperatorHarness.sink(sink, attempt_id="a1")
-    op.process("abcd", "efgh", "ijkl")             # 5 bytes each: the first two fill a file
-    assert read_committed(sink) == []              # rolled, but pending until the checkpoint completes
+    op.process("abcd", "efgh", "ijkl")  # 5 bytes each: the first two fill a file
+    assert read_committed(sink) == []  # rolled, but pending until the checkpoint completes
     op.snapshot(1)
     op.notify_complete(1)
     assert sorted(os.listdir(path)) == ["words-a1-0-0.txt", "words-a1-0-1.txt"]
@@ -162,8 +169,8 @@ def test_a_restore_cleans_the_leftovers_of_a_custom_prefix_and_keeps_what_it_com
     policy = RollingPolicy.default_rolling_policy(part_size=10)
     op = OperatorHarness.sink(_lines_sink(path, prefix="out", suffix="", policy=policy), attempt_id="a1")
     op.process("abcd")
-    snap = op.snapshot(1)                           # pending; the notification never comes
-    op.process("efgh", "ijkl", "mnop")              # one file rolled to pending, one in progress: then the task dies
+    snap = op.snapshot(1)  # pending; the notification never comes
+    op.process("efgh", "ijkl", "mnop")  # one file rolled to pending, one in progress: then the task dies
     restored = _lines_sink(path, prefix="out", suffix="", policy=policy)
     new = OperatorHarness.sink(restored, attempt_id="b2", restore=[snap])
     new.process("efgh")
@@ -184,8 +191,11 @@ def test_a_bulk_format_sink_writes_parquet_and_rolls_only_at_checkpoints(tmp_pat
     builder = FileSink.for_bulk_format(path, ParquetBulkWriters.for_row_type(schema))
     with pytest.raises(InvalidConfigurationError, match="a bulk format rolls at checkpoints only"):
         builder.with_rolling_policy(RollingPolicy.default_rolling_policy())
-    sink = (builder.with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
-            .with_output_file_config(OutputFileConfig("clicks", ".parquet")).build())
+    sink = (
+        builder.with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .with_output_file_config(OutputFileConfig("clicks", ".parquet"))
+        .build()
+    )
     op = OperatorHarness.sink(sink, attempt_id="a1")
     op.process({"user": "ann", "clicks": 3}, {"user": "bob", "clicks": 4})
     op.snapshot(1)

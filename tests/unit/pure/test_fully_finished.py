@@ -15,7 +15,10 @@ from weir.runtime.storage import StateHandle
 
 RAN_FINISH = SnapshotSummary(finished=True, has_state=True, has_union_state=False)
 RESTORED_FINISHED = SnapshotSummary(
-    finished=True, has_state=False, has_union_state=False, finished_on_restore=True,
+    finished=True,
+    has_state=False,
+    has_union_state=False,
+    finished_on_restore=True,
 )
 
 
@@ -40,16 +43,20 @@ def _metadata(exited, summary):
     return g, coordinator.metadata(pending.checkpoint_id, set())
 
 
-@pytest.mark.parametrize("exited,summary,fully_finished", [
-    ((), RAN_FINISH, False),  # a drained stop: every subtask ran finish(), none had exited
-    ((0,), RAN_FINISH, False),  # one exited, one still up after finish()
-    ((0, 1), None, True),  # every subtask exited
-    ((0,), RESTORED_FINISHED, True),  # one exited, one restored fully finished: it stays so
-    ((), RESTORED_FINISHED, True),
-])
+@pytest.mark.parametrize(
+    "exited,summary,fully_finished",
+    [
+        ((), RAN_FINISH, False),  # a drained stop: every subtask ran finish(), none had exited
+        ((0,), RAN_FINISH, False),  # one exited, one still up after finish()
+        ((0, 1), None, True),  # every subtask exited
+        ((0,), RESTORED_FINISHED, True),  # one exited, one restored fully finished: it stays so
+        ((), RESTORED_FINISHED, True),
+    ],
+)
 def test_fully_finished_once_every_subtask_exited_or_was_restored_so(exited, summary, fully_finished):
     g, metadata = _metadata(exited, summary)
     assert {uid: op["fully_finished"] for uid, op in metadata["operators"].items()} == {
-        "src": fully_finished, "sink": fully_finished,
+        "src": fully_finished,
+        "sink": fully_finished,
     }
     assert all(r.fully_finished is fully_finished for r in restore_plan(metadata, g, False).values())

@@ -14,11 +14,19 @@ def _env(p: int = 2) -> StreamExecutionEnvironment:
 
 def test_forward_edges_with_equal_parallelism_chain_and_key_by_does_not():
     env = _env()
-    (env.from_sequence(0, 9).map(lambda x: x).filter(bool).key_by(lambda x: x % 2)
-        .reduce(lambda a, b: a + b).sink_to(DiscardingSink()))
+    (
+        env.from_sequence(0, 9)
+        .map(lambda x: x)
+        .filter(bool)
+        .key_by(lambda x: x % 2)
+        .reduce(lambda a, b: a + b)
+        .sink_to(DiscardingSink())
+    )
     g = env.get_job_graph("g")
     assert [v.name for v in g.vertices.values()] == [
-        "Source: sequence -> Map -> Filter", "Reduce -> Sink: DiscardingSink"]
+        "Source: sequence -> Map -> Filter",
+        "Reduce -> Sink: DiscardingSink",
+    ]
     (edge,) = g.vertices["reduce"].inputs
     assert edge.partition.kind == "hash"
 
@@ -40,7 +48,9 @@ def test_forward_between_different_parallelism_is_an_error_naming_both_operators
 
 def test_parallelism_above_max_parallelism_names_the_operator():
     env = _env(2)
-    env.from_sequence(0, 9).map(lambda x: x).name("score").set_parallelism(8).set_max_parallelism(4).sink_to(DiscardingSink())
+    env.from_sequence(0, 9).map(lambda x: x).name("score").set_parallelism(8).set_max_parallelism(4).sink_to(
+        DiscardingSink()
+    )
     with pytest.raises(InvalidJobGraphError, match="operator 'score': parallelism 8 is above its max parallelism 4"):
         env.get_job_graph("g")
 
@@ -76,7 +86,9 @@ PICTURE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "images" / "job
 def _pictured():
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     clicks = env.from_collection([("a", 1)]).name("clicks")
-    clicks.map(lambda kv: kv).name("parse").key_by(lambda kv: kv[0]).sum(1).name("totals").set_parallelism(3).sink_to(DiscardingSink())
+    clicks.map(lambda kv: kv).name("parse").key_by(lambda kv: kv[0]).sum(1).name("totals").set_parallelism(3).sink_to(
+        DiscardingSink()
+    )
     clicks.rebalance().map(lambda kv: kv).name("audit").sink_to(DiscardingSink())
     return env.get_job_graph("pictured")
 
@@ -88,11 +100,24 @@ def test_the_job_graph_picture_shows_vertices_chains_parallelism_and_partitioner
     svg = graph._repr_svg_()  # what a notebook shows
     texts = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
     assert texts[0] == "pictured (streaming)"
-    assert {"clicks", "parse", "totals", "audit", "→ Sink: DiscardingSink", "×2", "×3", "forward", "hash", "rebalance"} <= set(texts), texts
+    assert {
+        "clicks",
+        "parse",
+        "totals",
+        "audit",
+        "→ Sink: DiscardingSink",
+        "×2",
+        "×3",
+        "forward",
+        "hash",
+        "rebalance",
+    } <= set(texts), texts
     assert svg.count("marker-end") == sum(len(v.inputs) for v in graph.vertices.values())
 
 
 def test_the_picture_in_the_docs_is_what_weir_draws_today():
     if os.environ.get("WEIR_REDRAW"):
         PICTURE.write_text(_pictured().to_svg())
-    assert PICTURE.read_text() == _pictured().to_svg(), "redraw it: WEIR_REDRAW=1 python3 -m pytest tests/unit/pure/test_graph.py"
+    assert PICTURE.read_text() == _pictured().to_svg(), (
+        "redraw it: WEIR_REDRAW=1 python3 -m pytest tests/unit/pure/test_graph.py"
+    )

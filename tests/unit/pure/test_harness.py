@@ -23,7 +23,9 @@ def test_keyed_state_survives_a_restore_into_two_subtasks():
     h.close()
     keys = ["a", "b", "c"]
     owner = {k: operator_index_for_key_group(128, 2, key_group_for(k, 128)) for k in keys}
-    restored = [OperatorHarness.keyed_process(Count(), lambda r: r, restore=[snap], subtask=i, parallelism=2) for i in range(2)]
+    restored = [
+        OperatorHarness.keyed_process(Count(), lambda r: r, restore=[snap], subtask=i, parallelism=2) for i in range(2)
+    ]
     for k in keys:
         assert restored[owner[k]].process(k) == [(k, {"a": 3, "b": 2, "c": 1}[k])]
 

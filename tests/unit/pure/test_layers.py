@@ -41,7 +41,9 @@ def _imports(path: pathlib.Path) -> set[str]:
         if isinstance(node, ast.Import):
             named.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            submodules = [f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in MODULES]
+            submodules = [
+                f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in MODULES
+            ]
             named.update(submodules or [node.module])
     return named
 
@@ -96,15 +98,19 @@ def _named_under(module: str, prefixes: tuple[str, ...]) -> set[str]:
     return {i for i in GRAPH[module] if any(i == p or i.startswith(p + ".") for p in prefixes)}
 
 
-@pytest.mark.parametrize("package, forbidden, allowed", [
-    ("weir.runtime", ("weir.actors", "weir.connectors", "ray", "pyspark", "raydp"), ()),
-    ("weir.actors", ("weir.connectors",), ()),
-    ("weir.connectors", ("weir.actors",), ("weir.actors.cluster",)),
-])
+@pytest.mark.parametrize(
+    "package, forbidden, allowed",
+    [
+        ("weir.runtime", ("weir.actors", "weir.connectors", "ray", "pyspark", "raydp"), ()),
+        ("weir.actors", ("weir.connectors",), ()),
+        ("weir.connectors", ("weir.actors",), ("weir.actors.cluster",)),
+    ],
+)
 def test_each_layer_imports_only_what_it_may(package, forbidden, allowed):
     broken = {
         module: sorted(_named_under(module, forbidden) - set(allowed))
-        for module in GRAPH if module.startswith(package + ".") or module == package
+        for module in GRAPH
+        if module.startswith(package + ".") or module == package
     }
     assert {m: names for m, names in broken.items() if names} == {}
 
@@ -114,4 +120,6 @@ def test_the_root_and_pyflinks_module_paths_only_hand_on_the_runtime_and_connect
     assert roots
     for module in roots:
         weir_names = {i for i in GRAPH[module] if i.startswith("weir.")}
-        assert all(i.startswith(("weir.runtime", "weir.connectors", "weir.datastream", "weir.common")) for i in weir_names), (module, weir_names)
+        assert all(
+            i.startswith(("weir.runtime", "weir.connectors", "weir.datastream", "weir.common")) for i in weir_names
+        ), (module, weir_names)

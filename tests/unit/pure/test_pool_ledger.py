@@ -46,12 +46,14 @@ class Pool:
         return plan
 
     def up(self) -> None:
-        for sid, s in self.ledger.slots.items():
+        for sid in self.ledger.slots:
             self.ledger.slot_up(sid, "node-1")
         for c in self.ledger.coordinators.values():
             c.up = True
 
-    def submit(self, name: str, app: Application, outputs: dict[str, str] | None = None, now: float = 0.0) -> str | Conflict:
+    def submit(
+        self, name: str, app: Application, outputs: dict[str, str] | None = None, now: float = 0.0
+    ) -> str | Conflict:
         assignment = JobAssignment(name, f"run-{name}", b"", app, outputs or {}, 0.0, {})
         outcome = self.ledger.reserve(assignment, {}, "env", now)
         if outcome is None:
@@ -149,7 +151,11 @@ def test_a_name_runs_once_until_its_job_ends(pool):
 def test_an_output_belongs_to_one_running_job(pool):
     coordinator = pool.submit("a", A, {"folder /out": "Sink: FileSink"})
     refused = pool.submit("b", B, {"folder /other": "Sink: two", "folder /out": "Sink: one"})
-    assert isinstance(refused, Conflict) and (refused.job, refused.location, refused.operator) == ("a", "folder /out", "Sink: one")
+    assert isinstance(refused, Conflict) and (refused.job, refused.location, refused.operator) == (
+        "a",
+        "folder /out",
+        "Sink: one",
+    )
     assert not isinstance(pool.submit("c", B, {"folder /other": "Sink: two"}), Conflict)
     pool.ledger.job_ended(coordinator, now=1.0)
     assert not isinstance(pool.submit("b", B, {"folder /out": "Sink: one"}), Conflict)

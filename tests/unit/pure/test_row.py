@@ -40,7 +40,7 @@ def test_positional_row_is_tuple_like_and_a_factory_of_named_rows():
 def test_missing_fields_raise_as_in_pyflink():
     row = Row(name="Alice")
     with pytest.raises(AttributeError):
-        row.age
+        _ = row.age
     with pytest.raises(ValueError, match="'age' is not a field"):
         row["age"]
     with pytest.raises(TypeError, match="needs a row with field names"):

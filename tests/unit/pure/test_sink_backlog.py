@@ -84,14 +84,28 @@ def test_an_exactly_once_kafka_sink_is_bounded_the_same_way():
     from weir.connectors.kafka import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink
     from weir.connectors.serialization import SimpleStringSchema
 
-    serializer = KafkaRecordSerializationSchema.builder().set_topic("out").set_value_serialization_schema(SimpleStringSchema()).build()
-    sink = (KafkaSink.builder().set_bootstrap_servers("nowhere:9092").set_record_serializer(serializer)
-            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix("backlog").build())
+    serializer = (
+        KafkaRecordSerializationSchema.builder()
+        .set_topic("out")
+        .set_value_serialization_schema(SimpleStringSchema())
+        .build()
+    )
+    sink = (
+        KafkaSink.builder()
+        .set_bootstrap_servers("nowhere:9092")
+        .set_record_serializer(serializer)
+        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+        .set_transactional_id_prefix("backlog")
+        .build()
+    )
     sink.max_pending_bytes = 2_000
     h = OperatorHarness.sink(sink)  # no broker is reached before a commit
     h.process(*(f"record {i}" for i in range(50)))
     h.snapshot(1)
     h.operator.notify_checkpoint_aborted(1)
     h.process(*(f"record {i}" for i in range(50, 200)))
-    with pytest.raises(SinkBacklogError, match=r"^sink 'Sink' holds \d+ bytes .* past its bound of 2000 bytes .*: 1 checkpoint\(s\) failed"):
+    with pytest.raises(
+        SinkBacklogError,
+        match=r"^sink 'Sink' holds \d+ bytes .* past its bound of 2000 bytes .*: 1 checkpoint\(s\) failed",
+    ):
         h.snapshot(2)

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
+from tests.unit.pure.test_exchange import _fail_to_start_readers
 from weir.actors.exchange import DeliveryError, Outbox, Route
 from weir.actors.task_actor import TaskActor
 from weir.runtime.mailbox import Mailbox
-from tests.unit.pure.test_exchange import _fail_to_start_readers
 
 
 def test_a_slot_whose_inbox_cannot_start_a_reader_ends_its_process(

@@ -15,9 +15,9 @@ from weir.runtime.stopping import (
     NoStop,
     Redeploying,
     StopOutcome,
+    Stopping,
     StopProtocol,
     StopProtocolError,
-    Stopping,
     WaitingForSlots,
 )
 
@@ -88,7 +88,9 @@ def test_a_cancel_overtaking_a_stop_says_where_its_savepoint_is():
     p, request = stopping()
     [answer] = p.job_ended(JobStatus.CANCELED)
     answer.deliver("j")
-    assert answer.outcome is StopOutcome.OVERTAKEN_BY_CANCEL and "completed at /sp/7 (it can be restored)" in str(request.error)
+    assert answer.outcome is StopOutcome.OVERTAKEN_BY_CANCEL and "completed at /sp/7 (it can be restored)" in str(
+        request.error
+    )
 
 
 def test_a_job_failing_over_fails_its_stop_but_not_nothing():
@@ -145,16 +147,22 @@ def test_a_stop_while_a_rescale_waits_lets_it_go_ahead_if_the_stop_fails_and_fai
     assert str(rescale.error) == "job 'j' ended SUSPENDED before it was rescaled" and stop.result == "/sp/8"
 
 
-@pytest.mark.parametrize("make, event", [
-    (lambda: StopProtocol(), lambda p: p.savepoint_failed(WeirError("x"))),
-    (lambda: StopProtocol(), lambda p: p.savepoint_retried(2, "/sp/2")),
-    (lambda: StopProtocol(), lambda p: p.slots_ready()),
-    (lambda: StopProtocol(), lambda p: p.redeployed(1.0)),
-    (lambda: stopping()[0], lambda p: p.stop_started(8, True, "/sp/8", Heard())),
-    (lambda: stopping()[0], lambda p: p.rescale_requested(Heard(), NEW_GRAPH, 5.0)),
-    (lambda: stopping()[0], lambda p: p.redeployed(1.0)),
-    (lambda: rescaling()[0], lambda p: p.rescale_stop_started(WaitingForSlots(Heard(), NEW_GRAPH, 5.0), 10, "/cp/10", 2.0)),
-])
+@pytest.mark.parametrize(
+    "make, event",
+    [
+        (lambda: StopProtocol(), lambda p: p.savepoint_failed(WeirError("x"))),
+        (lambda: StopProtocol(), lambda p: p.savepoint_retried(2, "/sp/2")),
+        (lambda: StopProtocol(), lambda p: p.slots_ready()),
+        (lambda: StopProtocol(), lambda p: p.redeployed(1.0)),
+        (lambda: stopping()[0], lambda p: p.stop_started(8, True, "/sp/8", Heard())),
+        (lambda: stopping()[0], lambda p: p.rescale_requested(Heard(), NEW_GRAPH, 5.0)),
+        (lambda: stopping()[0], lambda p: p.redeployed(1.0)),
+        (
+            lambda: rescaling()[0],
+            lambda p: p.rescale_stop_started(WaitingForSlots(Heard(), NEW_GRAPH, 5.0), 10, "/cp/10", 2.0),
+        ),
+    ],
+)
 def test_an_illegal_event_raises_and_leaves_the_state_as_it_was(make, event):
     p = make()
     before = p.state

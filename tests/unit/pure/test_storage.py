@@ -14,7 +14,7 @@ def storage(tmp_path):
 
 
 def _local(uri: str) -> str:
-    return uri[len("file://"):]
+    return uri[len("file://") :]
 
 
 def test_state_round_trip_and_metadata_marks_completion(storage):
@@ -23,7 +23,10 @@ def test_state_round_trip_and_metadata_marks_completion(storage):
     assert h.uri.startswith("file://") and h.uri.endswith("/job/chk-3/map-0.state")
     assert storage.checkpoint_ids() == []
     op = {"vertex": "map", "parallelism": 1, "max_parallelism": 128, "fully_finished": False}
-    metadata = {"checkpoint_id": 3, "operators": {"m": {**op, "handles": [{"uri": h.uri, "sha256": h.sha256, "size": h.size}]}}}
+    metadata = {
+        "checkpoint_id": 3,
+        "operators": {"m": {**op, "handles": [{"uri": h.uri, "sha256": h.sha256, "size": h.size}]}},
+    }
     write_metadata(loc, metadata)
     assert storage.checkpoint_ids() == [3]
     assert read_state(h) == {"op": [1, 2]}

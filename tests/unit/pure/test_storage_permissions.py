@@ -25,10 +25,15 @@ def test_a_task_on_a_node_without_the_default_folder_creates_it_and_everything_b
     private = tmp_path / f"weir-{os.getuid()}"
     storage = CheckpointStorage(f"file://{private}/checkpoints", "job", "run")
     handle = write_state(storage.location(1), "map-0", b"state")
-    created = [private, private / "checkpoints", private / "checkpoints" / "job", private / "checkpoints" / "job" / "run",
-               private / "checkpoints" / "job" / "run" / "chk-1"]
+    created = [
+        private,
+        private / "checkpoints",
+        private / "checkpoints" / "job",
+        private / "checkpoints" / "job" / "run",
+        private / "checkpoints" / "job" / "run" / "chk-1",
+    ]
     assert {str(p): oct(_mode(p)) for p in created} == {str(p): "0o700" for p in created}
-    assert oct(_mode(handle.uri[len("file://"):])) == "0o600"
+    assert oct(_mode(handle.uri[len("file://") :])) == "0o600"
 
 
 def test_a_chosen_storage_gets_private_folders_and_files_too(tmp_path):

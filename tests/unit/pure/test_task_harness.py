@@ -14,7 +14,9 @@ from weir.runtime.testing import TaskHarness
 
 def _sink_task(tmp_path, channels=1) -> tuple[TaskHarness, str]:
     out = str(tmp_path / "out")
-    h = TaskHarness([("sink", lambda n, u: SinkOperator(n, u, FileSink(out)))], channels, "file://" + str(tmp_path / "chk"))
+    h = TaskHarness(
+        [("sink", lambda n, u: SinkOperator(n, u, FileSink(out)))], channels, "file://" + str(tmp_path / "chk")
+    )
     return h, out
 
 

@@ -79,7 +79,7 @@ def _keyed_process(name, uid):
 
 
 def _processing_timers(h, checkpoint_id):
-    (_, handle, _), = [a for a in h.ports.acks if a[0] == checkpoint_id]
+    ((_, handle, _),) = [a for a in h.ports.acks if a[0] == checkpoint_id]
     keyed = read_state(handle)["process"].keyed
     return {k: v for group in keyed.values() for k, v in group.get("_timers/processing", {}).items()}
 
@@ -192,8 +192,15 @@ def test_a_chain_opens_last_to_first_then_ends_input_and_finishes_each_operator_
     h.deliver(0, ["r"], EndOfData(drain=True), h.barrier(1), EndOfPartition())
     h.notify_complete(1)
     assert _Recorder.log[3:] == [
-        "end_input(0) a", "finish a", "end_input(0) b", "finish b", "end_input(0) c", "finish c",
-        "close a", "close b", "close c",
+        "end_input(0) a",
+        "finish a",
+        "end_input(0) b",
+        "finish b",
+        "end_input(0) c",
+        "finish c",
+        "close a",
+        "close b",
+        "close c",
     ]
     assert h.records_sent == ["r", "from finish of a", "from finish of b", "from finish of c"]
     assert h.result.state is TaskState.FINISHED

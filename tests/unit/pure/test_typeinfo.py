@@ -13,8 +13,24 @@ import pytest
 from weir import InvalidConfigurationError, Row, RowKind, TypeInformation, Types
 from weir.runtime.typeinfo import output_type_arg, type_arg
 
-BASIC = ["STRING", "BYTE", "BOOLEAN", "SHORT", "INT", "LONG", "FLOAT", "DOUBLE", "CHAR", "BIG_INT", "BIG_DEC",
-         "INSTANT", "SQL_DATE", "SQL_TIME", "SQL_TIMESTAMP", "PICKLED_BYTE_ARRAY"]
+BASIC = [
+    "STRING",
+    "BYTE",
+    "BOOLEAN",
+    "SHORT",
+    "INT",
+    "LONG",
+    "FLOAT",
+    "DOUBLE",
+    "CHAR",
+    "BIG_INT",
+    "BIG_DEC",
+    "INSTANT",
+    "SQL_DATE",
+    "SQL_TIME",
+    "SQL_TIMESTAMP",
+    "PICKLED_BYTE_ARRAY",
+]
 
 
 def test_every_factory_gives_equal_hashable_picklable_type_information():
@@ -22,8 +38,11 @@ def test_every_factory_gives_equal_hashable_picklable_type_information():
         Types.ROW([Types.INT(), Types.STRING()]),
         Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()]),
         Types.TUPLE([Types.STRING(), Types.LONG()]),
-        Types.PRIMITIVE_ARRAY(Types.INT()), Types.BASIC_ARRAY(Types.STRING()), Types.OBJECT_ARRAY(Types.ROW([Types.INT()])),
-        Types.LIST(Types.DOUBLE()), Types.MAP(Types.STRING(), Types.LIST(Types.INT())),
+        Types.PRIMITIVE_ARRAY(Types.INT()),
+        Types.BASIC_ARRAY(Types.STRING()),
+        Types.OBJECT_ARRAY(Types.ROW([Types.INT()])),
+        Types.LIST(Types.DOUBLE()),
+        Types.MAP(Types.STRING(), Types.LIST(Types.INT())),
     ]
     remade = pickle.loads(pickle.dumps(made))
     assert all(isinstance(t, TypeInformation) for t in made)
@@ -33,8 +52,15 @@ def test_every_factory_gives_equal_hashable_picklable_type_information():
 
 def test_reprs_are_pyflinks():
     assert [repr(Types.STRING()), repr(Types.INT()), repr(Types.BIG_DEC()), repr(Types.PICKLED_BYTE_ARRAY())] == [
-        "String", "Integer", "BigDecimal", "PickledByteArrayTypeInfo"]
-    assert repr(Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()])) == "RowTypeInfo(name: String, age: Integer)"
+        "String",
+        "Integer",
+        "BigDecimal",
+        "PickledByteArrayTypeInfo",
+    ]
+    assert (
+        repr(Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()]))
+        == "RowTypeInfo(name: String, age: Integer)"
+    )
     assert repr(Types.TUPLE([Types.STRING(), Types.LONG()])) == "TupleTypeInfo(String, Long)"
     assert repr(Types.MAP(Types.STRING(), Types.LIST(Types.INT()))) == "MapTypeInfo<String, ListTypeInfo<Integer>>"
     assert repr(Types.PRIMITIVE_ARRAY(Types.INT())) == "PrimitiveArrayTypeInfo<Integer>"
@@ -56,24 +82,27 @@ def test_factories_refuse_what_is_not_type_information():
         Types.LIST("int")
 
 
-@pytest.mark.parametrize("type_info, value, converted", [
-    (Types.INT(), 3, 3),
-    (Types.INT(), True, 1),
-    (Types.LONG(), -(2**63), -(2**63)),
-    (Types.DOUBLE(), 2, 2.0),
-    (Types.STRING(), "a", "a"),
-    (Types.BOOLEAN(), False, False),
-    (Types.BIG_DEC(), decimal.Decimal("1.5"), decimal.Decimal("1.5")),
-    (Types.SQL_DATE(), datetime.datetime(2024, 5, 1, 12), datetime.date(2024, 5, 1)),
-    (Types.SQL_TIMESTAMP(), datetime.datetime(2024, 5, 1, 12), datetime.datetime(2024, 5, 1, 12)),
-    (Types.PICKLED_BYTE_ARRAY(), {"any": object}, {"any": object}),
-    (Types.INT(), None, None),
-    (Types.TUPLE([Types.STRING(), Types.INT()]), ["a", 1], ("a", 1)),
-    (Types.TUPLE([Types.STRING(), Types.INT()]), Row("a", 1), ("a", 1)),
-    (Types.LIST(Types.FLOAT()), (1, 2.5), [1.0, 2.5]),
-    (Types.PRIMITIVE_ARRAY(Types.BYTE()), bytearray(b"ab"), b"ab"),
-    (Types.MAP(Types.STRING(), Types.TUPLE([Types.INT()])), {"a": [1]}, {"a": (1,)}),
-])
+@pytest.mark.parametrize(
+    "type_info, value, converted",
+    [
+        (Types.INT(), 3, 3),
+        (Types.INT(), True, 1),
+        (Types.LONG(), -(2**63), -(2**63)),
+        (Types.DOUBLE(), 2, 2.0),
+        (Types.STRING(), "a", "a"),
+        (Types.BOOLEAN(), False, False),
+        (Types.BIG_DEC(), decimal.Decimal("1.5"), decimal.Decimal("1.5")),
+        (Types.SQL_DATE(), datetime.datetime(2024, 5, 1, 12), datetime.date(2024, 5, 1)),
+        (Types.SQL_TIMESTAMP(), datetime.datetime(2024, 5, 1, 12), datetime.datetime(2024, 5, 1, 12)),
+        (Types.PICKLED_BYTE_ARRAY(), {"any": object}, {"any": object}),
+        (Types.INT(), None, None),
+        (Types.TUPLE([Types.STRING(), Types.INT()]), ["a", 1], ("a", 1)),
+        (Types.TUPLE([Types.STRING(), Types.INT()]), Row("a", 1), ("a", 1)),
+        (Types.LIST(Types.FLOAT()), (1, 2.5), [1.0, 2.5]),
+        (Types.PRIMITIVE_ARRAY(Types.BYTE()), bytearray(b"ab"), b"ab"),
+        (Types.MAP(Types.STRING(), Types.TUPLE([Types.INT()])), {"a": [1]}, {"a": (1,)}),
+    ],
+)
 def test_records_convert_to_what_pyflink_hands_the_next_operator(type_info, value, converted):
     out = type_info.convert(value)
     assert out == converted and type(out) is type(converted)
@@ -98,20 +127,27 @@ def test_a_row_type_takes_tuples_lists_and_dicts_only_where_records_enter_the_st
         person.convert(("Alice", 11))
 
 
-@pytest.mark.parametrize("type_info, value, message", [
-    (Types.INT(), "3", "Integer takes int, got str '3'"),
-    (Types.INT(), 2**31, "out of the range of Integer"),
-    (Types.BYTE(), -129, "out of the range of Byte"),
-    (Types.STRING(), 3, "String takes str, got int 3"),
-    (Types.BOOLEAN(), 1, "Boolean takes bool"),
-    (Types.SQL_TIMESTAMP(), datetime.date(2024, 1, 1), "TimestampTypeInfo takes datetime"),
-    (Types.TUPLE([Types.INT()]), (1, 2), "has 1 fields, got 2 values"),
-    (Types.TUPLE([Types.STRING(), Types.INT()]), ("a", "b"), "field 1: Integer takes int"),
-    (Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()]), Row(name="a", age="b"), "field 'age': Integer"),
-    (Types.ROW_NAMED(["name"], [Types.STRING()]), Row(nom="a"), "'name' is not a field"),
-    (Types.LIST(Types.INT()), "abc", "ListTypeInfo<Integer> takes a list, got str"),
-    (Types.MAP(Types.STRING(), Types.INT()), {"a": "b"}, "in MapTypeInfo<String, Integer>: Integer takes int"),
-])
+@pytest.mark.parametrize(
+    "type_info, value, message",
+    [
+        (Types.INT(), "3", "Integer takes int, got str '3'"),
+        (Types.INT(), 2**31, "out of the range of Integer"),
+        (Types.BYTE(), -129, "out of the range of Byte"),
+        (Types.STRING(), 3, "String takes str, got int 3"),
+        (Types.BOOLEAN(), 1, "Boolean takes bool"),
+        (Types.SQL_TIMESTAMP(), datetime.date(2024, 1, 1), "TimestampTypeInfo takes datetime"),
+        (Types.TUPLE([Types.INT()]), (1, 2), "has 1 fields, got 2 values"),
+        (Types.TUPLE([Types.STRING(), Types.INT()]), ("a", "b"), "field 1: Integer takes int"),
+        (
+            Types.ROW_NAMED(["name", "age"], [Types.STRING(), Types.INT()]),
+            Row(name="a", age="b"),
+            "field 'age': Integer",
+        ),
+        (Types.ROW_NAMED(["name"], [Types.STRING()]), Row(nom="a"), "'name' is not a field"),
+        (Types.LIST(Types.INT()), "abc", "ListTypeInfo<Integer> takes a list, got str"),
+        (Types.MAP(Types.STRING(), Types.INT()), {"a": "b"}, "in MapTypeInfo<String, Integer>: Integer takes int"),
+    ],
+)
 def test_a_record_that_does_not_fit_says_why(type_info, value, message):
     with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
         type_info.convert(value, at_source=True)

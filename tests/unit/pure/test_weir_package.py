@@ -62,6 +62,10 @@ def test_every_mirrored_name_is_weirs_own_class(path):
 
 
 def test_the_mirror_holds_weirs_classes_under_pyflinks_paths():
+    import weir.connectors.files as files
+    import weir.connectors.formats as formats
+    import weir.connectors.kafka as kafka
+    import weir.connectors.serialization as serialization
     from weir.common import Duration, Row, Types, WatermarkStrategy
     from weir.common.serialization import Encoder, SimpleStringSchema
     from weir.common.typeinfo import Types as TypeinfoTypes
@@ -73,17 +77,21 @@ def test_the_mirror_holds_weirs_classes_under_pyflinks_paths():
     from weir.datastream.state import ValueStateDescriptor
     from weir.datastream.window import TumblingEventTimeWindows
 
-    import weir.connectors.files as files
-    import weir.connectors.formats as formats
-    import weir.connectors.kafka as kafka
-    import weir.connectors.serialization as serialization
-
     assert StreamExecutionEnvironment is weir.StreamExecutionEnvironment is weir.runtime.StreamExecutionEnvironment
     assert (KeyedProcessFunction, RuntimeExecutionMode, ValueStateDescriptor, TumblingEventTimeWindows) == (
-        weir.KeyedProcessFunction, weir.RuntimeExecutionMode, weir.ValueStateDescriptor, weir.TumblingEventTimeWindows)
+        weir.KeyedProcessFunction,
+        weir.RuntimeExecutionMode,
+        weir.ValueStateDescriptor,
+        weir.TumblingEventTimeWindows,
+    )
     assert (Duration, Row, Types, WatermarkStrategy) == (weir.Duration, weir.Row, weir.Types, weir.WatermarkStrategy)
     assert TypeinfoTypes is Types and (Sink, Source) == (weir.Sink, weir.Source)
-    assert (FileSink, FileSource, StreamFormat, Encoder) == (files.FileSink, files.FileSource, files.StreamFormat, files.Encoder)
+    assert (FileSink, FileSource, StreamFormat, Encoder) == (
+        files.FileSink,
+        files.FileSource,
+        files.StreamFormat,
+        files.Encoder,
+    )
     assert CsvReaderFormat is formats.CsvReaderFormat and SimpleStringSchema is serialization.SimpleStringSchema
     assert (KafkaSource, KafkaSink, DeliveryGuarantee) == (kafka.KafkaSource, kafka.KafkaSink, kafka.DeliveryGuarantee)
 
@@ -119,9 +127,11 @@ def test_importing_the_mirror_loads_no_ray():
 
 
 # Imports of the old top-level names, in code and in the code of docs, notebooks and configs.
-_OLD_IMPORT = re.compile(r"\b(from (runtime|actors|connectors)(\.\w+)* import\b|import (runtime|actors|connectors)\b)"
-                         r"|[\"'= ](runtime|actors|connectors)\.\w+:\w+"  # entry points
-                         r"|-m (runtime|actors|connectors)\.")  # python -m actors.cli
+_OLD_IMPORT = re.compile(
+    r"\b(from (runtime|actors|connectors)(\.\w+)* import\b|import (runtime|actors|connectors)\b)"
+    r"|[\"'= ](runtime|actors|connectors)\.\w+:\w+"  # entry points
+    r"|-m (runtime|actors|connectors)\."
+)  # python -m actors.cli
 _SKIP = {".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".pytest_cache", ".hypothesis"}
 
 
@@ -130,7 +140,10 @@ def _project_files() -> list[pathlib.Path]:
     for path in ROOT.rglob("*"):
         if _SKIP & set(path.relative_to(ROOT).parts) or ".egg-info" in str(path) or not path.is_file():
             continue
-        if path.suffix in (".py", ".md", ".ipynb", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".txt") or path.name == "run":
+        if (
+            path.suffix in (".py", ".md", ".ipynb", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".txt")
+            or path.name == "run"
+        ):
             found.append(path)
     return found
 
@@ -138,7 +151,10 @@ def _project_files() -> list[pathlib.Path]:
 def test_no_file_imports_the_old_top_level_names():
     files = _project_files()
     assert ROOT / "README.md" in files and ROOT / "examples" / "notebook.ipynb" in files
-    offenders = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:120]}"
-                 for p in files for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
-                 if _OLD_IMPORT.search(line) and p != pathlib.Path(__file__)]
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()[:120]}"
+        for p in files
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if _OLD_IMPORT.search(line) and p != pathlib.Path(__file__)
+    ]
     assert offenders == []

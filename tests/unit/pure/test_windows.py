@@ -47,7 +47,9 @@ class Describe(ProcessWindowFunction):
 
 def window_harness(contents, assigner, trigger=None, lateness=0, late=LATE, function=None, **kw) -> OperatorHarness:
     call = WindowCall(function, True, "process()")
-    return OperatorHarness(WindowOperator("Window", "window", contents, call, lambda r: r[0], assigner, trigger, lateness, late), **kw)
+    return OperatorHarness(
+        WindowOperator("Window", "window", contents, call, lambda r: r[0], assigner, trigger, lateness, late), **kw
+    )
 
 
 def _late(h):
@@ -97,7 +99,10 @@ def test_count_trigger_on_processing_time_windows():
 @settings(max_examples=400, deadline=None)
 @given(
     events=st.lists(
-        st.one_of(st.tuples(st.just("r"), st.sampled_from("ab"), st.integers(0, 60)), st.tuples(st.just("w"), st.integers(0, 70))),
+        st.one_of(
+            st.tuples(st.just("r"), st.sampled_from("ab"), st.integers(0, 60)),
+            st.tuples(st.just("w"), st.integers(0, 70)),
+        ),
         max_size=40,
     ),
     size=st.sampled_from([5, 10, 20]),
@@ -109,8 +114,11 @@ def test_tumbling_count_with_lateness_matches_a_reference(events, size, lateness
     that came before; a record arriving while watermark < end + lateness is added
     (and fires the window at once if its end has passed); later ones are late."""
     h = window_harness(
-        AllRecords(), TumblingEventTimeWindows.of(size), lateness=lateness,
-        function=lambda k, ctx, els: [(k, ctx.window().start, len(els))])
+        AllRecords(),
+        TumblingEventTimeWindows.of(size),
+        lateness=lateness,
+        function=lambda k, ctx, els: [(k, ctx.window().start, len(els))],
+    )
     watermark = -(2**63)
     contents: dict[tuple[str, int], int] = collections.Counter()
     fired: set[tuple[str, int]] = set()
@@ -133,7 +141,7 @@ def test_tumbling_count_with_lateness_matches_a_reference(events, size, lateness
             if new <= watermark:
                 continue
             watermark = new
-            for (key, start) in sorted(contents):
+            for key, start in sorted(contents):
                 if (key, start) not in fired and start + size - 1 <= watermark:
                     fired.add((key, start))
                     expected.append(((key, start), contents[(key, start)]))

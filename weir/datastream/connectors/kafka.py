@@ -15,7 +15,13 @@ from weir.connectors.kafka import (
 )
 
 __all__ = [
-    "KafkaSource", "KafkaSourceBuilder", "KafkaSink", "KafkaSinkBuilder", "KafkaTopicPartition",
-    "KafkaOffsetsInitializer", "KafkaOffsetResetStrategy", "KafkaRecordSerializationSchema",
+    "KafkaSource",
+    "KafkaSourceBuilder",
+    "KafkaSink",
+    "KafkaSinkBuilder",
+    "KafkaTopicPartition",
+    "KafkaOffsetsInitializer",
+    "KafkaOffsetResetStrategy",
+    "KafkaRecordSerializationSchema",
     "KafkaRecordSerializationSchemaBuilder",
 ]
