@@ -34,6 +34,7 @@ from weir.runtime.errors import (
 from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import AskLetter, Request, RescaleJob, StopJob, TriggerSavepoint
+from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
@@ -511,11 +512,13 @@ class JobCoordinator:
         master = JobMaster(
             graph,
             gateway,
-            recovering=recovering,
-            first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
-            on_end=lambda status: self._ended(hosted),
-            tick_s=self.TICK_S,
-            deploy_io=OffLoopThread(graph.name, "task deployment"),
+            MasterOptions(
+                recovering=recovering,
+                first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
+                on_end=lambda status: self._ended(hosted),
+                tick_s=self.TICK_S,
+                deploy_io=OffLoopThread(graph.name, "task deployment"),
+            ),
         )
         hosted = _HostedJob(graph, master, gateway)
         self._jobs[graph.name] = self._running = hosted

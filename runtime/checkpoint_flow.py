@@ -38,10 +38,10 @@ from weir.runtime.errors import (
 )
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
-from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, StopJob, TriggerSavepoint
+from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, RescaleJob, StopJob, TriggerSavepoint
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.restore import RestorePoints
-from weir.runtime.stopping import Answer, StopOutcome, StopProtocol
+from weir.runtime.stopping import RESCALE_WAIT_S, Answer, Redeploying, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
     discard,
@@ -52,7 +52,7 @@ from weir.runtime.storage import (
     write_metadata,
     write_state,
 )
-from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TaskLetter, TriggerCheckpoint
+from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
 
@@ -64,7 +64,7 @@ class Fail(Protocol):
 
 
 class CheckpointFlow:
-    """``send`` hands a letter to a task; ``stop`` is the job's stop in progress
+    """``tasks`` are the deployed tasks, who get its letters; ``stop`` is the job's stop in progress
     (a stop waits for its savepoint here); ``storage_io`` runs writes and deletes
     off the loop, and ``post`` brings their answers back as letters."""
 
@@ -72,7 +72,6 @@ class CheckpointFlow:
         self,
         graph: JobGraph,
         tasks: DeployedTasks,
-        send: Callable[[TaskKey, TaskLetter], None],
         coordinators: OperatorCoordinators,
         stop: StopProtocol,
         storage: CheckpointStorage,
@@ -82,13 +81,7 @@ class CheckpointFlow:
         post: Callable[[Any], None],
     ) -> None:
         self.coordinator = CheckpointCoordinator(graph)
-        self._tasks, self._send, self._coordinators, self._stop, self._storage = (
-            tasks,
-            send,
-            coordinators,
-            stop,
-            storage,
-        )
+        self._tasks, self._coordinators, self._stop, self._storage = tasks, coordinators, stop, storage
         self.storage_io, self._clock, self._fail, self._post = storage_io, clock, fail, post
         self.requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self.final: int | None = None  # the final checkpoint, once every source has ended
@@ -165,7 +158,39 @@ class CheckpointFlow:
             self.requests[cid] = request
         return cid is not None and stop
 
-    def stop_for_rescale(self, now: float) -> bool:
+    def rescale_requested(self, now: float, letter: RescaleJob) -> bool:
+        """A rescale to the letter's parallelism: it waits for its new tasks' slots
+        (at most ``RESCALE_WAIT_S``), then stops the job for the redeploy; True:
+        that stop has started."""
+        try:
+            graph = self.graph.rescaled(letter.parallelism)
+        except WeirError as exc:
+            letter.request.reply(error=exc)
+            return False
+        refused = self._stop.rescale_requested(letter.request, graph, now + RESCALE_WAIT_S)
+        if refused is not None:
+            refused.deliver(self.graph.name)
+            return False
+        return self.rescale_when_ready(now)
+
+    def rescale_when_ready(self, now: float) -> bool:
+        """Stop the job for the waiting rescale once its slots are up, or its wait
+        is over; True: the stop has started."""
+        waiting = self._stop.waiting
+        if waiting is None or (not self._tasks.reserve(waiting.graph) and now < waiting.deadline):
+            return False
+        return self._stop_for_rescale(now)
+
+    def rescaled(self, now: float) -> None:
+        """The rescaled job's deploy is done (or failed): the rescale hears how
+        long the job was not processing."""
+        if isinstance(self._stop.state, Redeploying):
+            answer = self._stop.redeployed(now)
+            parallelism = {v.id: v.parallelism for v in self.graph.vertices.values()}
+            log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name, parallelism, answer.result)
+            answer.deliver(self.graph.name)
+
+    def _stop_for_rescale(self, now: float) -> bool:
         """The waiting rescale's slots are up: stop the job without drain into a
         retained checkpoint, from which it redeploys rescaled; True: it started."""
         rescale = self._stop.slots_ready()
@@ -249,7 +274,7 @@ class CheckpointFlow:
         self._coordinators.checkpoint_ended(checkpoint_id, committed=commits)
         for key in pending.plan.to_ack if commits else ():
             if key not in self._tasks.exited:
-                self._send(key, NotifyCheckpointComplete(checkpoint_id))
+                self._tasks.send(key, NotifyCheckpointComplete(checkpoint_id))
         request = self.requests.pop(checkpoint_id, None)
         if request is not None:
             request.reply(location)
@@ -282,7 +307,7 @@ class CheckpointFlow:
             self.final = None  # try again
         for key in pending.plan.to_ack:
             if key not in self._tasks.exited:
-                self._send(key, NotifyCheckpointAborted(checkpoint_id))
+                self._tasks.send(key, NotifyCheckpointAborted(checkpoint_id))
         request = self.requests.pop(checkpoint_id, None)
         if reason is CheckpointFailureReason.TASK_FINISHED_BEFORE_ACK and self._retried(pending, request):
             return

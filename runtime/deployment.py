@@ -160,6 +160,13 @@ class DeployedTasks:
     def is_current(self, task: TaskKey, attempt: int) -> bool:
         return self.attempts.get(task) == attempt
 
+    def send(self, task: TaskKey, letter: TaskLetter) -> None:
+        self._gateway.send(task, letter)
+
+    def reserve(self, graph: JobGraph) -> bool:
+        """Slots for every task of ``graph`` (a rescale will deploy it); True once all are up."""
+        return self._gateway.reserve(graph)
+
     def all_exited(self, graph: JobGraph) -> bool:
         return len(self.exited) == len(graph.task_names())
 

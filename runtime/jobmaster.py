@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import collections
 import logging
-import random
 import threading
-import time
 from typing import Any, Callable
 
 from weir.runtime.checkpoint_flow import CheckpointFlow
@@ -70,9 +68,10 @@ from weir.runtime.letters import (
     post,
 )
 from weir.runtime.mailbox import Mailbox
-from weir.runtime.off_loop import OffLoopThread, inline
+from weir.runtime.master_options import MasterOptions
+from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.restore import RestorePoints, starting_point
-from weir.runtime.stopping import RESCALE_WAIT_S, AfterLastTask, Answer, Redeploying, StopProtocol
+from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
 )
@@ -84,66 +83,33 @@ Work = Callable[[], None]
 
 
 class JobMaster:
-    """``recovering``: this job master replaces one that died; it picks the job up
-    from the latest completed checkpoint in storage. ``event_valve=False`` switches
-    off the FLINK-16986 protection of operator coordinators (tests only: it shows
-    what the valve prevents). ``first_attempt``: attempts are numbered after it (a
-    coordinator taking a job over starts above its predecessor's). ``on_end``:
-    records the job's end where a restarted job master would look, before the end
-    is reported to anyone (an ended job never runs again). ``tick_s``: the longest
-    the loop waits for a letter before it polls the gateway for task exits.
-    ``storage_io``, ``coordinator_io``, ``deploy_io``: where storage writes,
-    coordinators' async calls and deploys run (see :mod:`weir.runtime.off_loop`).
-    ``restart_jitter``: draws where each restart delay falls in its jitter band."""
+    """A job's master for one run (see the module's docstring); ``options``: how it is wired."""
 
-    TICK_S = 0.05  # how soon a task's exit (polled from the gateway) is seen; executors may set their own
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
 
-    def __init__(
-        self,
-        graph: JobGraph,
-        gateway: TaskGateway,
-        clock: Callable[[], float] = time.monotonic,
-        recovering: bool = False,
-        event_valve: bool = True,
-        first_attempt: int = 0,
-        on_end: Callable[[JobStatus], None] | None = None,
-        tick_s: float = TICK_S,
-        storage_io: Callable[[Work], None] | None = None,
-        coordinator_io: Callable[[Work], None] | None = None,
-        restart_jitter: random.Random | None = None,
-        deploy_io: Callable[[Work], None] = inline,
-    ) -> None:
-        self.graph, self.gateway, self.clock, self.recovering = graph, gateway, clock, recovering
+    def __init__(self, graph: JobGraph, gateway: TaskGateway, options: MasterOptions | None = None) -> None:
+        o = options or MasterOptions()
+        self.graph, self.gateway, self.clock, self.recovering = graph, gateway, o.clock, o.recovering
         self.mailbox = Mailbox(0)
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
-        self.life = JobLifecycle(graph.name, self.storage, clock)
+        self.life = JobLifecycle(graph.name, self.storage, o.clock)
         self.coordinators = OperatorCoordinators(
-            graph.name, gateway.send, self._post, self._fail, event_valve, coordinator_io
+            graph.name, gateway.send, self._post, self._fail, o.event_valve, o.coordinator_io
         )
         self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
-        self.tasks = DeployedTasks(gateway, deploy_io)
+        self.tasks = DeployedTasks(gateway, o.deploy_io)
+        storage_io = o.storage_io or OffLoopThread(graph.name, "checkpoint storage")
         self.checkpoints = CheckpointFlow(
-            graph,
-            self.tasks,
-            gateway.send,
-            self.coordinators,
-            self._stop,
-            self.storage,
-            storage_io or OffLoopThread(graph.name, "checkpoint storage"),
-            clock,
-            self._fail,
-            self._post,
+            graph, self.tasks, self.coordinators, self._stop, self.storage, storage_io, o.clock, self._fail, self._post
         )
         self.coordinator = self.checkpoints.coordinator
-        self.attempt = first_attempt
-        self.restarts = Restarts(
-            restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled), restart_jitter
-        )
+        self.attempt = o.first_attempt
+        strategy = restart_strategy_for(graph.execution.restart_strategy, graph.checkpointing.enabled)
+        self.restarts = Restarts(strategy, o.restart_jitter)
         self._cancel_requested: float | None = None
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
-        self._on_end, self._tick_s = on_end, tick_s
+        self._on_end, self._tick_s = o.on_end, o.tick_s
         self._held: list[Any] = []  # letters that came while a deploy ran
         self.final_metrics: list[dict[str, Any]] = []
         self.view = JobView([], [])
@@ -257,11 +223,8 @@ class JobMaster:
             self._on_deployed(letter)
         elif isinstance(letter, CancelJob):
             self._cancel()
-        elif isinstance(letter, (TriggerSavepoint, StopJob)):
-            if self._may_snapshot(letter.request) and self.checkpoints.savepoint_requested(self.clock(), letter):
-                self.life.become(JobStatus.STOPPING)
-        elif isinstance(letter, RescaleJob):
-            self._on_rescale(letter)
+        elif isinstance(letter, (TriggerSavepoint, StopJob, RescaleJob)):
+            self._on_request(letter)
         elif isinstance(letter, MetadataWritten):
             self._on_metadata_written(letter)
         elif isinstance(letter, CoordinatorCallDone):
@@ -313,23 +276,22 @@ class JobMaster:
                 self._deploy(region)
         if self.tasks.in_flight:
             return
-        if (
-            self.status is JobStatus.CANCELLING
-            and self._cancel_requested is not None
-            and now - self._cancel_requested > self.CANCEL_TIMEOUT_S
-        ):
+        overdue = self._cancel_requested is not None and now - self._cancel_requested > self.CANCEL_TIMEOUT_S
+        if self.status is JobStatus.CANCELLING and overdue:
             log.warning(
                 "job %s: tasks did not close within %.0fs of cancel; killing them",
                 self.graph.name,
                 self.CANCEL_TIMEOUT_S,
             )
             self._end(JobStatus.CANCELED)
+        # Nothing new starts while a region is on its way back (it would decline);
+        # the stop's savepoint is the last one.
+        settled = self.status is JobStatus.RUNNING and not self.restarts.waiting
+        if settled and self.checkpoints.rescale_when_ready(now):
+            self.life.become(JobStatus.STOPPING)
         if self.status in (JobStatus.RUNNING, JobStatus.STOPPING):
-            self._rescale_when_ready(now)
             self.coordinators.run_due_calls(now)
-            # The stop's savepoint is the last one; a region on its way back would decline.
-            may_trigger = self.status is JobStatus.RUNNING and not self.restarts.waiting
-            self.checkpoints.tick(now, may_trigger)
+            self.checkpoints.tick(now, may_trigger=self.status is JobStatus.RUNNING and not self.restarts.waiting)
 
     def _on_metadata_written(self, letter: MetadataWritten) -> None:
         started = self.checkpoints.on_metadata_written(letter)
@@ -349,26 +311,14 @@ class JobMaster:
             )
         return self.status is JobStatus.RUNNING and not self.restarts.waiting
 
-    def _on_rescale(self, letter: RescaleJob) -> None:
+    def _on_request(self, letter: TriggerSavepoint | StopJob | RescaleJob) -> None:
         if not self._may_snapshot(letter.request):
             return
-        try:
-            new_graph = self.graph.rescaled(letter.parallelism)
-        except WeirError as exc:
-            letter.request.reply(error=exc)
-            return
-        now = self.clock()
-        self._deliver(self._stop.rescale_requested(letter.request, new_graph, now + RESCALE_WAIT_S))
-        self._rescale_when_ready(now)
-
-    def _rescale_when_ready(self, now: float) -> None:
-        """Stop the job for the waiting rescale once its slots are up."""
-        waiting = self._stop.waiting
-        if waiting is None or self.status is not JobStatus.RUNNING or self.restarts.waiting:
-            return
-        if not self.gateway.reserve(waiting.graph) and now < waiting.deadline:
-            return
-        if self.checkpoints.stop_for_rescale(now):
+        if isinstance(letter, RescaleJob):
+            stopping = self.checkpoints.rescale_requested(self.clock(), letter)
+        else:
+            stopping = self.checkpoints.savepoint_requested(self.clock(), letter)
+        if stopping:
             self.life.become(JobStatus.STOPPING)
 
     def _finish_rescale(self, graph: JobGraph) -> None:
@@ -525,15 +475,7 @@ class JobMaster:
             damaged = self.coordinators.start(self.graph, self.checkpoints.restore.coordinator_states(), letter.region)
             if damaged is not None:
                 self._fall_back(damaged)
-        if isinstance(self._stop.state, Redeploying):
-            answer = self._stop.redeployed(self.clock())
-            log.info(
-                "job %s rescaled: %s; not processing for %.2fs",
-                self.graph.name,
-                {v.id: v.parallelism for v in self.graph.vertices.values()},
-                answer.result,
-            )
-            self._deliver(answer)
+        self.checkpoints.rescaled(self.clock())
         held, self._held = self._held, []
         for held_letter in held:
             self._take(held_letter)

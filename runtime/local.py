@@ -28,6 +28,7 @@ from weir.runtime.graph import JobGraph
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import MasterPorts, Request, RescaleJob, StopJob, TriggerSavepoint
 from weir.runtime.mailbox import MailboxClosedError
+from weir.runtime.master_options import MasterOptions
 from weir.runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
 
 
@@ -231,7 +232,7 @@ class LocalExecutor(Executor):
 
     def submit(self, graph: JobGraph) -> LocalJobClient:
         gateway = LocalGateway()
-        master = JobMaster(graph, gateway, clock=self.clock.now)
+        master = JobMaster(graph, gateway, MasterOptions(clock=self.clock.now))
         gateway.master = master
         threading.Thread(target=master.run, name=f"jobmaster-{graph.name}", daemon=True).start()
         return LocalJobClient(master, gateway)

@@ -40,6 +40,7 @@ from weir.runtime.graph import JobGraph, topological
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import MasterPorts
 from weir.runtime.mailbox import MailboxClosedError
+from weir.runtime.master_options import MasterOptions
 from weir.runtime.network import decode, encode
 from weir.runtime.off_loop import inline
 from weir.runtime.operators import (
@@ -433,11 +434,13 @@ class SimulatedJob:
         self.master = JobMaster(
             graph,
             self,
-            clock=lambda: self.now,
-            event_valve=event_valve,
-            storage_io=inline,
-            coordinator_io=inline,
-            restart_jitter=random.Random(seed),
+            MasterOptions(
+                clock=lambda: self.now,
+                event_valve=event_valve,
+                storage_io=inline,
+                coordinator_io=inline,
+                restart_jitter=random.Random(seed),
+            ),
         )
         self.max_failures, self.failure_rate = max_failures, failure_rate
         self.tasks: dict[TaskKey, StreamTask] = {}

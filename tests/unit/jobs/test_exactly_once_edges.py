@@ -22,6 +22,7 @@ from weir.runtime.errors import CheckpointStorageError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
 from weir.runtime.local import LocalExecutor, LocalGateway
+from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import inline
 from weir.runtime.restore import starting_point
 from weir.runtime.task import Cancel
@@ -118,7 +119,7 @@ def test_restore_from_the_folder_a_savepoint_was_asked_into(tmp_path, checkpoint
 # ---------------------------------------------------------------- what a savepoint commits
 def _master(graph, recovering: bool = False) -> tuple[JobMaster, LocalGateway]:
     gateway = LocalGateway()
-    master = JobMaster(graph, gateway, recovering=recovering, storage_io=inline)
+    master = JobMaster(graph, gateway, MasterOptions(recovering=recovering, storage_io=inline))
     gateway.master = master
     return master, gateway
 
@@ -271,7 +272,9 @@ def test_a_second_cancel_does_not_put_off_killing_tasks_that_do_not_close(checkp
     clock = ManualClock()
     gateway = LocalGateway()
     master = JobMaster(
-        _job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"), gateway, clock=clock.now, storage_io=inline
+        _job(checkpoint_dir, out_dir).get_job_graph("cancel-twice"),
+        gateway,
+        MasterOptions(clock=clock.now, storage_io=inline),
     )
     gateway.master = master
     send = gateway.send
@@ -339,7 +342,7 @@ def test_a_bounded_job_that_finishes_before_a_stops_savepoint_completes_is_finis
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_collection([1, 2, 3]).sink_to(DiscardingSink())
     gateway = _StubGateway()
-    master = JobMaster(env.get_job_graph("finishes-first"), gateway, storage_io=inline)
+    master = JobMaster(env.get_job_graph("finishes-first"), gateway, MasterOptions(storage_io=inline))
     master.start()
     stop = StopJob(str(tmp_path / "sp"), False, Request())
     master.mailbox.put_control(stop)
@@ -371,7 +374,9 @@ def test_a_stops_savepoint_retried_after_a_task_finished_gets_a_folder_its_abort
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_collection(list(range(10))).sink_to(DiscardingSink())
     gateway, io = _StubGateway(), []
-    master = JobMaster(env.get_job_graph("one-finishes"), gateway, storage_io=io.append)  # the I/O thread runs late
+    master = JobMaster(
+        env.get_job_graph("one-finishes"), gateway, MasterOptions(storage_io=io.append)
+    )  # the I/O thread runs late
 
     def run_io() -> None:
         while io:
@@ -408,7 +413,7 @@ def test_a_job_whose_end_cannot_be_recorded_still_ends_for_its_clients(caplog):
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
     env.from_collection([1, 2, 3]).sink_to(DiscardingSink())
     gateway = LocalGateway()
-    master = JobMaster(env.get_job_graph("end-unrecorded"), gateway, on_end=pool_unreachable)
+    master = JobMaster(env.get_job_graph("end-unrecorded"), gateway, MasterOptions(on_end=pool_unreachable))
     gateway.master = master
     threading.Thread(target=master.run, daemon=True).start()
     result = LocalJobClient(master, gateway).wait(10)

@@ -24,6 +24,7 @@ from weir.connectors.files import FileSink, read_committed
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Request, TriggerSavepoint
+from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import inline
 from weir.runtime.restore import restore_plan
 from weir.runtime.sources import GeneratorSource, IndexSplit
@@ -251,7 +252,7 @@ def test_a_task_that_finishes_while_a_trigger_is_in_flight_aborts_that_checkpoin
     env = _env(checkpoint_dir, interval_ms=600_000)
     env.from_collection(list(range(10))).sink_to(DiscardingSink())
     gateway = _StubGateway()
-    master = JobMaster(env.get_job_graph("finishes-under-trigger"), gateway, storage_io=inline)
+    master = JobMaster(env.get_job_graph("finishes-under-trigger"), gateway, MasterOptions(storage_io=inline))
     master.start()
     master.mailbox.put_control(TriggerSavepoint(str(tmp_path / "sp"), Request()))
     master.run_until_idle()

@@ -103,6 +103,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
     small machine); then it stops at a checkpoint and redeploys."""
     from weir.runtime.jobmaster import JobMaster
     from weir.runtime.letters import Request, RescaleJob
+    from weir.runtime.master_options import MasterOptions
     from weir.runtime.off_loop import inline
 
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -111,7 +112,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
     env.from_sequence(0, 9).key_by(lambda i: i).reduce(lambda a, b: a + b).name("totals").sink_to(DiscardingSink())
     clock = ManualClock()
     gateway = _SlowSlots()
-    master = JobMaster(env.get_job_graph("waits-for-slots"), gateway, clock=clock.now, storage_io=inline)
+    master = JobMaster(env.get_job_graph("waits-for-slots"), gateway, MasterOptions(clock=clock.now, storage_io=inline))
     master.start()
     master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
     master.run_until_idle()
@@ -132,6 +133,7 @@ def test_a_rescale_stops_the_job_only_once_its_new_tasks_slots_are_up(checkpoint
 def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoint_dir):
     from weir.runtime.jobmaster import JobMaster
     from weir.runtime.letters import Request, RescaleJob
+    from weir.runtime.master_options import MasterOptions
     from weir.runtime.off_loop import inline
     from weir.runtime.stopping import RESCALE_WAIT_S
 
@@ -140,7 +142,7 @@ def test_a_rescale_whose_slots_do_not_come_up_soon_stops_the_job_anyway(checkpoi
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.from_sequence(0, 9).key_by(lambda i: i).reduce(lambda a, b: a + b).name("totals").sink_to(DiscardingSink())
     clock = ManualClock()
-    master = JobMaster(env.get_job_graph("never-up"), _SlowSlots(), clock=clock.now, storage_io=inline)
+    master = JobMaster(env.get_job_graph("never-up"), _SlowSlots(), MasterOptions(clock=clock.now, storage_io=inline))
     master.start()
     master.mailbox.put_control(RescaleJob({"totals": 3}, Request()))
     master.run_until_idle()

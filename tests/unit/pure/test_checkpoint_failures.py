@@ -17,6 +17,7 @@ from weir.runtime.errors import CheckpointFailureReason, CheckpointStorageError
 from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import Decline, EndOfInput
+from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import inline
 
 STORAGE = CheckpointFailureReason.DECLINED_STORAGE_FAILED
@@ -83,7 +84,7 @@ def test_a_bounded_job_whose_storage_is_full_retries_its_final_checkpoint_with_b
     env.from_collection([1, 2, 3]).map(lambda x: x).sink_to(DiscardingSink())
     clock = ManualClock()
     gateway = _Gateway()
-    master = JobMaster(env.get_job_graph("full-disk"), gateway, clock=clock.now, storage_io=inline)
+    master = JobMaster(env.get_job_graph("full-disk"), gateway, MasterOptions(clock=clock.now, storage_io=inline))
     master.start()
     source = next(k for k in gateway.keys if master.graph.vertices[k[0]].is_source)
     attempt = master.tasks.attempts[source]
@@ -128,7 +129,7 @@ def test_a_failing_store_with_tolerable_failures_set_fails_the_job_after_that_ma
     ).set_tolerable_checkpoint_failure_number(0)
     env.from_collection([1, 2, 3]).sink_to(DiscardingSink())
     gateway = _Gateway()
-    master = JobMaster(env.get_job_graph("no-tolerance"), gateway, clock=lambda: 0.0, storage_io=inline)
+    master = JobMaster(env.get_job_graph("no-tolerance"), gateway, MasterOptions(clock=lambda: 0.0, storage_io=inline))
     master.start()
     (source,) = gateway.keys
     attempt = master.tasks.attempts[source]

@@ -1,0 +1,42 @@
+"""How a job master is wired: its clock, where its slow work runs, and what an
+executor tells it about the run it takes on."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from weir.runtime.executor import JobStatus
+from weir.runtime.off_loop import inline
+
+Work = Callable[[], None]
+
+
+@dataclass
+class MasterOptions:
+    """``recovering``: the job master replaces one that died; it picks the job up
+    from the latest completed checkpoint in storage. ``event_valve=False`` switches
+    off the FLINK-16986 protection of operator coordinators (tests only: it shows
+    what the valve prevents). ``first_attempt``: attempts are numbered after it (a
+    coordinator taking a job over starts above its predecessor's). ``on_end``:
+    records the job's end where a restarted job master would look, before the end
+    is reported to anyone (an ended job never runs again). ``tick_s``: the longest
+    the loop waits for a letter before it polls the gateway for task exits (how
+    soon a task's exit is seen). ``storage_io``, ``coordinator_io``, ``deploy_io``:
+    where storage writes (default: an :class:`~weir.runtime.off_loop.OffLoopThread`),
+    coordinators' async calls (default: two threads) and deploys (default: at
+    once) run. ``restart_jitter``: draws where each restart delay falls in its
+    jitter band (a seeded one replays)."""
+
+    clock: Callable[[], float] = time.monotonic
+    recovering: bool = False
+    event_valve: bool = True
+    first_attempt: int = 0
+    on_end: Callable[[JobStatus], None] | None = None
+    tick_s: float = 0.05
+    storage_io: Callable[[Work], None] | None = None
+    coordinator_io: Callable[[Work], None] | None = None
+    restart_jitter: random.Random | None = None
+    deploy_io: Callable[[Work], None] = inline
