@@ -91,6 +91,31 @@ from weir.runtime.windows import (
 log = logging.getLogger("weir.environment")
 
 
+def _check_source(source: Any, strategy: WatermarkStrategy | None, name: str) -> None:
+    if not isinstance(source, Source):
+        raise TypeError(f"from_source() takes a weir.runtime.sources.Source, got {type(source).__name__}")
+    if strategy is None:
+        return
+    if not isinstance(strategy, WatermarkStrategy):
+        raise InvalidConfigurationError("watermark strategy", strategy, "use WatermarkStrategy.for_...()")
+    if strategy.generator_factory is not None and strategy.timestamp_assigner is None and not source.has_timestamps:
+        raise InvalidConfigurationError(
+            "watermark strategy", strategy, f"source '{name}' needs .with_timestamp_assigner(...)"
+        )
+
+
+def _refuse_endless_collect(env: "StreamExecutionEnvironment", inputs: list[Any]) -> None:
+    upstream = topological([*env._sinks, *(t for t, _ in inputs)])
+    endless = sorted({t.name for t in upstream if t.is_source and not t.bounded})
+    if endless and not env.checkpoint_config.enabled:
+        raise InvalidConfigurationError(
+            "checkpoint interval_ms",
+            None,
+            f"execute_and_collect() hands out records as checkpoints commit them, and {', '.join(endless)} never ends: "
+            "call env.enable_checkpointing(interval_ms)",
+        )
+
+
 class StreamExecutionEnvironment:
     """Builds a job and runs it. Not thread-safe; one per job script or notebook.
     As in PyFlink, each ``execute()`` (``execute_async()``, ``execute_and_collect()``)
@@ -273,23 +298,7 @@ class StreamExecutionEnvironment:
         time and the source emits watermarks (per split, idle splits excluded).
         With ``type_info`` (PyFlink's) each record is converted to that type as
         it enters the stream (see :meth:`from_collection`)."""
-        if not isinstance(source, Source):
-            raise TypeError(f"from_source() takes a weir.runtime.sources.Source, got {type(source).__name__}")
-        if watermark_strategy is not None:
-            if not isinstance(watermark_strategy, WatermarkStrategy):
-                raise InvalidConfigurationError(
-                    "watermark strategy", watermark_strategy, "use WatermarkStrategy.for_...()"
-                )
-            if (
-                watermark_strategy.generator_factory is not None
-                and watermark_strategy.timestamp_assigner is None
-                and not source.has_timestamps
-            ):
-                raise InvalidConfigurationError(
-                    "watermark strategy",
-                    watermark_strategy,
-                    f"source '{source_name}' needs .with_timestamp_assigner(...)",
-                )
+        _check_source(source, watermark_strategy, source_name)
         config = self.config
         t = self._add(
             f"Source: {source_name}",
@@ -889,15 +898,7 @@ class DataStream:
         if limit is not None:
             limit = _whole("execute_and_collect() limit", limit)
         env = self._env
-        upstream = topological([*env._sinks, *(t for t, _ in self._inputs)])
-        endless = sorted({t.name for t in upstream if t.is_source and not t.bounded})
-        if endless and not env.checkpoint_config.enabled:
-            raise InvalidConfigurationError(
-                "checkpoint interval_ms",
-                None,
-                f"execute_and_collect() hands out records as checkpoints commit them, and {', '.join(endless)} never ends: "
-                "call env.enable_checkpointing(interval_ms)",
-            )
+        _refuse_endless_collect(env, self._inputs)
         ex = find_executor(executor)
         channel = ex.collect_channel()
         try:

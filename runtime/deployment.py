@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from weir.runtime.checkpointing import TaskKey
-from weir.runtime.graph import JobGraph
+from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.off_loop import OffLoopThread, inline
 from weir.runtime.task import OperatorRestore, TaskDeployment, TaskLetter, TaskResult
 
@@ -84,23 +84,7 @@ def plan_deployments(
     restoring its operators' share of ``restore`` (operator uid -> state, see
     :func:`weir.runtime.restore.restore_plan`)."""
     deployments = [
-        Deployment(
-            (v.id, i),
-            attempt,
-            TaskDeployment(
-                job_name=graph.name,
-                attempt_id=attempt_id,
-                vertex=v,
-                subtask=i,
-                input_channels=[(e.edge_id, j) for e, j in graph.input_channels((v.id, i))],
-                checkpointing=graph.checkpointing,
-                transport=graph.execution.transport,
-                restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
-                runtime_mode=graph.runtime_mode,
-                run_id=graph.run_id,
-            ),
-            [],
-        )
+        Deployment((v.id, i), attempt, _task(graph, v, i, attempt_id, restore), [])
         for v in graph.vertices.values()
         for i in range(v.parallelism)
         if region is None or (v.id, i) in region
@@ -113,6 +97,23 @@ def plan_deployments(
             subtasks = [d.key[1]] if e.pointwise else list(range(target.parallelism))
             d.routes.append([((target.id, j), channels[(target.id, j)].index((e.edge_id, d.key[1]))) for j in subtasks])
     return deployments
+
+
+def _task(
+    graph: JobGraph, v: JobVertex, i: int, attempt_id: str, restore: dict[str, OperatorRestore]
+) -> TaskDeployment:
+    return TaskDeployment(
+        job_name=graph.name,
+        attempt_id=attempt_id,
+        vertex=v,
+        subtask=i,
+        input_channels=[(e.edge_id, j) for e, j in graph.input_channels((v.id, i))],
+        checkpointing=graph.checkpointing,
+        transport=graph.execution.transport,
+        restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
+        runtime_mode=graph.runtime_mode,
+        run_id=graph.run_id,
+    )
 
 
 class DeployedTasks:

@@ -247,6 +247,30 @@ def build_job_graph(
     if mode is RuntimeExecutionMode.BATCH and checkpointing.enabled:
         log.info("job %s runs in BATCH mode: no periodic checkpoints (as in Flink, neither supported nor needed)", name)
         checkpointing = replace(checkpointing, interval_ms=None)
+    par, maxp = _parallelism(order, execution)
+    for t in order:
+        _check_shippable(t)
+    chain_of, head_of = _chains(order, par)
+    vertex_ids, vertices = _vertices(chain_of, par, maxp)
+    edge_id = 0
+    for head_id, chain in chain_of.items():
+        head, target = chain[0], vertices[vertex_ids[head_id]]
+        for u, spec in head.inputs:
+            r = _resolved(u, head, spec, par)
+            source = vertex_ids[head_of[u.id]]
+            edge = JobEdge(
+                edge_id, source, target.id, r, r.input_index, par[head.id], maxp[head.id], head.name,
+                u.effective_uid, r.side_output,
+            )  # fmt: skip
+            edge_id += 1
+            target.inputs.append(edge)
+            vertices[source].outputs.append(edge)
+    return JobGraph(name, vertices, execution, checkpointing, list(sinks), runtime_mode=mode)
+
+
+def _parallelism(order: list[Transformation], execution: ExecutionConfig) -> tuple[dict[int, int], dict[int, int]]:
+    """Each operator's parallelism and max parallelism (its own, else the job's),
+    checked, and its uid checked unique."""
     par: dict[int, int] = {}
     maxp: dict[int, int] = {}
     uids: dict[str, Transformation] = {}
@@ -271,42 +295,52 @@ def build_job_graph(
                 f"uid '{uid}' is used by both '{uids[uid].name}' and '{t.name}'; uids must be unique"
             )
         uids[uid] = t
+    return par, maxp
 
+
+def _resolved(u: Transformation, t: Transformation, spec: PartitionSpec | None, par: dict[int, int]) -> PartitionSpec:
+    """The edge from ``u`` to ``t``: forward between equal parallelisms unless the
+    program chose a partitioning, else rebalance; a forward edge between unequal ones is refused."""
+    if spec is None or spec.kind == "":
+        kind = "forward" if par[u.id] == par[t.id] else "rebalance"
+        return PartitionSpec(kind) if spec is None else replace(spec, kind=kind)
+    if spec.kind == "forward" and par[u.id] != par[t.id]:
+        raise InvalidJobGraphError(
+            f"forward edge from '{u.name}' (parallelism {par[u.id]}) to '{t.name}' (parallelism {par[t.id]}): "
+            "a forward edge needs equal parallelism; use rebalance() instead"
+        )
+    return spec
+
+
+def _chains(order: list[Transformation], par: dict[int, int]) -> tuple[dict[int, list[Transformation]], dict[int, int]]:
+    """Operator chains: an operator joins its only input's chain over a forward
+    edge between equals that no other operator reads. Returns each chain by its
+    head's id, and each operator's head."""
     consumers: dict[int, int] = {}
     for t in order:
         for u, _ in t.inputs:
             consumers[u.id] = consumers.get(u.id, 0) + 1
-
-    def resolved(u: Transformation, t: Transformation, spec: PartitionSpec | None) -> PartitionSpec:
-        if spec is None or spec.kind == "":
-            kind = "forward" if par[u.id] == par[t.id] else "rebalance"
-            return PartitionSpec(kind) if spec is None else replace(spec, kind=kind)
-        if spec.kind == "forward" and par[u.id] != par[t.id]:
-            raise InvalidJobGraphError(
-                f"forward edge from '{u.name}' (parallelism {par[u.id]}) to '{t.name}' (parallelism {par[t.id]}): "
-                "a forward edge needs equal parallelism; use rebalance() instead"
-            )
-        return spec
-
-    # Chain: t joins its only input's chain over a forward edge between equals.
     chain_of: dict[int, list[Transformation]] = {}
     head_of: dict[int, int] = {}
     for t in order:
         if len(t.inputs) == 1 and not t.is_source:
             u, spec = t.inputs[0]
-            r = resolved(u, t, spec)
+            r = _resolved(u, t, spec, par)
             if r.kind == "forward" and r.side_output is None and consumers[u.id] == 1:
-                head_id = head_of[u.id]
-                chain_of[head_id].append(t)
-                head_of[t.id] = head_id
+                head_of[t.id] = head_of[u.id]
+                chain_of[head_of[u.id]].append(t)
                 continue
         head_of[t.id] = t.id
         chain_of[t.id] = [t]
+    return chain_of, head_of
 
+
+def _vertices(
+    chain_of: dict[int, list[Transformation]], par: dict[int, int], maxp: dict[int, int]
+) -> tuple[dict[int, str], dict[str, JobVertex]]:
+    """A vertex per chain, named after its head (made unique); returns each chain's vertex id, and the vertices."""
     vertex_ids: dict[int, str] = {}
     vertices: dict[str, JobVertex] = {}
-    for t in order:
-        _check_shippable(t)
     for head_id, chain in chain_of.items():
         head = chain[0]
         vid = _slug(head.name)
@@ -328,29 +362,7 @@ def build_job_graph(
             resources=_chain_resources(chain),
             resource_owners=[t.name for t in chain if t.resources],
         )
-
-    edge_id = 0
-    for head_id, chain in chain_of.items():
-        head = chain[0]
-        target = vertices[vertex_ids[head_id]]
-        for u, spec in head.inputs:
-            r = resolved(u, head, spec)
-            edge = JobEdge(
-                edge_id,
-                vertex_ids[head_of[u.id]],
-                target.id,
-                r,
-                r.input_index,
-                par[head.id],
-                maxp[head.id],
-                head.name,
-                u.effective_uid,
-                r.side_output,
-            )
-            edge_id += 1
-            target.inputs.append(edge)
-            vertices[edge.source].outputs.append(edge)
-    return JobGraph(name, vertices, execution, checkpointing, list(sinks), runtime_mode=mode)
+    return vertex_ids, vertices
 
 
 def _chain_resources(chain: list[Transformation]) -> dict[str, float]:
@@ -407,6 +419,29 @@ def _fit(text: str, chars: int = 34) -> str:
 
 
 def job_graph_svg(graph: "JobGraph") -> str:
+    """The job graph drawn as SVG: a column per layer (inputs to the left), a box
+    per vertex listing its chained operators, an arrow per edge named after its
+    partitioning."""
+    where, height = _layout(graph)
+    width = max(x for x, _ in where.values()) + _W + _GAP_X
+    total_h = max(y for y in (where[v][1] + height(v) for v in where)) + _GAP_Y
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total_h}' viewBox='0 0 {width} {total_h}' font-size='12'>",
+        "<defs><marker id='arrow' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' markerHeight='7' orient='auto'>"
+        "<path d='M0,0 L10,5 L0,10 z' fill='#555'/></marker></defs>",
+        "<rect width='100%' height='100%' fill='white'/>",
+        f"<text x='{_GAP_X // 2}' y='22' {_FONT} font-size='14' font-weight='bold'>{escape(graph.name)}"
+        f" ({escape(graph.runtime_mode.value.lower())})</text>",
+    ]
+    out += _svg_edges(graph, where, height)
+    for vid, v in graph.vertices.items():
+        out += _svg_box(vid, v, where[vid], height(vid))
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _layout(graph: "JobGraph") -> tuple[dict[str, tuple[int, int]], Callable[[str], int]]:
+    """Where each vertex's box goes (its top left corner), and each box's height."""
     layer: dict[str, int] = {}
     for vid, v in graph.vertices.items():  # topological order: inputs come first
         layer[vid] = 1 + max((layer[e.source] for e in v.inputs), default=-1)
@@ -423,19 +458,12 @@ def job_graph_svg(graph: "JobGraph") -> str:
         for vid in vids:
             where[vid] = (_GAP_X // 2 + n * (_W + _GAP_X), y)
             y += height(vid) + _GAP_Y
-    width = _GAP_X + len(columns) * (_W + _GAP_X) - _GAP_X // 2
-    total_h = max(y for y in (where[v][1] + height(v) for v in where)) + _GAP_Y
+    return where, height
 
-    out = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{total_h}' viewBox='0 0 {width} {total_h}' font-size='12'>",
-        "<defs><marker id='arrow' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' markerHeight='7' orient='auto'>"
-        "<path d='M0,0 L10,5 L0,10 z' fill='#555'/></marker></defs>",
-        "<rect width='100%' height='100%' fill='white'/>",
-        f"<text x='{_GAP_X // 2}' y='22' {_FONT} font-size='14' font-weight='bold'>{escape(graph.name)}"
-        f" ({escape(graph.runtime_mode.value.lower())})</text>",
-    ]
-    # Each box's edges attach at their own heights, in the order of the boxes at
-    # their other ends, so arrows and their labels do not pile up.
+
+def _svg_edges(graph: "JobGraph", where: dict[str, tuple[int, int]], height: Callable[[str], int]) -> list[str]:
+    """Each box's edges attach at their own heights, in the order of the boxes at
+    their other ends, so arrows and their labels do not pile up."""
     edges = [e for v in graph.vertices.values() for e in v.inputs]
 
     def port(vid: str, mine: list, other: str) -> dict[int, int]:
@@ -444,6 +472,7 @@ def job_graph_svg(graph: "JobGraph") -> str:
 
     outs = {vid: port(vid, [e for e in edges if e.source == vid], "target") for vid in graph.vertices}
     ins = {vid: port(vid, [e for e in edges if e.target == vid], "source") for vid in graph.vertices}
+    out = []
     for e in edges:
         x1, y1 = where[e.source][0] + _W, outs[e.source][e.edge_id]
         x2, y2 = where[e.target][0], ins[e.target][e.edge_id]
@@ -453,23 +482,21 @@ def job_graph_svg(graph: "JobGraph") -> str:
             f"<path d='M{x1},{y1} C{mid},{y1} {mid},{y2} {x2},{y2}' fill='none' stroke='#555' stroke-width='1.3' marker-end='url(#arrow)'/>"
         )
         out.append(f"<text x='{x2 - 8}' y='{y2 - 4}' text-anchor='end' {_FONT} fill='#333'>{escape(label)}</text>")
-    for vid, v in graph.vertices.items():
-        x, y = where[vid]
-        fill = "#e8f1fb" if v.is_source else "#f4f4f4"
+    return out
+
+
+def _svg_box(vid: str, v: "JobVertex", at: tuple[int, int], height: int) -> list[str]:
+    x, y = at
+    fill = "#e8f1fb" if v.is_source else "#f4f4f4"
+    out = [
+        f"<rect x='{x}' y='{y}' width='{_W}' height='{height}' rx='6' fill='{fill}' stroke='#356' stroke-width='1.2'/>",
+        f"<text x='{x + _PAD}' y='{y + _PAD + 12}' {_FONT} font-weight='bold'>{escape(_fit(vid, 28))}</text>",
+        f"<text x='{x + _W - _PAD}' y='{y + _PAD + 12}' text-anchor='end' {_FONT} fill='#356' font-weight='bold'>"
+        f"×{v.parallelism}</text>",
+    ]
+    for i, op in enumerate(v.operators):
+        prefix = "→ " if i else ""
         out.append(
-            f"<rect x='{x}' y='{y}' width='{_W}' height='{height(vid)}' rx='6' fill='{fill}' stroke='#356' stroke-width='1.2'/>"
+            f"<text x='{x + _PAD}' y='{y + _PAD + 12 + _LINE * (i + 1)}' {_FONT}>{escape(_fit(prefix + op.name))}</text>"
         )
-        out.append(
-            f"<text x='{x + _PAD}' y='{y + _PAD + 12}' {_FONT} font-weight='bold'>{escape(_fit(vid, 28))}</text>"
-        )
-        out.append(
-            f"<text x='{x + _W - _PAD}' y='{y + _PAD + 12}' text-anchor='end' {_FONT} fill='#356' font-weight='bold'>"
-            f"×{v.parallelism}</text>"
-        )
-        for i, op in enumerate(v.operators):
-            prefix = "→ " if i else ""
-            out.append(
-                f"<text x='{x + _PAD}' y='{y + _PAD + 12 + _LINE * (i + 1)}' {_FONT}>{escape(_fit(prefix + op.name))}</text>"
-            )
-    out.append("</svg>")
-    return "\n".join(out)
+    return out

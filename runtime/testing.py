@@ -36,7 +36,7 @@ from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError, T
 from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
 from weir.runtime.executor import Committed, JobStatus
 from weir.runtime.functions import as_callable
-from weir.runtime.graph import JobGraph, topological
+from weir.runtime.graph import JobEdge, JobGraph, JobVertex, OperatorSpec, PartitionSpec, topological
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.letters import MasterPorts
 from weir.runtime.mailbox import MailboxClosedError
@@ -252,6 +252,22 @@ class _HarnessPorts:
         self.acknowledged_events.append((operator_uid, event_id))
 
 
+def _harness_vertex(
+    operators: list[tuple[str, Callable[[str, str], StreamOperator]]], parallelism: int, two_inputs: bool
+) -> JobVertex:
+    """The harnessed task's vertex: the chain, fed by one input edge (two for a
+    two-input head), and one output channel, so what it sends shows up in ``ports.sent``."""
+    specs = [OperatorSpec(name, name, make) for name, make in operators]
+    vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False)
+    vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
+    if two_inputs:
+        vertex.inputs.append(
+            JobEdge(2, "upstream-2", "task", PartitionSpec("rebalance"), 1, parallelism, 128, specs[0].name)
+        )
+    vertex.outputs = [JobEdge(1, "task", "downstream", PartitionSpec("forward"), 0, 1, 128, "downstream")]
+    return vertex
+
+
 class TaskHarness:
     """Drive one stream task by hand, on the calling thread, with no executor:
     deliver messages on its input channels, send it control letters, and let it
@@ -282,18 +298,9 @@ class TaskHarness:
         ``restore``: where each operator's state comes from (by operator name,
         which is also its uid here), as a job master's restore plan says."""
         from weir.runtime.config import CheckpointConfig, CheckpointingMode, TransportConfig
-        from weir.runtime.graph import JobEdge, JobVertex, OperatorSpec, PartitionSpec
 
         self.storage = storage
-        specs = [OperatorSpec(name, name, make) for name, make in operators]
-        vertex = JobVertex("task", " -> ".join(n for n, _ in operators), parallelism, 128, specs, False)
-        vertex.inputs = [JobEdge(0, "upstream", "task", PartitionSpec("rebalance"), 0, parallelism, 128, specs[0].name)]
-        if second_input_channels:
-            vertex.inputs.append(
-                JobEdge(2, "upstream-2", "task", PartitionSpec("rebalance"), 1, parallelism, 128, specs[0].name)
-            )
-        # One output channel: what the task sends shows up in ``ports.sent``.
-        vertex.outputs = [JobEdge(1, "task", "downstream", PartitionSpec("forward"), 0, 1, 128, "downstream")]
+        vertex = _harness_vertex(operators, parallelism, bool(second_input_channels))
         mode = CheckpointingMode.EXACTLY_ONCE if exactly_once else CheckpointingMode.AT_LEAST_ONCE
         deployment = TaskDeployment(
             "harness",
