@@ -39,7 +39,7 @@ from weir.runtime.errors import (
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
 from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, RescaleJob, StopJob, TriggerSavepoint
-from weir.runtime.off_loop import OffLoopThread
+from weir.runtime.off_loop import OffLoopThread, Work
 from weir.runtime.restore import RestorePoints
 from weir.runtime.stopping import RESCALE_WAIT_S, Answer, Redeploying, StopOutcome, StopProtocol
 from weir.runtime.storage import (
@@ -55,8 +55,6 @@ from weir.runtime.storage import (
 from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
-
-Work = Callable[[], None]
 
 
 class Fail(Protocol):

@@ -21,12 +21,12 @@ from weir.runtime.events import CheckpointBarrier
 from weir.runtime.failover import coordinator_resets
 from weir.runtime.graph import JobGraph
 from weir.runtime.letters import CoordinatorCallDone, EventAcknowledged, EventFromOperator
+from weir.runtime.off_loop import Work
 from weir.runtime.storage import handle_from_json, pickle_state, read_state
 from weir.runtime.task import OperatorEvent, TaskLetter, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
 
-Work = Callable[[], None]
 FAILED = object()  # what a call into a coordinator that raised returns
 
 

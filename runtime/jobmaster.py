@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any
 
 from weir.runtime.checkpoint_flow import CheckpointFlow
 from weir.runtime.checkpointing import TaskKey, task_name
@@ -72,14 +72,10 @@ from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.restore import RestorePoints, starting_point
 from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
-from weir.runtime.storage import (
-    CheckpointStorage,
-)
+from weir.runtime.storage import CheckpointStorage
 from weir.runtime.task import Cancel, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
-
-Work = Callable[[], None]
 
 
 class JobMaster:

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from weir.runtime.executor import JobStatus
-from weir.runtime.off_loop import inline
-
-Work = Callable[[], None]
+from weir.runtime.off_loop import Work, inline
 
 
 @dataclass

@@ -13,6 +13,8 @@ from typing import Callable
 
 log = logging.getLogger("weir.jobmaster")
 
+Work = Callable[[], None]  # a piece of work handed off the loop
+
 
 class OffLoopThread:
     """Runs one kind of the job master's work (``what``) in order, off its loop:
@@ -25,11 +27,11 @@ class OffLoopThread:
 
     def __init__(self, name: str, what: str) -> None:
         self._what = what
-        self._work: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._work: queue.Queue[Work | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=f"{what.split()[-1]}-{name}", daemon=True)
         self._thread.start()
 
-    def __call__(self, work: Callable[[], None]) -> None:
+    def __call__(self, work: Work) -> None:
         self._work.put(work)
 
     def _run(self) -> None:
@@ -48,7 +50,7 @@ class OffLoopThread:
             log.warning("%s is slow: %d piece(s) of work go on after the job's end", self._what, self._work.qsize())
 
 
-def inline(work: Callable[[], None]) -> None:
+def inline(work: Work) -> None:
     """Work done at once, on the caller's thread: for tests that drive a job master
     by hand and replay it by seed, and for gateways that deploy at once."""
     work()
