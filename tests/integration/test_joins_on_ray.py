@@ -61,12 +61,11 @@ def _reference(within) -> collections.Counter:
     return collections.Counter((key, ts, p) for key, ts in map(_order, range(N)) for p in by_key[key] if within(ts, p))
 
 
-def _run_with_kill(env, name, vertex_prefix, out):
+def _run_with_kill(env, name, vertex, out):
     client = env.execute_async(name)
     while not any(c["status"] == "COMPLETED" for c in client.checkpoints()):
         assert not client.status().is_terminal, "the job ended before the kill"
         threading.Event().wait(0.05)
-    vertex = next(t for t in client.tasks() if t.startswith(vertex_prefix)).split("/")[0]
     client.kill_task(vertex, 1)
     result = client.wait(180)
     assert result.restarts >= 1
@@ -85,5 +84,5 @@ def test_an_interval_join_on_ray_is_exact_through_a_kill(ray_cluster, checkpoint
     env, orders, payments = _streams(checkpoint_dir)
     keyed = orders.key_by(lambda o: o[0]).interval_join(payments.key_by(lambda p: p[0]))
     keyed.between(LOWER, UPPER).process(Within()).sink_to(FileSink(out_dir))
-    got = _run_with_kill(env, "interval-join", "interval", out_dir)
+    got = _run_with_kill(env, "interval-join", "intervaljoin", out_dir)
     assert got == _reference(lambda o, p: o + LOWER <= p <= o + UPPER)
