@@ -122,6 +122,9 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
     }  # the command sets both
     # The teardown's SIGTERM reaches the GCS too, so the node's drain would wait out its 30 s for nothing.
     head_env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
+    # Ray gives its dashboard 60 s to come up; on a 2-core machine that is also
+    # starting the suite's own clusters it has taken longer, and the head gave up.
+    head_env["RAY_DASHBOARD_STARTUP_TIMEOUT_S"] = "180"
     head = subprocess.Popen(
         [
             "bash",
