@@ -76,6 +76,7 @@ from weir.runtime.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
+from weir.runtime.state_reader import read_keyed_state, read_keyed_state_dict
 from weir.runtime.timers import TimeDomain
 from weir.runtime.typeinfo import TypeInformation, Types
 from weir.runtime.windows import (
@@ -106,6 +107,8 @@ from weir.runtime.windows import (
 )
 
 __all__ = [
+    "read_keyed_state",
+    "read_keyed_state_dict",
     "CloseableIterator",
     "CheckpointConfig",
     "CheckpointingMode",

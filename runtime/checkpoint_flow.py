@@ -6,7 +6,10 @@ metadata, notifies the tasks, and answers who waits for a savepoint.
 
 What it cannot settle itself it hands back: a failure goes to ``fail`` (the job
 master handles it after the current letter). A completed checkpoint that
-committed joins the :class:`RestorePoints` the job restarts from.
+committed joins the :class:`RestorePoints` the job restarts from. A checkpoint
+names the latest completed one as its base, on which tasks may write only their
+changes; :class:`SharedFiles` counts who names which task file, and the files
+no kept checkpoint names are deleted.
 """
 
 from __future__ import annotations
@@ -37,18 +40,22 @@ from weir.runtime.errors import (
     WeirError,
 )
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
+from weir.runtime.failover import RestorePoint
 from weir.runtime.graph import JobGraph
 from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, RescaleJob, StopJob, TriggerSavepoint
 from weir.runtime.off_loop import OffLoopThread, Work
 from weir.runtime.restore import RestorePoints
+from weir.runtime.shared_state import SharedFiles
 from weir.runtime.stopping import RESCALE_WAIT_S, Answer, Redeploying, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
+    delete_files,
     discard,
     handle_to_json,
     parent,
     prepare_location,
     savepoint_location,
+    shared_folder,
     write_metadata,
     write_state,
 )
@@ -84,6 +91,15 @@ class CheckpointFlow:
         self.requests: dict[int, Request] = {}  # savepoint id -> who waits for it
         self.final: int | None = None  # the final checkpoint, once every source has ended
         self.restore = RestorePoints()
+        self.shared = SharedFiles(shared_folder(storage.location(0)))
+
+    def start_from(self, points: list[RestorePoint]) -> None:
+        """The points the job may restore from; the run's own checkpoints among
+        them keep their shared files."""
+        self.restore = RestorePoints(points)
+        for _, metadata in points:
+            if metadata.get("kind") == CheckpointKind.CHECKPOINT.value:
+                self.shared.completed(metadata["checkpoint_id"], metadata)
 
     @property
     def graph(self) -> JobGraph:
@@ -116,13 +132,15 @@ class CheckpointFlow:
         plan = plan_checkpoint(self.graph, self._tasks.exited)
         if not plan.to_ack:
             return None
-        pending = self.coordinator.start(plan, now, lambda cid: location or self._storage.location(cid), kind)
+        base = self.shared.latest if kind is CheckpointKind.CHECKPOINT else None
+        pending = self.coordinator.start(plan, now, lambda cid: location or self._storage.location(cid), kind, base)
+        self.shared.build_on(base)
         cid = pending.checkpoint_id
         states = self._coordinators.snapshot(cid, plan.to_ack)  # before any task's
         if states is None:
             return None  # a coordinator failed, and so does the job
         pending.coordinator_states.update(states)
-        barrier = CheckpointBarrier(cid, pending.timestamp_ms, kind, pending.location)
+        barrier = CheckpointBarrier(cid, pending.timestamp_ms, kind, pending.location, base)
         self._coordinators.trigger(
             barrier,
             [
@@ -230,6 +248,8 @@ class CheckpointFlow:
     def on_ack(self, ack: Ack) -> None:
         self._coordinators.subtask_checkpointed(ack.task, ack.checkpoint_id)
         result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
+        if result in (AckResult.UNKNOWN, AckResult.DISCARDED):
+            self._delete(self.shared.unreferenced([ack.handle]))  # written for a checkpoint already aborted
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):
             self._complete(ack.checkpoint_id)
         elif result is AckResult.SUCCESS:
@@ -278,11 +298,19 @@ class CheckpointFlow:
             request.reply(location)
         if commits:
             self.restore.completed(location, letter.metadata)
+        if pending.kind is CheckpointKind.CHECKPOINT:
+            self.shared.completed(checkpoint_id, letter.metadata)
+        free = self.shared.built(pending.base)
         discarded = self.coordinator.discard_beyond(self.graph.checkpointing.retained)  # keep the newest ``retained``
-        for old in discarded:
+        for _, old in discarded:
             self.storage_io(functools.partial(discard, old))
-        self.restore.discarded(discarded)
+        self.restore.discarded([old for _, old in discarded])
+        self._delete(free + self.shared.discarded(cid for cid, _ in discarded))
         return pending.started if commits else None
+
+    def _delete(self, files: list[str]) -> None:
+        if files:
+            self.storage_io(functools.partial(delete_files, files))
 
     # ------------------------------------------------------------ aborting
     def abort_all(self, reason: CheckpointFailureReason, detail: str) -> None:
@@ -300,6 +328,8 @@ class CheckpointFlow:
             return
         self._log_abort(checkpoint_id, reason, detail)
         self.storage_io(functools.partial(discard, pending.location))
+        written = [handle for handle, _ in pending.acks.values()]
+        self._delete(self.shared.built(pending.base) + self.shared.unreferenced(written))
         self._coordinators.checkpoint_ended(checkpoint_id, committed=False)
         if checkpoint_id == self.final:
             self.final = None  # try again

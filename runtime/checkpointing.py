@@ -60,6 +60,7 @@ class PendingCheckpoint:
     plan: CheckpointPlan
     kind: CheckpointKind
     location: str
+    base: int | None = None  # the completed checkpoint its tasks may write changes against
     acks: dict[TaskKey, tuple[StateHandle, dict[str, SnapshotSummary]]] = field(default_factory=dict)
     coordinator_states: dict[str, bytes] = field(
         default_factory=dict
@@ -86,7 +87,8 @@ class CheckpointStats:
     started_ms: int
     kind: str = "checkpoint"  # or savepoint
     duration_ms: int | None = None
-    size_bytes: int = 0
+    size_bytes: int = 0  # written by this checkpoint
+    full_size_bytes: int = 0  # every file it names, those of earlier checkpoints it builds on too
     reason: str = ""
     location: str = ""
     discarded: bool = False  # a completed checkpoint dropped beyond the retained count
@@ -207,11 +209,12 @@ class CheckpointCoordinator:
         now: float,
         location: Callable[[int], str],
         kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+        base: int | None = None,
     ) -> PendingCheckpoint:
         """A new pending checkpoint; ``location(id)`` says where it is written."""
         cid = self.next_id
         self.next_id += 1
-        p = PendingCheckpoint(cid, int(time.time() * 1000), now, plan, kind, location(cid))
+        p = PendingCheckpoint(cid, int(time.time() * 1000), now, plan, kind, location(cid), base)
         self.pending[cid] = p
         self.history[cid] = CheckpointStats(
             cid, CheckpointStatus.PENDING, p.timestamp_ms, kind.value, location=p.location
@@ -281,6 +284,7 @@ class CheckpointCoordinator:
         st = self.history[checkpoint_id]
         st.status, st.duration_ms = CheckpointStatus.COMPLETED, int((now - p.started) * 1000)
         st.size_bytes = sum(h.size for h, _ in p.acks.values())
+        st.full_size_bytes = sum(link.size for h, _ in p.acks.values() for link in h.chain)
         self.last_completion = now
         self.failures = FailedCheckpoints()
         self.completed += 1
@@ -316,16 +320,14 @@ class CheckpointCoordinator:
         self.failures = self.failures.aborted(reason, now, interval_s)
         return p
 
-    def discard_beyond(self, retained: int) -> list[str]:
+    def discard_beyond(self, retained: int) -> list[tuple[int, str]]:
         """Mark all but the newest ``retained`` completed checkpoints discarded and
-        return their locations, for the caller to delete; savepoints belong to the
-        user and are never discarded."""
+        return their ids and locations, for the caller to delete; savepoints belong
+        to the user and are never discarded."""
         completed = sorted(cid for cid, s in self.history.items() if s.is_retained)
-        locations = []
         for cid in completed[:-retained]:
             self.history[cid].discarded = True
-            locations.append(self.history[cid].location)
-        return locations
+        return [(cid, self.history[cid].location) for cid in completed[:-retained]]
 
     def expired(self, now: float) -> list[int]:
         limit = self.config.timeout_ms / 1000

@@ -32,6 +32,7 @@ class CheckpointBarrier:
     timestamp_ms: int
     kind: CheckpointKind = CheckpointKind.CHECKPOINT
     location: str = ""  # URI of the folder every task writes its state into
+    base: int | None = None  # the latest completed checkpoint: a task that wrote it may write only changes since
 
 
 @dataclass(frozen=True, slots=True)

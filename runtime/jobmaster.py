@@ -70,7 +70,7 @@ from weir.runtime.letters import (
 from weir.runtime.mailbox import Mailbox
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
-from weir.runtime.restore import RestorePoints, starting_point
+from weir.runtime.restore import starting_point
 from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
 from weir.runtime.storage import CheckpointStorage
 from weir.runtime.task import Cancel, TaskResult, TaskState
@@ -164,7 +164,7 @@ class JobMaster:
             return
         if start.next_checkpoint_id is not None:
             self.coordinator.next_id = start.next_checkpoint_id
-        self.checkpoints.restore = RestorePoints(start.points)
+        self.checkpoints.start_from(start.points)
         self._deploy()
         self._settle()
 

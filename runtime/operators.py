@@ -31,6 +31,7 @@ from weir.runtime.functions import (
     ProcessFunction,
     RuntimeContext,
 )
+from weir.runtime.incremental import Keyed
 from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.metrics import MetricGroup
 from weir.runtime.state import (
@@ -231,20 +232,27 @@ class OperatorContext:
 class RestoredState:
     """The state an operator subtask starts from, already redistributed."""
 
-    keyed: list[dict[int, dict[str, dict[Any, Any]]]] = field(default_factory=list)
+    keyed: list[tuple[KeyGroupRange, Keyed]] = field(default_factory=list)  # each old subtask's, with its key groups
     lists: dict[str, list[Any]] = field(default_factory=dict)
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
     broadcast: dict[str, dict[Any, Any]] = field(default_factory=dict)
     is_restored: bool = False
 
     @staticmethod
-    def from_snapshots(snapshots: list[OperatorSnapshot], subtask: int, parallelism: int) -> "RestoredState":
+    def from_snapshots(
+        snapshots: list[OperatorSnapshot], subtask: int, parallelism: int, max_parallelism: int
+    ) -> "RestoredState":
         """What subtask ``subtask`` of ``parallelism`` gets from the snapshots of all
         subtasks of the previous run: the key groups in its range (each subtask's
         backend filters them), an even share of list state, all of union list state,
         one subtask's copy of broadcast state."""
+        held = len(snapshots)
         return RestoredState(
-            keyed=[s.keyed for s in snapshots],
+            keyed=[
+                (KeyGroupRange.for_subtask(max_parallelism, held, i), s.keyed)
+                for i, s in enumerate(snapshots)
+                if s.keyed
+            ],
             lists=redistribute_lists([s.lists for s in snapshots], subtask, parallelism),
             union_lists=union_lists([s.union_lists for s in snapshots]),
             broadcast=broadcast_copy(snapshots, subtask),
@@ -306,7 +314,7 @@ class StreamOperator:
 
     def snapshot_state(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot(
-            keyed=self.keyed_backend.snapshot() if self.keyed_backend is not None else {},
+            keyed=self.keyed_backend.snapshot(checkpoint_id) if self.keyed_backend is not None else None,
             lists={k: list(v) for k, v in self.operator_state.lists.items()},
             union_lists={k: list(v) for k, v in self.operator_state.union_lists.items()},
             broadcast={k: dict(v) for k, v in self.operator_state.broadcast.items()},
@@ -578,6 +586,7 @@ class KeyedReduceOperator(_KeyedUdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         values = self._values
         get = values.get
+        touched = self.keyed_backend.touched.add  # type: ignore[union-attr]
         key_of = self.key_selector
         f = self.call
         missing = _MISSING
@@ -595,6 +604,7 @@ class KeyedReduceOperator(_KeyedUdfOperator):
                 except Exception as exc:
                     raise self.fail("reduce function", exc, r, True) from exc
             values[k] = r
+            touched(k)
             append(r)
         if self._final_only:
             self._timed = self._timed or timestamps is not None
@@ -706,7 +716,8 @@ class KeyedProcessOperator(TimerOperator):
                     hash(k)
                 except Exception as exc:
                     raise self._key_failed(exc, r) from exc
-                backend.current_key = ctx._key = k
+                backend.touch(k)
+                ctx._key = k
             t = ctx._timestamp = None if timestamps is None else timestamps[i]
             try:
                 emitted.add(f(r, ctx), t)
@@ -724,7 +735,8 @@ class KeyedProcessOperator(TimerOperator):
         event_time = domain is TimeDomain.EVENT_TIME
         emitted = Emitted(event_time)
         for ts, key, _ in self.timers.due(domain, time_ms):
-            backend.current_key = ctx._key = key
+            backend.touch(key)
+            ctx._key = key
             ctx._timestamp = ts if event_time else None
             try:
                 emitted.add(self._on_timer(ts, ctx), ts)
@@ -803,7 +815,7 @@ class KeyedCoProcessOperator(KeyedProcessOperator, TwoInputOperator):
         state = keyed_state(backend, descriptor)
         try:
             for key in list(backend.table(descriptor.name)):
-                backend.current_key = key
+                backend.touch(key)
                 function(key, state)
         finally:
             backend.current_key = NO_KEY

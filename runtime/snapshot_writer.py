@@ -1,7 +1,10 @@
 """A task's snapshot writer: the operators' state, taken on the loop thread at
 the barrier, is written to checkpoint storage on one thread of its own, so the
 loop goes on with records while the file is written; then the job master hears
-an acknowledgement (or a decline naming the storage error)."""
+an acknowledgement (or a decline naming the storage error).
+
+It remembers the chain of files behind each checkpoint it wrote, so that a
+later checkpoint based on one (see ``weir.runtime.incremental``) names them."""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from typing import Protocol
 
 from weir.runtime import faults
 from weir.runtime.errors import CheckpointFailureReason
-from weir.runtime.events import CheckpointBarrier
+from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.state import SnapshotSummary
-from weir.runtime.storage import StateHandle, write_state
+from weir.runtime.storage import StateHandle, shared_folder, write_state
 
 
 class CheckpointReplies(Protocol):
@@ -25,16 +28,39 @@ class CheckpointReplies(Protocol):
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
 
 
+MAX_CHAIN = 32  # files a restore reads for one task at most
+
+
 class SnapshotWriter:
-    def __init__(self, task: str, ports: CheckpointReplies) -> None:
+    def __init__(self, task: str, attempt: str, ports: CheckpointReplies) -> None:
         self._task = task
+        self._attempt = attempt
         self._ports = ports
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{task}")
         self._writes: list[concurrent.futures.Future[None]] = []
+        self._chains: dict[int, tuple[StateHandle, ...]] = {}  # checkpoint id -> its files, oldest first
 
-    def submit(self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary]) -> None:
+    def base_for(self, barrier: CheckpointBarrier) -> int | None:
+        """The checkpoint this snapshot may write only changes against: the
+        barrier's base, if this writer wrote it and its chain is not too long
+        (None: write everything). Each operator also writes everything once its
+        changes outweigh its last full snapshot; the length limit catches a chain
+        whose operators take their turns."""
+        base = barrier.base
+        if barrier.kind is not CheckpointKind.CHECKPOINT or base is None or base not in self._chains:
+            return None
+        if len(self._chains[base]) >= MAX_CHAIN:
+            return None
+        for cid in [c for c in self._chains if c < base]:
+            del self._chains[cid]  # later barriers name this base or a newer one
+        return base
+
+    def submit(
+        self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary], base: int | None
+    ) -> None:
+        """Write ``payload``, a delta on ``base``'s chain (None: everything)."""
         self._writes = [f for f in self._writes if not f.done()]
-        self._writes.append(self._pool.submit(self._write_and_ack, barrier, payload, summaries))
+        self._writes.append(self._pool.submit(self._write_and_ack, barrier, payload, summaries, base))
 
     def wait(self) -> None:
         """Until every snapshot submitted so far is written and acknowledged."""
@@ -44,10 +70,19 @@ class SnapshotWriter:
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _write_and_ack(self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary]) -> None:
+    def _write_and_ack(
+        self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary], base: int | None
+    ) -> None:
         faults.point("task-writing-snapshot")
+        name = self._task.replace("/", "-")
         try:
-            handle = write_state(barrier.location, self._task.replace("/", "-"), payload)
+            if barrier.kind is CheckpointKind.CHECKPOINT:
+                chain = self._chains[base] if base is not None else ()
+                folder = shared_folder(barrier.location)
+                handle = write_state(folder, f"{name}-{barrier.checkpoint_id}-{self._attempt}", payload, chain)
+                self._chains[barrier.checkpoint_id] = handle.chain
+            else:
+                handle = write_state(barrier.location, name, payload)
         except Exception as exc:
             self._ports.decline_checkpoint(
                 barrier.checkpoint_id,

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar, overload
 
 from weir.runtime.errors import InvalidConfigurationError
-from weir.runtime.keygroups import KeyGroupRange, key_group_for
+from weir.runtime.incremental import ChainSize, Keyed, KeyedSnapshot, delta_of, restore_into
+from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.typeinfo import BasicTypeInfo, TypeInformation, type_arg
 
 T = TypeVar("T")
@@ -300,7 +301,7 @@ class AggregatingStateDescriptor(StateDescriptor):
 class OperatorSnapshot:
     """What one operator subtask hands to a checkpoint."""
 
-    keyed: dict[int, dict[str, dict[Any, Any]]] = field(default_factory=dict)  # key group -> name -> key -> value
+    keyed: Keyed | None = None  # a keyed operator's state (older files: grouped by key group)
     lists: dict[str, list[Any]] = field(default_factory=dict)
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
     broadcast: dict[str, dict[Any, Any]] = field(default_factory=dict)  # name -> entries
@@ -310,7 +311,7 @@ class OperatorSnapshot:
     def summary(self) -> "SnapshotSummary":
         return SnapshotSummary(
             self.finished,
-            bool(self.keyed)
+            (self.keyed.live_keys > 0 if isinstance(self.keyed, KeyedSnapshot) else bool(self.keyed))
             or any(self.lists.values())
             or any(self.union_lists.values())
             or any(self.broadcast.values()),
@@ -331,8 +332,9 @@ class SnapshotSummary:
 
 class KeyedStateBackend:
     """Holds every keyed state of one operator subtask. The loop thread sets the
-    current key before it calls a user function; the state objects read it.
-    ``clock`` is the processing time state TTL reads."""
+    current key before it calls a user function, and marks it touched
+    (:meth:`touch`): a checkpoint may write only the touched keys (see
+    ``weir.runtime.incremental``). ``clock`` is the processing time state TTL reads."""
 
     def __init__(self, max_parallelism: int, key_groups: KeyGroupRange, clock: Callable[[], int] | None = None) -> None:
         self.max_parallelism = max_parallelism
@@ -341,6 +343,15 @@ class KeyedStateBackend:
         self.current_key: Any = None
         self.clock = clock or processing_time_ms
         self._swept: dict[str, _Ttl] = {}  # TTL states whose expired entries go at each snapshot
+        self.touched: set[Any] = set()  # keys whose state may have changed since the last snapshot
+        self._touched_before: dict[int, set[Any]] = {}  # snapshot id -> keys touched since the one before
+        self._chains: dict[int, ChainSize] = {}  # checkpoint id -> the entries of its chain
+        self.incremental_base: int | None = None  # the checkpoint the next snapshot may write changes against
+
+    def touch(self, key: Any) -> None:
+        """``key`` becomes current, and its state may change."""
+        self.current_key = key
+        self.touched.add(key)
 
     def table(self, name: str) -> dict[Any, Any]:
         t = self.tables.get(name)
@@ -364,29 +375,45 @@ class KeyedStateBackend:
             table = self.table(name)
             for key, stored in list(table.items()):
                 kept = ttl.unexpired(stored, now)
+                if kept is stored:
+                    continue
+                self.touched.add(key)
                 if kept is None:
                     del table[key]
                 else:
                     table[key] = kept
 
-    def snapshot(self) -> dict[int, dict[str, dict[Any, Any]]]:
+    def snapshot(self, checkpoint_id: int) -> KeyedSnapshot:
+        """Every entry, or (when :attr:`incremental_base` names a checkpoint this
+        backend snapshotted, and its chain is not due for a full one) the entries
+        of the keys touched since it."""
         self.drop_expired()
-        out: dict[int, dict[str, dict[Any, Any]]] = {}
-        groups: dict[Any, int] = {}
-        for name, table in self.tables.items():
-            for key, value in table.items():
-                kg = groups.get(key)
-                if kg is None:
-                    kg = groups[key] = key_group_for(key, self.max_parallelism)
-                out.setdefault(kg, {}).setdefault(name, {})[key] = value
-        return out
+        self._touched_before[checkpoint_id], self.touched = self.touched, set()
+        live = sum(len(t) for t in self.tables.values())
+        base = self.incremental_base
+        chain = None if base is None else self._chains.get(base)
+        if base is not None and chain is not None:
+            self._forget_through(base)
+            keys = set().union(*self._touched_before.values())
+            grown = chain.with_delta(len(keys))
+            if grown is not None:
+                self._chains[checkpoint_id] = grown
+                return KeyedSnapshot(delta_of(self.tables, keys), delta=True, live_keys=live)
+        self._chains[checkpoint_id] = ChainSize(live, 0)
+        return KeyedSnapshot({name: t for name, t in self.tables.items() if t}, live_keys=live)
 
-    def restore(self, snapshots: Iterable[dict[int, dict[str, dict[Any, Any]]]]) -> None:
-        for keyed in snapshots:
-            for kg, tables in keyed.items():
-                if kg in self.key_groups:
-                    for name, entries in tables.items():
-                        self.table(name).update(entries)
+    def _forget_through(self, base: int) -> None:
+        """Later snapshots are based on ``base`` or newer: what came before is not needed."""
+        for cid in [c for c in self._touched_before if c <= base]:
+            del self._touched_before[cid]
+        for cid in [c for c in self._chains if c < base]:
+            del self._chains[cid]
+
+    def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]]) -> None:
+        """Take the entries in this subtask's key groups from each old subtask's
+        merged snapshot (with the key groups it held)."""
+        for held, keyed in snapshots:
+            restore_into(self.tables, keyed, self.key_groups, held, self.max_parallelism)
 
 
 class TtlValue(NamedTuple):
@@ -429,13 +456,16 @@ class _Ttl:
         return seen
 
     def unexpired(self, stored: Any, now: int) -> Any:
-        """What is left of a key's stored state (an entry, or a list or map of them) without its expired entries; None: nothing."""
+        """What is left of a key's stored state (an entry, or a list or map of them)
+        without its expired entries: ``stored`` itself when none expired; None: nothing."""
         ttl_ms = self.ttl_ms
         if isinstance(stored, TtlValue):
             return stored if stored.last_access_ms + ttl_ms > now else None
         if isinstance(stored, list):
-            return [e for e in stored if e.last_access_ms + ttl_ms > now] or None
-        return {k: e for k, e in stored.items() if e.last_access_ms + ttl_ms > now} or None
+            kept: Any = [e for e in stored if e.last_access_ms + ttl_ms > now]
+        else:
+            kept = {k: e for k, e in stored.items() if e.last_access_ms + ttl_ms > now}
+        return stored if len(kept) == len(stored) else kept or None
 
 
 class ValueState(Generic[T]):

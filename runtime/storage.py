@@ -10,8 +10,15 @@ A savepoint lives in a folder of its own, ``savepoint-<run>-<random>``, created
 under the path the user names (weir never writes beside it, nor deletes what it
 did not write). A checkpoint or savepoint folder holds::
 
-    <vertex>-<subtask>.state    one file per task: checksummed, pickled state
+    <vertex>-<subtask>.state    one file per task (a savepoint): checksummed, pickled state
     _metadata                   JSON, written last and atomically (write, then rename)
+
+A checkpoint's task files live beside its folder instead, in ``<run>/shared/``
+(``<vertex>-<subtask>-<id>-<attempt>.state``): a later checkpoint may write only
+what changed and name the earlier files it builds on (a handle's ``base``), so a
+file outlives its checkpoint while a retained one still names it. The job
+master counts those references and deletes a shared file when none is left
+(``weir.runtime.shared_state``); a savepoint never refers outside its folder.
 
 It exists only once its ``_metadata`` exists. Handles of the files inside it are
 stored relative to it, so a savepoint can be moved or copied. State files start
@@ -38,7 +45,7 @@ import posixpath
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from pyarrow import fs as pafs
@@ -60,9 +67,17 @@ _READ_RETRIES_S = (0.2, 0.5, 1.0)  # waits between tries of a read that failed w
 
 @dataclass(frozen=True)
 class StateHandle:
+    """A state file; ``base``: the files it builds on, read before it (oldest first)."""
+
     uri: str
     sha256: str
     size: int
+    base: tuple["StateHandle", ...] = ()
+
+    @property
+    def chain(self) -> tuple["StateHandle", ...]:
+        """Every file a restore reads for this one, oldest first."""
+        return (*self.base, StateHandle(self.uri, self.sha256, self.size))
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -152,12 +167,30 @@ def _read_bytes(uri: str) -> bytes:
     return _retrying(read)
 
 
-def write_state(location: str, name: str, payload: bytes) -> StateHandle:
+def write_state(location: str, name: str, payload: bytes, base: tuple[StateHandle, ...] = ()) -> StateHandle:
     """Write state already pickled by :func:`pickle_state` into ``location``."""
     digest = hashlib.sha256(payload).hexdigest()
     uri = join(location, f"{_safe(name)}.state")
     _atomic_write(uri, _MAGIC + digest.encode() + b"\n" + payload)
-    return StateHandle(uri, digest, len(payload))
+    return StateHandle(uri, digest, len(payload), base)
+
+
+SHARED = "shared"
+
+
+def shared_folder(checkpoint_location: str) -> str:
+    """The run's folder of task files that checkpoints share (see the module's doc)."""
+    return join(parent(checkpoint_location), SHARED)
+
+
+def delete_files(uris: list[str]) -> None:
+    """Delete shared files no checkpoint refers to any more (a missing one is fine)."""
+    for uri in uris:
+        try:
+            fs, path = _resolve(uri)
+            fs.delete_file(path)
+        except (FileNotFoundError, OSError):
+            pass
 
 
 def read_state(handle: StateHandle) -> Any:
@@ -203,6 +236,13 @@ _OPERATOR_FIELDS = {"vertex": str, "parallelism": int, "max_parallelism": int, "
 _HANDLE_FIELDS = {"uri": str, "sha256": str, "size": int}
 
 
+def _handle_problem(h: Any) -> bool:
+    if not isinstance(h, dict) or any(not isinstance(h.get(k), t) for k, t in _HANDLE_FIELDS.items()):
+        return True
+    base = h.get("base", [])
+    return not isinstance(base, list) or any(_handle_problem(b) for b in base)
+
+
 def _metadata_problem(metadata: Any) -> str:
     """What makes well-formed JSON unusable as metadata ("" if nothing): a restore
     must fail as a damaged checkpoint, never with a bare KeyError."""
@@ -217,9 +257,7 @@ def _metadata_problem(metadata: Any) -> str:
             if not isinstance(op.get(name), kind):
                 return f"operator {uid!r} has no {name}"
         for h in op["handles"]:
-            if h is not None and (
-                not isinstance(h, dict) or any(not isinstance(h.get(k), t) for k, t in _HANDLE_FIELDS.items())
-            ):
+            if h is not None and _handle_problem(h):
                 return f"operator {uid!r} has a malformed state handle"
     return ""
 
@@ -227,8 +265,8 @@ def _metadata_problem(metadata: Any) -> str:
 def _map_handles(value: Any, fix: Any) -> Any:
     """``value`` with the ``uri`` of every state handle in it passed through ``fix``."""
     if isinstance(value, dict):
-        if set(value) == {"uri", "sha256", "size"}:
-            return {**value, "uri": fix(value["uri"])}
+        if {"uri", "sha256", "size"} <= value.keys():
+            return {k: fix(v) if k == "uri" else _map_handles(v, fix) for k, v in value.items()}
         return {k: _map_handles(v, fix) for k, v in value.items()}
     if isinstance(value, list):
         return [_map_handles(v, fix) for v in value]
@@ -361,11 +399,15 @@ def pickle_state(state: Any, task: str) -> bytes:
 
 
 def handle_to_json(handle: StateHandle) -> dict[str, Any]:
-    return asdict(handle)
+    out: dict[str, Any] = {"uri": handle.uri, "sha256": handle.sha256, "size": handle.size}
+    if handle.base:
+        out["base"] = [handle_to_json(b) for b in handle.base]
+    return out
 
 
 def handle_from_json(data: dict[str, Any]) -> StateHandle:
-    return StateHandle(data["uri"], data["sha256"], int(data["size"]))
+    base = tuple(handle_from_json(b) for b in data.get("base", ()))
+    return StateHandle(data["uri"], data["sha256"], int(data["size"]), base)
 
 
 def _safe(name: str) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from weir.runtime import faults
@@ -43,6 +43,7 @@ from weir.runtime.events import (
     WatermarkStatus,
 )
 from weir.runtime.graph import JobVertex
+from weir.runtime.incremental import KeyedSnapshot, merged
 from weir.runtime.lifecycle import Lifecycle, Phase
 from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.network import RecordWriter, Timestamped, decode
@@ -228,7 +229,7 @@ class StreamTask:
         self._never_opened: frozenset[str] = frozenset()  # restored fully finished
         self._deferred_trigger: CheckpointBarrier | None = None
         self._exit = False
-        self.snapshots = SnapshotWriter(d.name, ports)
+        self.snapshots = SnapshotWriter(d.name, d.attempt_id[:12], ports)
         self.first_record_at: float | None = None  # wall clock, for throughput figures
         self.last_record_at: float | None = None
 
@@ -527,8 +528,11 @@ class StreamTask:
         """Snapshot the chain. An operator restored fully finished was never opened,
         so it is not asked: its snapshot only says it stays finished (FLIP-147)."""
         cid = barrier.checkpoint_id
+        base = self.snapshots.base_for(barrier)
         snapshots = {uid: OperatorSnapshot(finished_on_restore=True) for uid in self._never_opened}
         for op in self._opened():
+            if op.keyed_backend is not None:
+                op.keyed_backend.incremental_base = base
             try:
                 snapshots[op.uid] = op.snapshot_state(cid)
             except Exception as exc:
@@ -541,7 +545,10 @@ class StreamTask:
         for w in self.writers:
             w.broadcast_event(barrier)
         payload = pickle_state(snapshots, self.deployment.name)
-        self.snapshots.submit(barrier, payload, {uid: s.summary() for uid, s in snapshots.items()})
+        delta = any(isinstance(s.keyed, KeyedSnapshot) and s.keyed.delta for s in snapshots.values())
+        self.snapshots.submit(
+            barrier, payload, {uid: s.summary() for uid, s in snapshots.items()}, base if delta else None
+        )
 
     def _on_complete(self, checkpoint_id: int) -> None:
         for op in self._opened():
@@ -697,7 +704,8 @@ def _wire(
 
 
 def _read_restored_state(d: TaskDeployment) -> dict[str, RestoredState]:
-    """Each operator's share of the state it restores, read from the snapshots' files (each read once)."""
+    """Each operator's share of the state it restores, read from the snapshots'
+    files (each read once; a chain of files merged, see ``weir.runtime.incremental``)."""
     files: dict[str, dict[str, OperatorSnapshot]] = {}
     out: dict[str, RestoredState] = {}
     for uid, where in d.restore.items():
@@ -706,8 +714,11 @@ def _read_restored_state(d: TaskDeployment) -> dict[str, RestoredState]:
             if h is None:
                 snaps.append(OperatorSnapshot(finished=True))  # that subtask had finished and exited
                 continue
-            if h.uri not in files:
-                files[h.uri] = read_state(h)
-            snaps.append(files[h.uri].get(uid, OperatorSnapshot()))
-        out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism)
+            for link in h.chain:
+                if link.uri not in files:
+                    files[link.uri] = read_state(link)
+            chain = [files[link.uri].get(uid, OperatorSnapshot()) for link in h.chain]
+            keyed = [s.keyed for s in chain if s.keyed]
+            snaps.append(replace(chain[-1], keyed=merged(keyed) if keyed else None))
+        out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism)
     return out

@@ -122,7 +122,11 @@ class OperatorHarness:
             run_id=run_id,
         )
         operator.setup(ctx, self._out)
-        restored = RestoredState() if restore is None else RestoredState.from_snapshots(restore, subtask, parallelism)
+        restored = (
+            RestoredState()
+            if restore is None
+            else RestoredState.from_snapshots(restore, subtask, parallelism, max_parallelism)
+        )
         operator.initialize_state(restored)
         operator.open()
 

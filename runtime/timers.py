@@ -47,6 +47,7 @@ class InternalTimerService:
 
     def clear(self, domain: TimeDomain) -> None:
         """Drop every timer of ``domain``."""
+        self._backend.touched.update(self._tables[domain])
         self._tables[domain].clear()
         self._heaps[domain].clear()
 

@@ -733,7 +733,7 @@ class WindowOperator(TimerOperator):
                 hash(k)
             except Exception as exc:
                 raise self._key_failed(exc, r) from exc
-            backend.current_key = k
+            backend.touch(k)
             try:
                 windows = self.assigner.assign_windows(r, t, self._actx)
             except InvalidConfigurationError:
@@ -851,7 +851,7 @@ class WindowOperator(TimerOperator):
         assert backend is not None
         emitted = Emitted(timed=True)
         for ts, key, window in self.timers.due(domain, time_ms):
-            backend.current_key = key
+            backend.touch(key)
             if window not in self._windows.get(key, {}):
                 continue  # merged away or cleaned up
             self._tctx.window = window

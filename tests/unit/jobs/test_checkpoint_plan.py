@@ -106,7 +106,7 @@ def test_all_but_the_newest_retained_completed_checkpoints_are_discarded_never_a
         (5, "COMPLETED", "checkpoint"),
     ]:
         coordinator.history[cid] = CheckpointStats(cid, CheckpointStatus(status), 0, kind, location=f"/cp/{cid}")
-    assert coordinator.discard_beyond(2) == ["/cp/1"]
+    assert coordinator.discard_beyond(2) == [(1, "/cp/1")]
     assert [cid for cid, s in coordinator.history.items() if s.discarded] == [1]
-    assert coordinator.discard_beyond(1) == ["/cp/4"]
+    assert coordinator.discard_beyond(1) == [(4, "/cp/4")]
     assert coordinator.discard_beyond(1) == []

@@ -180,7 +180,7 @@ def _restored(snapshot, now_ms, subtask=0, parallelism=1, background=True):
 
 
 def _stored_keys(snapshot):
-    return sorted(k for tables in snapshot.keyed.values() for k in tables.get("s", {}))
+    return sorted(snapshot.keyed.tables.get("s", {}))
 
 
 def test_expired_entries_leave_snapshots_unless_background_cleanup_is_off():

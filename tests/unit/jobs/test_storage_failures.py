@@ -9,6 +9,7 @@ import errno
 import glob
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -102,6 +103,13 @@ def test_with_no_earlier_checkpoint_the_job_fails_naming_the_file_instead_of_sta
     assert "no earlier complete checkpoint is left to fall back to" in message
 
 
+def _of_checkpoint(uri: str, checkpoint_id: int) -> bool:
+    """A file of that checkpoint: in its folder, or a task's file in the shared folder."""
+    return (
+        f"/chk-{checkpoint_id}/" in uri or re.search(rf"/shared/.*-{checkpoint_id}-[0-9a-f]+\.state$", uri) is not None
+    )
+
+
 def _failing_state_writes(monkeypatch, when):
     real = weir.runtime.storage._atomic_write
 
@@ -128,7 +136,7 @@ def _summing_job(tmp_path, tolerable: int | None = None):
 
 
 def test_a_full_disk_declines_that_checkpoint_and_the_job_goes_on(tmp_path, monkeypatch):
-    _failing_state_writes(monkeypatch, lambda uri: "/chk-2/" in uri)
+    _failing_state_writes(monkeypatch, lambda uri: _of_checkpoint(uri, 2))
     env, out = _summing_job(tmp_path)
     client = env.execute_async("disk-full-once", executor="local")
     result = client.wait(60)
@@ -140,7 +148,7 @@ def test_a_full_disk_declines_that_checkpoint_and_the_job_goes_on(tmp_path, monk
 
 
 def test_more_failed_checkpoints_in_a_row_than_tolerated_fail_the_job(tmp_path, monkeypatch):
-    _failing_state_writes(monkeypatch, lambda uri: "/chk-1/" not in uri)
+    _failing_state_writes(monkeypatch, lambda uri: not _of_checkpoint(uri, 1))
     env, _ = _summing_job(tmp_path, tolerable=2)
     with pytest.raises(
         JobExecutionError, match=r"3 checkpoints failed in a row \(tolerable: 2\); last: .*No space left on device"

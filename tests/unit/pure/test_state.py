@@ -26,7 +26,7 @@ def test_keyed_state_rescales_by_key_group_without_loss_or_overlap():
     for key in range(1000):
         owner = operator_index_for_key_group(128, 2, key_group_for(key, 128))
         old[owner].table("sum")[key] = key * 10
-    snaps = [b.snapshot() for b in old]
+    snaps = [(b.key_groups, b.snapshot(1)) for b in old]
     for new_p in (1, 3, 5):
         new = [_backend(new_p, i) for i in range(new_p)]
         for b in new:

@@ -81,7 +81,7 @@ def _keyed_process(name, uid):
 def _processing_timers(h, checkpoint_id):
     ((_, handle, _),) = [a for a in h.ports.acks if a[0] == checkpoint_id]
     keyed = read_state(handle)["process"].keyed
-    return {k: v for group in keyed.values() for k, v in group.get("_timers/processing", {}).items()}
+    return dict(keyed.tables.get("_timers/processing", {}))
 
 
 def test_at_end_of_input_processing_timers_not_due_are_dropped(tmp_path):

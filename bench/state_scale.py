@@ -1,0 +1,129 @@
+"""State at scale: a keyed running count over K keys, with checkpoints every 1 s
+and off, printed side by side in one run.
+
+    python3 -m bench.state_scale [--records 4000000] [--keys 1000 1000000 4000000] [--repeat 1]
+
+Record ``i`` goes to key ``i % K``, a keyed reduce counts, a discarding sink
+takes the counts; parallelism 2 on a warm Ray cluster (a warm-up run fills the
+slot pool). Each row: the whole ``execute()`` (records / its wall time) beside
+the steady rate (first to last record any task saw); the checkpoints' duration
+(mean, p99, max, and the final one's) and bytes written per checkpoint (mean,
+and the mean of the full state they name). Then the issue's figures: 4M keys
+with checkpoints against the same job without, and against 1,000 keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.w1 import settle_pool
+from weir import DiscardingSink, StreamExecutionEnvironment
+
+
+def _job(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    if checkpoint_ms:
+        env.enable_checkpointing(checkpoint_ms)
+    if backend is not None:
+        env.set_state_backend(backend)
+    (
+        env.from_sequence(0, n - 1)
+        .map(lambda i: (i % keys, 1))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(DiscardingSink())
+    )
+    return env
+
+
+def run(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> dict[str, Any]:
+    env = _job(n, keys, checkpoint_ms, backend)
+    started = time.perf_counter()
+    client = env.execute_async(f"bench-state-{keys}-{'cp' if checkpoint_ms else 'nocp'}")
+    seen: list[dict[str, Any]] = []
+    while not client.status().is_terminal:
+        seen = client.checkpoints() or seen
+        time.sleep(0.2)
+    result = client.wait()
+    wall = time.perf_counter() - started
+    try:
+        seen = client.checkpoints() or seen
+    except Exception:  # the job's record may be gone once it ended: keep what was seen
+        pass
+    done = [s for s in seen if s["status"] == "COMPLETED"]
+    firsts = [m["first_record_at"] for m in result.metrics if m.get("first_record_at")]
+    lasts = [m["last_record_at"] for m in result.metrics if m.get("last_record_at")]
+    durations = sorted(s["duration_ms"] for s in done) or [0]
+    return {
+        "whole": n / wall,
+        "wall": wall,
+        "steady": n / (max(lasts) - min(firsts)) if firsts and lasts else 0.0,
+        "checkpoints": len(done),
+        "mean_ms": statistics.mean(durations),
+        "p99_ms": durations[min(len(durations) - 1, int(len(durations) * 0.99))],
+        "max_ms": durations[-1],
+        "final_ms": done[-1]["duration_ms"] if done else 0,
+        "written_mb": statistics.mean(s["size_bytes"] for s in done) / 1e6 if done else 0.0,
+        "named_mb": statistics.mean(s.get("full_size_bytes", s["size_bytes"]) for s in done) / 1e6 if done else 0.0,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=4_000_000)
+    ap.add_argument("--keys", type=int, nargs="+", default=[1_000, 1_000_000, 4_000_000])
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row; the median (by whole execute()) is printed")
+    args = ap.parse_args()
+    console = Console()
+    run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
+    settle_pool()
+    table = Table(title=f"keyed running count, {args.records:,} records, parallelism 2 ({os.cpu_count()} cores)")
+    for col in (
+        "keys",
+        "checkpoints",
+        "rec/s whole execute()",
+        "rec/s steady",
+        "ckpt ms mean / p99 / max",
+        "final ckpt ms",
+        "MB written / named per ckpt",
+    ):
+        table.add_column(col, justify="right")
+    rows: dict[tuple[int, bool], dict[str, Any]] = {}
+    for keys in args.keys:
+        for cp in (1000, None) if keys > 1_000 else (1000,):
+            runs = sorted((run(args.records, keys, cp) for _ in range(args.repeat)), key=lambda r: r["whole"])
+            r = rows[keys, bool(cp)] = runs[len(runs) // 2]
+            row = (
+                f"{keys:,}",
+                f"every 1 s ({r['checkpoints']})" if cp else f"off ({r['checkpoints']} final)",
+                f"{r['whole']:,.0f}",
+                f"{r['steady']:,.0f}",
+                f"{r['mean_ms']:,.0f} / {r['p99_ms']:,.0f} / {r['max_ms']:,.0f}",
+                f"{r['final_ms']:,.0f}",
+                f"{r['written_mb']:.1f} / {r['named_mb']:.1f}",
+            )
+            table.add_row(*row)
+            print("  row:", " | ".join(row), flush=True)
+    console.print(table)
+    big, small = max(args.keys), min(args.keys)
+    if (big, True) in rows and (big, False) in rows:
+        console.print(
+            f"{big:,} keys, 1 s checkpoints against checkpoints off (whole execute()): "
+            f"{rows[big, True]['whole'] / rows[big, False]['whole']:.0%}"
+        )
+    if (big, True) in rows and (small, True) in rows and big != small:
+        console.print(
+            f"{big:,} keys against {small:,} keys, both with 1 s checkpoints (whole execute()): "
+            f"{rows[big, True]['whole'] / rows[small, True]['whole']:.0%}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Incremental keyed snapshots: a checkpoint writes what changed since the last one.
+
+A keyed state backend remembers which keys were touched (their state read for a
+record or a timer, so maybe changed) between two snapshots. A checkpoint whose
+barrier names a *base* (the job's latest completed checkpoint, which this task
+wrote too) writes only those keys' entries, a key gone as :data:`REMOVED`: a
+*delta*. A restore reads the chain of files, the full snapshot first and each
+delta after it, in order. Once the deltas of a chain hold as many entries as
+its full snapshot, the next checkpoint writes everything again, so a chain
+never holds more than about twice the state, and a restore reads no more.
+
+Entries are kept per state name, not per key group: grouping costs a hash per
+key at every checkpoint. A restore that takes over a key-group range whole (the
+same parallelism) takes the entries as they are; a rescale hashes each key once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Union
+
+from weir.runtime.keygroups import KeyGroupRange, key_group_for
+
+
+class _Removed:
+    """The mark of a key removed since the base: pickled by reference, so it is
+    this same object after any restore."""
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+    def __reduce__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED = _Removed()
+
+
+@dataclass(frozen=True)
+class KeyedSnapshot:
+    """One keyed backend's part of a snapshot: ``tables`` (state name -> key ->
+    value) holds every entry, or with ``delta`` the entries of the keys touched
+    since its base. ``live_keys``: the entries the backend held at the time."""
+
+    tables: dict[str, dict[Any, Any]]
+    delta: bool = False
+    live_keys: int = 0
+
+
+# What older snapshots hold instead: key group -> state name -> key -> value.
+LegacyKeyed = dict[int, dict[str, dict[Any, Any]]]
+Keyed = Union[KeyedSnapshot, LegacyKeyed]
+
+
+@dataclass(frozen=True)
+class ChainSize:
+    """Entries in a chain: its full snapshot's, and all its deltas' together."""
+
+    full: int
+    deltas: int
+
+    def with_delta(self, entries: int) -> "ChainSize | None":
+        """The chain after a delta of ``entries``; None: time for a full snapshot,
+        since the deltas would outweigh the full one (a restore reads them all)."""
+        deltas = self.deltas + entries
+        return ChainSize(self.full, deltas) if deltas <= self.full else None
+
+
+def delta_of(tables: dict[str, dict[Any, Any]], keys: Iterable[Any]) -> dict[str, dict[Any, Any]]:
+    """Each table's entries under ``keys``, a key it lacks as REMOVED."""
+    keys = list(keys)
+    out = {}
+    for name, table in tables.items():
+        get = table.get
+        out[name] = {k: get(k, REMOVED) for k in keys}
+    return out
+
+
+def merged(chain: list[Keyed]) -> Keyed:
+    """One subtask's keyed state from its chain of snapshots, oldest first: a full
+    snapshot starts anew, a delta changes what came before it."""
+    if len(chain) == 1:
+        return chain[0]
+    tables: dict[str, dict[Any, Any]] = {}
+    live = 0
+    for snap in chain:
+        if not isinstance(snap, KeyedSnapshot):
+            return snap  # an older format's file never has a chain
+        live = snap.live_keys
+        if not snap.delta:
+            tables = dict(snap.tables)  # freshly unpickled: changed in place by the deltas after it
+            continue
+        for name, entries in snap.tables.items():
+            table = tables.setdefault(name, {})
+            for key, value in entries.items():
+                if value is REMOVED:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+    return KeyedSnapshot({n: t for n, t in tables.items() if t}, live_keys=live)
+
+
+def restore_into(
+    tables: dict[str, dict[Any, Any]],
+    keyed: Keyed,
+    owned: KeyGroupRange,
+    held: KeyGroupRange,
+    max_parallelism: int,
+) -> None:
+    """Add to ``tables`` the entries of ``keyed`` (one old subtask's, which held the
+    key groups ``held``) in the key groups this subtask ``owned``."""
+    if not isinstance(keyed, KeyedSnapshot):
+        for kg, legacy in keyed.items():
+            if kg in owned:
+                for name, entries in legacy.items():
+                    tables.setdefault(name, {}).update(entries)
+        return
+    whole = owned.start <= held.start and held.end <= owned.end
+    for name, entries in keyed.tables.items():
+        table = tables.setdefault(name, {})
+        if whole:
+            table.update(entries)
+            continue
+        for key, value in entries.items():
+            if key_group_for(key, max_parallelism) in owned:
+                table[key] = value

@@ -1,0 +1,96 @@
+"""Reading a savepoint's or a checkpoint's keyed state outside any job: from a
+notebook, as a ``pyarrow.Table`` (``key``, ``value``) or a dict.
+
+    from weir import read_keyed_state
+    counts = read_keyed_state("/savepoints/savepoint-1a2b3c-...", "counts")  # an operator's uid or name
+
+An operator may hold several keyed states: name one with ``state=`` (the error
+lists them). A keyed ``reduce`` keeps its values as ``_reduce``; windows and
+timers keep theirs under names that begin with ``_`` too. Values with a time to
+live are read without their timestamps. The files are pickles, checksummed:
+read only savepoints and checkpoints that you or your jobs wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.incremental import KeyedSnapshot, merged
+from weir.runtime.state import TtlValue
+from weir.runtime.storage import find_restore_point, handle_from_json, read_metadata, read_state
+
+
+def read_keyed_state(path: str, operator: str, state: str | None = None) -> pa.Table:
+    """One keyed state of ``operator`` (its uid, or its name) in the savepoint or
+    checkpoint at ``path``, as a table of ``key`` and ``value``."""
+    entries = read_keyed_state_dict(path, operator, state)
+    try:
+        return pa.table({"key": pa.array(list(entries)), "value": pa.array(list(entries.values()))})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise TypeError(
+            f"keyed state {state or '(the only one)'} of operator '{operator}' holds keys or values that "
+            f"pyarrow cannot put in a column ({exc}); read them as Python objects with read_keyed_state_dict()"
+        ) from None
+
+
+def read_keyed_state_dict(path: str, operator: str, state: str | None = None) -> dict[Any, Any]:
+    """Like :func:`read_keyed_state`, as a dict ``key -> value``."""
+    location = find_restore_point(path)
+    uid, entry = _operator(read_metadata(location), operator, location)
+    tables: dict[str, dict[Any, Any]] = {}
+    for h in entry["handles"]:
+        if h is None:
+            continue
+        chain = [read_state(link).get(uid) for link in handle_from_json(h).chain]
+        keyed = [s.keyed for s in chain if s is not None and s.keyed]
+        if keyed:
+            for name, entries in _tables(merged(keyed)).items():
+                tables.setdefault(name, {}).update(entries)
+    if state is None and len(tables) == 1:
+        state = next(iter(tables))
+    if state not in tables:
+        raise InvalidConfigurationError(
+            f"keyed state of operator '{operator}'",
+            state,
+            f"name one of {sorted(tables)} with state=..." if tables else "this operator holds no keyed state there",
+        )
+    return {key: _plain(value) for key, value in tables[state].items()}
+
+
+def _operator(metadata: dict[str, Any], operator: str, location: str) -> tuple[str, dict[str, Any]]:
+    ops = metadata["operators"]
+    if operator in ops:
+        return operator, ops[operator]
+    named = [uid for uid, op in ops.items() if op.get("name") == operator]
+    if len(named) == 1:
+        return named[0], ops[named[0]]
+    raise InvalidConfigurationError(
+        "operator",
+        operator,
+        f"is not one uid or name in {location}; its operators (uid: name): "
+        + ", ".join(f"{uid}: {op.get('name', '?')}" for uid, op in ops.items()),
+    )
+
+
+def _tables(keyed: Any) -> dict[str, dict[Any, Any]]:
+    if isinstance(keyed, KeyedSnapshot):
+        return keyed.tables
+    out: dict[str, dict[Any, Any]] = {}
+    for groups in keyed.values():  # an older file: key group -> name -> entries
+        for name, entries in groups.items():
+            out.setdefault(name, {}).update(entries)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A stored value without its time-to-live timestamps."""
+    if isinstance(value, TtlValue):
+        return value.value
+    if isinstance(value, list) and value and isinstance(value[0], TtlValue):
+        return [e.value for e in value]
+    if isinstance(value, dict) and value and isinstance(next(iter(value.values())), TtlValue):
+        return {k: e.value for k, e in value.items()}
+    return value

@@ -1,0 +1,199 @@
+"""Incremental keyed snapshots: what a delta holds, how a chain restores (every
+state type, at any parallelism), when a chain writes everything again, and which
+shared files a discard may delete."""
+
+from __future__ import annotations
+
+import random
+
+from weir.runtime.incremental import REMOVED, KeyedSnapshot, merged
+from weir.runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group
+from weir.runtime.serialization import dumps, loads
+from weir.runtime.shared_state import SharedFiles
+from weir.runtime.state import (
+    AggregatingStateDescriptor,
+    KeyedStateBackend,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+    keyed_state,
+)
+from weir.runtime.timers import InternalTimerService, TimeDomain
+
+MAX_P = 16
+
+
+def _backend(p: int, i: int) -> KeyedStateBackend:
+    return KeyedStateBackend(MAX_P, KeyGroupRange.for_subtask(MAX_P, p, i), clock=lambda: 1_000)
+
+
+def _owner(key, p: int) -> int:
+    return operator_index_for_key_group(MAX_P, p, key_group_for(key, MAX_P))
+
+
+def _snapshot(b: KeyedStateBackend, checkpoint_id: int, base: int | None) -> KeyedSnapshot:
+    b.incremental_base = base
+    return loads(dumps(b.snapshot(checkpoint_id)))  # as a restore reads it: a copy, REMOVED by reference
+
+
+def _live(b: KeyedStateBackend) -> dict:
+    return {name: dict(t) for name, t in b.tables.items() if t}
+
+
+def test_a_checkpoint_on_its_base_writes_only_the_keys_touched_since():
+    b = _backend(1, 0)
+    total = keyed_state(b, ValueStateDescriptor("total", default=0))
+    for key in range(1_000):
+        b.touch(key)
+        total.update(key)
+    first = _snapshot(b, 1, None)
+    for key in range(10):
+        b.touch(key)
+        total.update(total.value() + 1) if key % 2 else total.clear()
+    second = _snapshot(b, 2, base=1)
+    assert (first.delta, len(first.tables["total"])) == (False, 1_000)
+    assert second.delta and second.tables == {"total": {k: (k + 1 if k % 2 else REMOVED) for k in range(10)}}, (
+        second.tables
+    )
+    assert merged([first, second]).tables == _live(b)
+
+
+def test_without_a_base_it_wrote_itself_a_backend_writes_everything():
+    b = _backend(1, 0)
+    b.touch("a")
+    b.table("v")["a"] = 1
+    assert not _snapshot(b, 1, base=None).delta
+    b.touch("a")
+    assert not _snapshot(b, 2, base=7).delta  # 7: a checkpoint of another attempt
+
+
+def _touch_everything(backends, p, rnd, step):
+    """One interval's records: every state type changes for a random set of keys."""
+    for key in rnd.sample(range(300), 60):
+        b = backends[_owner(key, p)]
+        b.touch(key)
+        states = {d.name: keyed_state(b, d) for d in _descriptors()}
+        op = rnd.randrange(4)
+        if op == 0:
+            for s in states.values():
+                s.clear()
+            continue
+        states["value"].update((key, step))
+        states["list"].add(step)
+        states["map"].put(step % 3, key)
+        if op == 1:
+            states["map"].remove((step + 1) % 3)
+        states["reducing"].add(step)
+        states["aggregating"].add(step)
+        states["ttl"].update(step)
+        timers = InternalTimerService(b)
+        timers.register(TimeDomain.EVENT_TIME, step, namespace=op)
+        if op == 2:
+            timers.delete(TimeDomain.EVENT_TIME, step - 1, namespace=op)
+
+
+class _Count:
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, accumulator):
+        return accumulator + 1
+
+    def get_result(self, accumulator):
+        return accumulator
+
+
+def _descriptors():
+    ttl = ValueStateDescriptor("ttl")
+    ttl.enable_time_to_live(StateTtlConfig.new_builder(60_000).build())
+    return [
+        ValueStateDescriptor("value"),
+        ListStateDescriptor("list"),
+        MapStateDescriptor("map"),
+        ReducingStateDescriptor("reducing", lambda a, b: a + b),
+        AggregatingStateDescriptor("aggregating", _Count()),
+        ttl,
+    ]
+
+
+def test_every_state_type_restores_from_its_chain_at_any_parallelism():
+    rnd = random.Random(7)
+    old = [_backend(2, i) for i in range(2)]
+    chains: list[list[KeyedSnapshot]] = [[], []]
+    for cid in range(1, 9):
+        _touch_everything(old, 2, rnd, cid)
+        for i, b in enumerate(old):
+            chains[i].append(_snapshot(b, cid, base=cid - 1 if cid > 1 else None))
+    assert {s.delta for chain in chains for s in chain[1:]} == {True, False}, "full snapshots amid the deltas"
+    expected = {}
+    for b in old:
+        for name, table in _live(b).items():
+            expected.setdefault(name, {}).update(table)
+    assert set(expected) == {"value", "list", "map", "reducing", "aggregating", "ttl", "_timers/event"}
+    for p in (1, 2, 3):
+        restored = {}
+        for i in range(p):
+            b = _backend(p, i)
+            b.restore([(old[j].key_groups, merged(chains[j])) for j in range(2)])
+            for name, table in b.tables.items():
+                assert not restored.get(name, {}).keys() & table.keys(), "a key restored twice"
+                restored.setdefault(name, {}).update(table)
+        assert {n: t for n, t in restored.items() if t} == expected, p
+
+
+def test_a_chain_writes_everything_again_once_its_deltas_outweigh_its_full_snapshot():
+    b = _backend(1, 0)
+    for key in range(100):
+        b.touch(key)
+        b.table("v")[key] = 0
+    kinds = []
+    for cid in range(1, 8):
+        kinds.append("delta" if _snapshot(b, cid, base=cid - 1 if cid > 1 else None).delta else "full")
+        for key in range(40):
+            b.touch(key)
+    assert kinds == ["full", "delta", "delta", "full", "delta", "delta", "full"]  # 40 + 40 <= 100 < 40 * 3
+
+
+def test_older_files_grouped_by_key_group_still_restore():
+    legacy = {key_group_for(k, MAX_P): {} for k in range(50)}
+    for k in range(50):
+        legacy[key_group_for(k, MAX_P)].setdefault("v", {})[k] = -k
+    news = [_backend(3, i) for i in range(3)]
+    for b in news:
+        b.restore([(KeyGroupRange(0, MAX_P), legacy)])
+    assert sorted(k for b in news for k in b.table("v")) == list(range(50))
+    assert all(_owner(k, 3) == i for i, b in enumerate(news) for k in b.table("v"))
+
+
+def _metadata(*uris):
+    handles = [
+        {"uri": uris[-1], "sha256": "0", "size": 1, "base": [{"uri": u, "sha256": "0", "size": 1} for u in uris[:-1]]}
+    ]
+    return {"operators": {"op": {"handles": handles}}}
+
+
+def test_a_file_a_kept_checkpoint_still_names_survives_the_discard_of_the_one_that_wrote_it():
+    shared = SharedFiles("file:///run/shared")
+    shared.completed(1, _metadata("file:///run/shared/a-1"))
+    shared.completed(2, _metadata("file:///run/shared/a-1", "file:///run/shared/a-2"))
+    assert shared.discarded([1]) == []  # checkpoint 2 builds on a-1
+    assert sorted(shared.discarded([2])) == ["file:///run/shared/a-1", "file:///run/shared/a-2"]
+
+
+def test_a_base_a_pending_checkpoint_builds_on_is_deleted_only_after_it_ended():
+    shared = SharedFiles("file:///run/shared")
+    shared.completed(1, _metadata("file:///run/shared/a-1"))
+    shared.build_on(1)
+    shared.completed(2, _metadata("file:///run/shared/b-2"))  # a full one: it names nothing of 1
+    assert shared.discarded([1]) == []
+    assert shared.built(1) == ["file:///run/shared/a-1"]
+
+
+def test_files_outside_the_runs_shared_folder_are_never_deleted():
+    shared = SharedFiles("file:///run/shared")
+    shared.completed(5, _metadata("file:///old-run/shared/a-5", "file:///run/shared/a-6"))
+    assert shared.discarded([5]) == ["file:///run/shared/a-6"]
+    shared.completed(6, _metadata("file:///run/shared/a-7"))
+    assert shared.unreferenced([]) == []
