@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, nargs="+", default=[1_000, 1_000_000, 4_000_000])
     ap.add_argument("--repeat", type=int, default=1, help="runs per row; the median (by whole execute()) is printed")
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=150)
     run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
     settle_pool()
     table = Table(title=f"keyed running count, {args.records:,} records, parallelism 2 ({os.cpu_count()} cores)")

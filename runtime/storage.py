@@ -57,7 +57,7 @@ from weir.runtime.errors import (
     InvalidConfigurationError,
     StateSerializationError,
 )
-from weir.runtime.serialization import dumps, loads
+from weir.runtime.serialization import dumps_state, loads
 
 _MAGIC = b"WEIR-STATE-1\n"
 _CHK = re.compile(r"^chk-(\d+)$")
@@ -393,7 +393,7 @@ def pickle_state(state: Any, task: str) -> bytes:
     """Pickle a snapshot now, on the loop thread: the bytes are the copy that the
     background write works from while the operators go on changing their state."""
     try:
-        return dumps(state)
+        return dumps_state(state)
     except Exception as exc:
         raise StateSerializationError(task, exc) from exc
 

@@ -197,3 +197,14 @@ def test_files_outside_the_runs_shared_folder_are_never_deleted():
     assert shared.discarded([5]) == ["file:///run/shared/a-6"]
     shared.completed(6, _metadata("file:///run/shared/a-7"))
     assert shared.unreferenced([]) == []
+
+
+def test_snapshots_pickle_without_the_memo_and_still_take_cycles():
+    from weir.runtime.serialization import dumps_state
+
+    shared = ("a", 1)
+    cyclic: list = [1]
+    cyclic.append(cyclic)
+    back = loads(dumps_state({"x": shared, "y": shared, "removed": REMOVED, "cycle": cyclic}))
+    assert back["x"] == back["y"] == shared and back["removed"] is REMOVED
+    assert back["cycle"][1] is back["cycle"], "a cycle is pickled with the memo, and restores as one"
