@@ -79,7 +79,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=4_000_000)
     ap.add_argument("--keys", type=int, nargs="+", default=[1_000, 1_000_000, 4_000_000])
-    ap.add_argument("--repeat", type=int, default=1, help="runs per row; the median (by whole execute()) is printed")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs per row; the median (by whole execute()) and the range are printed"
+    )
     args = ap.parse_args()
     console = Console(width=150)
     run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
@@ -100,10 +102,11 @@ def main() -> None:
         for cp in (1000, None) if keys > 1_000 else (1000,):
             runs = sorted((run(args.records, keys, cp) for _ in range(args.repeat)), key=lambda r: r["whole"])
             r = rows[keys, bool(cp)] = runs[len(runs) // 2]
+            spread = f" ({runs[0]['whole']:,.0f}–{runs[-1]['whole']:,.0f})" if len(runs) > 1 else ""
             row = (
                 f"{keys:,}",
                 f"every 1 s ({r['checkpoints']})" if cp else f"off ({r['checkpoints']} final)",
-                f"{r['whole']:,.0f}",
+                f"{r['whole']:,.0f}{spread}",
                 f"{r['steady']:,.0f}",
                 f"{r['mean_ms']:,.0f} / {r['p99_ms']:,.0f} / {r['max_ms']:,.0f}",
                 f"{r['final_ms']:,.0f}",
