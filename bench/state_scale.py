@@ -1,7 +1,8 @@
 """State at scale: a keyed running count over K keys, with checkpoints every 1 s
 and off, printed side by side in one run.
 
-    python3 -m bench.state_scale [--records 4000000] [--keys 1000 1000000 4000000] [--repeat 1]
+    python3 -m bench.state_scale [--records 4000000] [--keys 1000 1000000 4000000] [--repeat 3]
+    python3 -m bench.state_scale --bytewax-python /tmp/bw/bin/python   # Bytewax's rows beside weir's
 
 Record ``i`` goes to key ``i % K``, a keyed reduce counts, a discarding sink
 takes the counts; parallelism 2 on a warm Ray cluster (a warm-up run fills the
@@ -9,7 +10,9 @@ slot pool). Each row: the whole ``execute()`` (records / its wall time) beside
 the steady rate (first to last record any task saw); the checkpoints' duration
 (mean, p99, max, and the final one's) and bytes written per checkpoint (mean,
 and the mean of the full state they name). Then the issue's figures: 4M keys
-with checkpoints against the same job without, and against 1,000 keys.
+with checkpoints against the same job without, and against 1,000 keys. With ``--bytewax-python``, Bytewax 0.21 runs the same
+count (2 processes, its recovery store snapshotting every 1 s) beside each row with
+checkpoints, as ``bench.versus`` runs it, once, stopped after ``--bytewax-timeout-s``.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.versus import bytewax
 from bench.w1 import settle_pool
 from weir import DiscardingSink, StreamExecutionEnvironment
 
@@ -75,6 +80,17 @@ def run(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> di
     }
 
 
+def _bytewax_row(args: argparse.Namespace, keys: int) -> tuple[str, ...]:
+    try:
+        wall = bytewax(args.bytewax_python, args.records, 2, True, keys, args.bytewax_timeout_s)
+        rate = f"{args.records / wall:,.0f}"
+    except subprocess.TimeoutExpired:
+        rate = f"not done in {args.bytewax_timeout_s:,.0f} s"
+    row = (f"{keys:,}", "Bytewax 0.21, 2 processes, snapshots every 1 s", rate, "-", "-", "-", "-")
+    print("  row:", " | ".join(row), flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=4_000_000)
@@ -82,6 +98,8 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=3, help="runs per row; the median (by whole execute()) and the range are printed"
     )
+    ap.add_argument("--bytewax-python", help="a Python with bytewax installed: its rows beside weir's")
+    ap.add_argument("--bytewax-timeout-s", type=float, default=600)
     args = ap.parse_args()
     console = Console(width=150)
     run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
@@ -114,6 +132,8 @@ def main() -> None:
             )
             table.add_row(*row)
             print("  row:", " | ".join(row), flush=True)
+            if cp and args.bytewax_python:
+                table.add_row(*_bytewax_row(args, keys))
     console.print(table)
     big, small = max(args.keys), min(args.keys)
     if (big, True) in rows and (big, False) in rows:

@@ -28,8 +28,11 @@ from bench.w1 import w1
 ADDRESSES = "127.0.0.1:{};127.0.0.1:{}"
 
 
-def bytewax(python: str, n: int, processes: int, snapshots: bool) -> float:
-    env = {**os.environ, "W1_RECORDS": str(n), "PYTHONPATH": os.getcwd()}
+def bytewax(
+    python: str, n: int, processes: int, snapshots: bool, keys: int = 1000, timeout_s: float | None = None
+) -> float:
+    """Wall seconds of the whole run; raises subprocess.TimeoutExpired past ``timeout_s``."""
+    env = {**os.environ, "W1_RECORDS": str(n), "W1_KEYS": str(keys), "PYTHONPATH": os.getcwd()}
     args = [python, "-m", "bytewax.run", "bench.bytewax_w1:flow"]
     with tempfile.TemporaryDirectory() as store:
         if snapshots:
@@ -37,14 +40,18 @@ def bytewax(python: str, n: int, processes: int, snapshots: bool) -> float:
             args += ["-r", store, "-s", "1", "-b", "0"]
         started = time.perf_counter()
         if processes == 1:
-            subprocess.run(args, check=True, env=env)
+            subprocess.run(args, check=True, env=env, timeout=timeout_s)
         else:
             ports = ADDRESSES.format(*(20_000 + os.getpid() % 10_000 + i for i in range(2)))
             procs = [
                 subprocess.Popen([*args, "-i", str(i), "-a", ports], env=env, stderr=subprocess.DEVNULL)
                 for i in range(processes)
             ]
-            assert all(p.wait() == 0 for p in procs), "a Bytewax process failed"
+            try:
+                assert all(p.wait(timeout_s) == 0 for p in procs), "a Bytewax process failed"
+            finally:
+                for p in procs:
+                    p.kill()
         return time.perf_counter() - started
 
 

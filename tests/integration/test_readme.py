@@ -21,6 +21,7 @@ PAGES = [
     "docs/operations.md",
     "docs/spark.md",
     "docs/reliability.md",
+    "docs/state.md",
     "docs/security.md",
     "docs/cluster.md",
     "docs/testing.md",
