@@ -11,7 +11,13 @@ import re
 
 from tests.checker import check_running_sums
 from tests.unit.jobs.test_incremental_checkpoints import _metadata
-from weir import EmbeddedRocksDBStateBackend, HashMapStateBackend, JobStatus, StreamExecutionEnvironment
+from weir import (
+    EmbeddedRocksDBStateBackend,
+    HashMapStateBackend,
+    JobStatus,
+    StreamExecutionEnvironment,
+    read_keyed_state_dict,
+)
 from weir.connectors.files import FileSink, read_committed
 from weir.runtime.shared_state import metadata_files
 
@@ -72,6 +78,8 @@ def test_a_running_sum_on_rocksdb_is_exact_through_a_restore_from_a_retained_che
     )
     assert resumed.status is JobStatus.FINISHED
     _exact(out_dir)
+    final = _retained(checkpoint_dir, "resumed")[-1]  # a RocksDB checkpoint, read as a notebook would
+    assert read_keyed_state_dict(str(final), "sums") == {k: (k, sum(range(k, N, KEYS))) for k in range(KEYS)}
 
 
 def test_a_heap_job_restores_a_rocksdb_checkpoint_and_a_rocksdb_job_a_heap_one(checkpoint_dir, tmp_path):
