@@ -3,6 +3,7 @@ and off, printed side by side in one run.
 
     python3 -m bench.state_scale [--records 4000000] [--keys 1000 1000000 4000000] [--repeat 3]
     python3 -m bench.state_scale --bytewax-python /tmp/bw/bin/python   # Bytewax's rows beside weir's
+    python3 -m bench.state_scale --backend rocksdb   # keyed state in RocksDB instead of on the heap
 
 Record ``i`` goes to key ``i % K``, a keyed reduce counts, a discarding sink
 takes the counts; parallelism 2 on a warm Ray cluster (a warm-up run fills the
@@ -29,7 +30,9 @@ from rich.table import Table
 
 from bench.versus import bytewax
 from bench.w1 import settle_pool
-from weir import DiscardingSink, StreamExecutionEnvironment
+from weir import DiscardingSink, EmbeddedRocksDBStateBackend, HashMapStateBackend, StreamExecutionEnvironment
+
+BACKENDS = {"heap": HashMapStateBackend, "rocksdb": EmbeddedRocksDBStateBackend}
 
 
 def _job(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> StreamExecutionEnvironment:
@@ -100,11 +103,16 @@ def main() -> None:
     )
     ap.add_argument("--bytewax-python", help="a Python with bytewax installed: its rows beside weir's")
     ap.add_argument("--bytewax-timeout-s", type=float, default=600)
+    ap.add_argument("--backend", choices=sorted(BACKENDS), default="heap", help="where keyed state lives")
     args = ap.parse_args()
+    backend = BACKENDS[args.backend]()
     console = Console(width=150)
     run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
     settle_pool()
-    table = Table(title=f"keyed running count, {args.records:,} records, parallelism 2 ({os.cpu_count()} cores)")
+    table = Table(
+        title=f"keyed running count, {args.records:,} records, parallelism 2 ({os.cpu_count()} cores), "
+        f"{args.backend} state backend"
+    )
     for col in (
         "keys",
         "checkpoints",
@@ -118,7 +126,7 @@ def main() -> None:
     rows: dict[tuple[int, bool], dict[str, Any]] = {}
     for keys in args.keys:
         for cp in (1000, None) if keys > 1_000 else (1000,):
-            runs = sorted((run(args.records, keys, cp) for _ in range(args.repeat)), key=lambda r: r["whole"])
+            runs = sorted((run(args.records, keys, cp, backend) for _ in range(args.repeat)), key=lambda r: r["whole"])
             r = rows[keys, bool(cp)] = runs[len(runs) // 2]
             spread = f" ({runs[0]['whole']:,.0f}–{runs[-1]['whole']:,.0f})" if len(runs) > 1 else ""
             row = (

@@ -76,6 +76,7 @@ from weir.runtime.state import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
+from weir.runtime.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from weir.runtime.state_reader import read_keyed_state, read_keyed_state_dict
 from weir.runtime.timers import TimeDomain
 from weir.runtime.typeinfo import TypeInformation, Types
@@ -168,6 +169,8 @@ __all__ = [
     "ReadOnlyBroadcastState",
     "StateDescriptor",
     "StateTtlConfig",
+    "HashMapStateBackend",
+    "EmbeddedRocksDBStateBackend",
     "ReducingStateDescriptor",
     "AggregatingStateDescriptor",
     "Duration",

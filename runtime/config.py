@@ -11,6 +11,7 @@ import re
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 from weir.runtime.errors import InvalidConfigurationError
 
@@ -383,6 +384,9 @@ class ExecutionConfig:
         300_000  # how long a deployment waits for room on the cluster (Flink's slot.request.timeout)
     )
     runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # as set; the job graph has it resolved
+    # Where keyed state lives (a weir.runtime.state_backend.StateBackend; None: on
+    # the heap). Typed Any: that module builds on state, which builds on this one.
+    state_backend: Any = None
 
     # PyFlink's ``env.get_config()`` setters and getters.
     def set_parallelism(self, parallelism: int) -> "ExecutionConfig":

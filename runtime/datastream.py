@@ -71,6 +71,7 @@ from weir.runtime.sources import (
     SourceOperator,
 )
 from weir.runtime.state import MapStateDescriptor
+from weir.runtime.state_backend import HashMapStateBackend, StateBackend
 from weir.runtime.typeinfo import TupleTypeInfo, TypeInformation, Types, output_type_arg, type_arg
 from weir.runtime.windows import (
     AggregateContents,
@@ -197,6 +198,21 @@ class StreamExecutionEnvironment:
             )
         self.config.runtime_mode = execution_mode
         return self
+
+    def set_state_backend(self, state_backend: StateBackend) -> "StreamExecutionEnvironment":
+        """PyFlink's: where keyed state lives while the job runs,
+        ``HashMapStateBackend()`` (the heap, the default) or
+        ``EmbeddedRocksDBStateBackend()`` (a local RocksDB per operator subtask).
+        Either restores the other's savepoints and checkpoints."""
+        if not isinstance(state_backend, StateBackend):
+            raise InvalidConfigurationError(
+                "state backend", state_backend, "use HashMapStateBackend() or EmbeddedRocksDBStateBackend()"
+            )
+        self.config.state_backend = state_backend
+        return self
+
+    def get_state_backend(self) -> StateBackend:
+        return self.config.state_backend or HashMapStateBackend()
 
     def enable_checkpointing(
         self, interval_ms: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE

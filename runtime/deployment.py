@@ -14,6 +14,7 @@ from typing import Any, Callable, Protocol
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.off_loop import OffLoopThread, inline
+from weir.runtime.state_backend import HashMapStateBackend
 from weir.runtime.task import OperatorRestore, TaskDeployment, TaskLetter, TaskResult
 
 Route = tuple[TaskKey, int]  # (target task, channel index at the target)
@@ -113,6 +114,7 @@ def _task(
         restore={op.uid: restore[op.uid] for op in v.operators if op.uid in restore},
         runtime_mode=graph.runtime_mode,
         run_id=graph.run_id,
+        state_backend=graph.execution.state_backend or HashMapStateBackend(),
     )
 
 

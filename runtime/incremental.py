@@ -16,10 +16,12 @@ same parallelism) takes the entries as they are; a rescale hashes each key once.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Protocol, Union
 
 from weir.runtime.keygroups import KeyGroupRange, key_group_for
+from weir.runtime.storage import DbFile
 
 
 class _Removed:
@@ -47,9 +49,37 @@ class KeyedSnapshot:
     live_keys: int = 0
 
 
+class FileKeyed(abc.ABC):
+    """A keyed snapshot that a backend keeps in files of its own (RocksDB's): it is
+    always whole (never a delta), and any backend can read it as plain entries,
+    once :meth:`located` told it where its files are."""
+
+    @abc.abstractmethod
+    def located(self, files: tuple[DbFile, ...]) -> "FileKeyed":
+        """This snapshot, with its files found among ``files`` (its state handle's)."""
+
+    @abc.abstractmethod
+    def tables_in(self, owned: KeyGroupRange) -> dict[str, dict[Any, Any]]:
+        """Its entries in the key groups ``owned``: state name -> key -> value."""
+
+
+class FileUpload(Protocol):
+    """A backend's files for one snapshot, taken on the loop thread at the barrier,
+    copied into storage on the writer's thread."""
+
+    def run(self, folder: str, prefix: str, shared: bool) -> tuple[DbFile, ...]:
+        """Upload into ``folder`` (file names start with ``prefix``); ``shared``:
+        a checkpoint's files, which later checkpoints may name again."""
+
+
 # What older snapshots hold instead: key group -> state name -> key -> value.
 LegacyKeyed = dict[int, dict[str, dict[Any, Any]]]
-Keyed = Union[KeyedSnapshot, LegacyKeyed]
+Keyed = Union[KeyedSnapshot, LegacyKeyed, FileKeyed]
+
+
+def located(keyed: Keyed, files: tuple[DbFile, ...]) -> Keyed:
+    """``keyed`` as read from a state file whose handle names ``files``."""
+    return keyed.located(files) if isinstance(keyed, FileKeyed) else keyed
 
 
 @dataclass(frozen=True)
@@ -79,13 +109,14 @@ def delta_of(tables: dict[str, dict[Any, Any]], keys: Iterable[Any]) -> dict[str
 def merged(chain: list[Keyed]) -> Keyed:
     """One subtask's keyed state from its chain of snapshots, oldest first: a full
     snapshot starts anew, a delta changes what came before it."""
-    if len(chain) == 1:
-        return chain[0]
+    whole = [i for i, snap in enumerate(chain) if not (isinstance(snap, KeyedSnapshot) and snap.delta)]
+    chain = chain[whole[-1] :] if whole else chain
+    if len(chain) == 1 or not isinstance(chain[0], KeyedSnapshot):
+        return chain[0]  # deltas follow only a heap backend's full snapshot
     tables: dict[str, dict[Any, Any]] = {}
     live = 0
     for snap in chain:
-        if not isinstance(snap, KeyedSnapshot):
-            return snap  # an older format's file never has a chain
+        assert isinstance(snap, KeyedSnapshot)
         live = snap.live_keys
         if not snap.delta:
             tables = dict(snap.tables)  # freshly unpickled: changed in place by the deltas after it
@@ -109,6 +140,10 @@ def restore_into(
 ) -> None:
     """Add to ``tables`` the entries of ``keyed`` (one old subtask's, which held the
     key groups ``held``) in the key groups this subtask ``owned``."""
+    if isinstance(keyed, FileKeyed):
+        for name, entries in keyed.tables_in(owned).items():
+            tables.setdefault(name, {}).update(entries)
+        return
     if not isinstance(keyed, KeyedSnapshot):
         for kg, legacy in keyed.items():
             if kg in owned:

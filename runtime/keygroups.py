@@ -52,6 +52,12 @@ def key_group_for(key: object, max_parallelism: int) -> int:
     return stable_hash(key) % max_parallelism
 
 
+def key_group_and_bytes(key: object, max_parallelism: int) -> tuple[int, bytes]:
+    """The key group of ``key`` and its stable bytes (what a store keys it by), encoded once."""
+    encoded = _key_bytes(key)
+    return _xxh(encoded) % max_parallelism, encoded
+
+
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
     return key_group * parallelism // max_parallelism
 

@@ -53,6 +53,7 @@ from weir.runtime.state import (
     redistribute_lists,
     union_lists,
 )
+from weir.runtime.state_backend import HashMapStateBackend, StateBackend
 from weir.runtime.timers import InternalTimerService, TimeDomain, TimerService
 from weir.runtime.typeinfo import RecordTypes, TypeInformation
 
@@ -217,6 +218,7 @@ class OperatorContext:
     # rescales): a sink names what it leaves behind with it, so that its cleanup
     # never touches what another job, or another run of this one, wrote.
     run_id: str = ""
+    state_backend: StateBackend = field(default_factory=HashMapStateBackend)  # makes its keyed state backend
 
     @property
     def key_groups(self) -> KeyGroupRange:
@@ -285,7 +287,14 @@ class StreamOperator:
         self.operator_state.union_lists = {k: list(v) for k, v in restored.union_lists.items()}
         self.operator_state.broadcast = restored.broadcast
         if self.keyed:
-            self.keyed_backend = KeyedStateBackend(self.ctx.max_parallelism, self.ctx.key_groups)
+            ctx = self.ctx
+            self.keyed_backend = ctx.state_backend.create_keyed_backend(
+                ctx.max_parallelism,
+                ctx.key_groups,
+                f"{ctx.job_name}-{ctx.task_name}-{ctx.subtask}-{ctx.attempt_id[:12]}",
+                self.uid,
+                self.name,
+            )
             self.keyed_backend.restore(restored.keyed)
 
     def open(self) -> None:
@@ -586,7 +595,7 @@ class KeyedReduceOperator(_KeyedUdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         values = self._values
         get = values.get
-        touched = self.keyed_backend.touched.add  # type: ignore[union-attr]
+        touched = self.keyed_backend.changed_hook()  # type: ignore[union-attr]
         key_of = self.key_selector
         f = self.call
         missing = _MISSING

@@ -17,13 +17,15 @@ from weir.runtime.storage import StateHandle, handle_from_json
 
 
 def metadata_files(metadata: dict[str, Any]) -> set[str]:
-    """Every task file a checkpoint's metadata names, each chain's too."""
+    """Every task file a checkpoint's metadata names, each chain's too, and the
+    backend files (RocksDB's) each of those names."""
     return {
-        link.uri
+        uri
         for op in metadata.get("operators", {}).values()
         for h in op["handles"]
         if h is not None
         for link in handle_from_json(h).chain
+        for uri in link.uris
     }
 
 
@@ -75,4 +77,4 @@ class SharedFiles:
 
     def unreferenced(self, handles: Iterable[StateHandle]) -> list[str]:
         """Of the files an aborted checkpoint's tasks wrote, those no checkpoint names."""
-        return [h.uri for h in handles if h.uri.startswith(self.folder) and h.uri not in self._refs]
+        return [uri for h in handles for uri in h.uris if uri.startswith(self.folder) and uri not in self._refs]

@@ -3,6 +3,10 @@ the barrier, is written to checkpoint storage on one thread of its own, so the
 loop goes on with records while the file is written; then the job master hears
 an acknowledgement (or a decline naming the storage error).
 
+A backend that keeps its state in files of its own (RocksDB's) hands over
+:class:`~weir.runtime.incremental.FileUpload` s with the snapshot: they run first, on the same thread, and
+the state file's handle names what they uploaded.
+
 It remembers the chain of files behind each checkpoint it wrote, so that a
 later checkpoint based on one (see ``weir.runtime.incremental``) names them."""
 
@@ -14,6 +18,7 @@ from typing import Protocol
 from weir.runtime import faults
 from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
+from weir.runtime.incremental import FileUpload
 from weir.runtime.state import SnapshotSummary
 from weir.runtime.storage import StateHandle, shared_folder, write_state
 
@@ -56,11 +61,16 @@ class SnapshotWriter:
         return base
 
     def submit(
-        self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary], base: int | None
+        self,
+        barrier: CheckpointBarrier,
+        payload: bytes,
+        summaries: dict[str, SnapshotSummary],
+        base: int | None,
+        uploads: list[FileUpload],
     ) -> None:
-        """Write ``payload``, a delta on ``base``'s chain (None: everything)."""
+        """Run ``uploads``, then write ``payload``, a delta on ``base``'s chain (None: everything)."""
         self._writes = [f for f in self._writes if not f.done()]
-        self._writes.append(self._pool.submit(self._write_and_ack, barrier, payload, summaries, base))
+        self._writes.append(self._pool.submit(self._write_and_ack, barrier, payload, summaries, base, uploads))
 
     def wait(self) -> None:
         """Until every snapshot submitted so far is written and acknowledged."""
@@ -71,7 +81,12 @@ class SnapshotWriter:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _write_and_ack(
-        self, barrier: CheckpointBarrier, payload: bytes, summaries: dict[str, SnapshotSummary], base: int | None
+        self,
+        barrier: CheckpointBarrier,
+        payload: bytes,
+        summaries: dict[str, SnapshotSummary],
+        base: int | None,
+        uploads: list[FileUpload],
     ) -> None:
         faults.point("task-writing-snapshot")
         name = self._task.replace("/", "-")
@@ -79,10 +94,13 @@ class SnapshotWriter:
             if barrier.kind is CheckpointKind.CHECKPOINT:
                 chain = self._chains[base] if base is not None else ()
                 folder = shared_folder(barrier.location)
-                handle = write_state(folder, f"{name}-{barrier.checkpoint_id}-{self._attempt}", payload, chain)
+                unique = f"{name}-{barrier.checkpoint_id}-{self._attempt}"
+                files = tuple(f for u in uploads for f in u.run(folder, unique, shared=True))
+                handle = write_state(folder, unique, payload, chain, files)
                 self._chains[barrier.checkpoint_id] = handle.chain
             else:
-                handle = write_state(barrier.location, name, payload)
+                files = tuple(f for u in uploads for f in u.run(barrier.location, name, shared=False))
+                handle = write_state(barrier.location, name, payload, files=files)
         except Exception as exc:
             self._ports.decline_checkpoint(
                 barrier.checkpoint_id,

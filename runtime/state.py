@@ -18,10 +18,20 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar, overload
+from typing import (
+    Any,
+    Callable,
+    Generic,
+    Iterable,
+    Iterator,
+    MutableMapping,
+    NamedTuple,
+    TypeVar,
+    overload,
+)
 
 from weir.runtime.errors import InvalidConfigurationError
-from weir.runtime.incremental import ChainSize, Keyed, KeyedSnapshot, delta_of, restore_into
+from weir.runtime.incremental import ChainSize, FileUpload, Keyed, KeyedSnapshot, delta_of, restore_into
 from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.typeinfo import BasicTypeInfo, TypeInformation, type_arg
 
@@ -51,7 +61,7 @@ class StateTtlConfig:
     the job keeps. That sweep is weir's background cleanup: Flink's heap backend
     checks a few entries per access instead (``cleanup_incrementally``), which
     weir accepts and serves with the sweep; ``cleanup_in_rocksdb_compact_filter``
-    has no effect (weir keeps state on the heap, as Flink's heap backend)."""
+    has no effect (the sweep serves weir's RocksDB backend too)."""
 
     class UpdateType(enum.Enum):
         """When an entry's time to live starts again."""
@@ -168,7 +178,7 @@ class StateTtlConfig:
         def cleanup_in_rocksdb_compact_filter(
             self, query_time_after_num_entries: int, periodic_compaction_time: int = 30 * 86_400_000
         ) -> "StateTtlConfig.Builder":
-            """No effect: weir keeps state on the heap (as Flink's heap backend, which ignores it too)."""
+            """No effect: the sweep at each checkpoint removes expired entries on either backend."""
             return self
 
         def disable_cleanup_in_background(self) -> "StateTtlConfig.Builder":
@@ -331,10 +341,15 @@ class SnapshotSummary:
 
 
 class KeyedStateBackend:
-    """Holds every keyed state of one operator subtask. The loop thread sets the
-    current key before it calls a user function, and marks it touched
-    (:meth:`touch`): a checkpoint may write only the touched keys (see
-    ``weir.runtime.incremental``). ``clock`` is the processing time state TTL reads."""
+    """Holds every keyed state of one operator subtask on the heap (Flink's
+    ``HashMapStateBackend``; ``weir.runtime.rocksdb_backend`` keeps them in
+    RocksDB behind the same interface). The loop thread sets the current key
+    before it calls a user function, and marks it touched (:meth:`touch`): a
+    checkpoint may write only the touched keys (see ``weir.runtime.incremental``).
+    ``clock`` is the processing time state TTL reads.
+
+    State classes use a table (:meth:`table`) as a dict and change its values in
+    place (a list appended to, a map entry put), within one call for one key."""
 
     def __init__(self, max_parallelism: int, key_groups: KeyGroupRange, clock: Callable[[], int] | None = None) -> None:
         self.max_parallelism = max_parallelism
@@ -349,15 +364,28 @@ class KeyedStateBackend:
         self.incremental_base: int | None = None  # the checkpoint the next snapshot may write changes against
 
     def touch(self, key: Any) -> None:
-        """``key`` becomes current, and its state may change."""
+        """``key`` becomes current, and its state may change. Called between records
+        (and timers), before the state of ``key`` is read."""
         self.current_key = key
         self.touched.add(key)
 
-    def table(self, name: str) -> dict[Any, Any]:
+    def changed_hook(self) -> Callable[[Any], None]:
+        """What a hot loop that reads tables itself (a keyed reduce) calls with each
+        key after its record: :meth:`touch` without setting the current key."""
+        return self.touched.add
+
+    def table(self, name: str) -> MutableMapping[Any, Any]:
         t = self.tables.get(name)
         if t is None:
             t = self.tables[name] = {}
         return t
+
+    def take_uploads(self) -> list[FileUpload]:
+        """The files the last snapshot left to upload (none: the heap's are in its snapshot)."""
+        return []
+
+    def close(self) -> None:
+        """Release what the backend holds outside the heap (the heap's: nothing)."""
 
     def ttl(self, descriptor: StateDescriptor) -> "_Ttl | None":
         config = descriptor.ttl_config
@@ -435,7 +463,7 @@ class _Ttl:
     def wrap(self, value: Any) -> TtlValue:
         return TtlValue(value, self.clock())
 
-    def read(self, store: dict[Any, TtlValue], keys: Iterable[Any]) -> list[tuple[Any, Any]]:
+    def read(self, store: MutableMapping[Any, TtlValue], keys: Iterable[Any]) -> list[tuple[Any, Any]]:
         """A read of the entries of ``store`` under ``keys`` (those it has): the
         ``(key, value)`` pairs it sees. Expired entries are removed, and seen only
         with ``ReturnExpiredIfNotCleanedUp``; the others start their time to live

@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from weir.runtime.errors import InvalidConfigurationError
-from weir.runtime.incremental import KeyedSnapshot, merged
+from weir.runtime.incremental import FileKeyed, KeyedSnapshot, located, merged
+from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.state import TtlValue
 from weir.runtime.storage import find_restore_point, handle_from_json, read_metadata, read_state
 
@@ -44,10 +45,11 @@ def read_keyed_state_dict(path: str, operator: str, state: str | None = None) ->
     for h in entry["handles"]:
         if h is None:
             continue
-        chain = [read_state(link).get(uid) for link in handle_from_json(h).chain]
-        keyed = [s.keyed for s in chain if s is not None and s.keyed]
+        links = handle_from_json(h).chain
+        chain = [read_state(link).get(uid) for link in links]
+        keyed = [located(s.keyed, link.files) for s, link in zip(chain, links) if s is not None and s.keyed]
         if keyed:
-            for name, entries in _tables(merged(keyed)).items():
+            for name, entries in _tables(merged(keyed), entry["max_parallelism"]).items():
                 tables.setdefault(name, {}).update(entries)
     if state is None and len(tables) == 1:
         state = next(iter(tables))
@@ -75,9 +77,11 @@ def _operator(metadata: dict[str, Any], operator: str, location: str) -> tuple[s
     )
 
 
-def _tables(keyed: Any) -> dict[str, dict[Any, Any]]:
+def _tables(keyed: Any, max_parallelism: int) -> dict[str, dict[Any, Any]]:
     if isinstance(keyed, KeyedSnapshot):
         return keyed.tables
+    if isinstance(keyed, FileKeyed):
+        return keyed.tables_in(KeyGroupRange(0, max_parallelism))
     out: dict[str, dict[Any, Any]] = {}
     for groups in keyed.values():  # an older file: key group -> name -> entries
         for name, entries in groups.items():

@@ -67,17 +67,35 @@ _READ_RETRIES_S = (0.2, 0.5, 1.0)  # waits between tries of a read that failed w
 
 @dataclass(frozen=True)
 class StateHandle:
-    """A state file; ``base``: the files it builds on, read before it (oldest first)."""
+    """A state file; ``base``: the files it builds on, read before it (oldest first);
+    ``files``: the files of a backend that keeps its state in files of its own
+    (RocksDB's), which the state file names by :attr:`DbFile.name`."""
 
     uri: str
     sha256: str
     size: int
     base: tuple["StateHandle", ...] = ()
+    files: tuple["DbFile", ...] = ()
 
     @property
     def chain(self) -> tuple["StateHandle", ...]:
         """Every file a restore reads for this one, oldest first."""
-        return (*self.base, StateHandle(self.uri, self.sha256, self.size))
+        return (*self.base, StateHandle(self.uri, self.sha256, self.size, files=self.files))
+
+    @property
+    def uris(self) -> list[str]:
+        """This file and the backend files it names (not its base)."""
+        return [self.uri, *(f.handle.uri for f in self.files)]
+
+
+@dataclass(frozen=True)
+class DbFile:
+    """One file of a backend's own state files (an SST, a MANIFEST), uploaded
+    as it is and checksummed; ``name`` is what the snapshot calls it. A later
+    checkpoint may name the same upload again (an SST never changes)."""
+
+    name: str
+    handle: StateHandle
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -167,12 +185,19 @@ def _read_bytes(uri: str) -> bytes:
     return _retrying(read)
 
 
-def write_state(location: str, name: str, payload: bytes, base: tuple[StateHandle, ...] = ()) -> StateHandle:
-    """Write state already pickled by :func:`pickle_state` into ``location``."""
+def write_state(
+    location: str,
+    name: str,
+    payload: bytes,
+    base: tuple[StateHandle, ...] = (),
+    files: tuple[DbFile, ...] = (),
+) -> StateHandle:
+    """Write state already pickled by :func:`pickle_state` into ``location``;
+    ``files``: the backend files (uploaded already) its snapshots name."""
     digest = hashlib.sha256(payload).hexdigest()
     uri = join(location, f"{_safe(name)}.state")
     _atomic_write(uri, _MAGIC + digest.encode() + b"\n" + payload)
-    return StateHandle(uri, digest, len(payload), base)
+    return StateHandle(uri, digest, len(payload), base, files)
 
 
 SHARED = "shared"
@@ -181,6 +206,27 @@ SHARED = "shared"
 def shared_folder(checkpoint_location: str) -> str:
     """The run's folder of task files that checkpoints share (see the module's doc)."""
     return join(parent(checkpoint_location), SHARED)
+
+
+def upload_file(local_path: str, uri: str) -> StateHandle:
+    """Copy a local file into storage as it is, with its SHA-256 for the restore to check."""
+    with open(local_path, "rb") as f:
+        data = f.read()
+    _atomic_write(uri, data)
+    return StateHandle(uri, hashlib.sha256(data).hexdigest(), len(data))
+
+
+def download_file(handle: StateHandle, local_path: str) -> None:
+    """The file :func:`upload_file` stored, back on the local disk, checked."""
+    try:
+        data = _read_bytes(handle.uri)
+    except OSError as exc:
+        raise CorruptCheckpointError(handle.uri, f"cannot be read ({exc})") from None
+    if len(data) != handle.size or hashlib.sha256(data).hexdigest() != handle.sha256:
+        raise CorruptCheckpointError(handle.uri, "checksum mismatch")
+    fd = os.open(local_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def delete_files(uris: list[str]) -> None:
@@ -239,8 +285,13 @@ _HANDLE_FIELDS = {"uri": str, "sha256": str, "size": int}
 def _handle_problem(h: Any) -> bool:
     if not isinstance(h, dict) or any(not isinstance(h.get(k), t) for k, t in _HANDLE_FIELDS.items()):
         return True
-    base = h.get("base", [])
-    return not isinstance(base, list) or any(_handle_problem(b) for b in base)
+    base, files = h.get("base", []), h.get("files", [])
+    return (
+        not isinstance(base, list)
+        or any(_handle_problem(b) for b in base)
+        or not isinstance(files, list)
+        or any(not isinstance(f, dict) or not isinstance(f.get("name"), str) or _handle_problem(f) for f in files)
+    )
 
 
 def _metadata_problem(metadata: Any) -> str:
@@ -402,12 +453,15 @@ def handle_to_json(handle: StateHandle) -> dict[str, Any]:
     out: dict[str, Any] = {"uri": handle.uri, "sha256": handle.sha256, "size": handle.size}
     if handle.base:
         out["base"] = [handle_to_json(b) for b in handle.base]
+    if handle.files:
+        out["files"] = [{"name": f.name, **handle_to_json(f.handle)} for f in handle.files]
     return out
 
 
 def handle_from_json(data: dict[str, Any]) -> StateHandle:
     base = tuple(handle_from_json(b) for b in data.get("base", ()))
-    return StateHandle(data["uri"], data["sha256"], int(data["size"]), base)
+    files = tuple(DbFile(f["name"], handle_from_json(f)) for f in data.get("files", ()))
+    return StateHandle(data["uri"], data["sha256"], int(data["size"]), base, files)
 
 
 def _safe(name: str) -> str:

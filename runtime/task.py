@@ -43,7 +43,7 @@ from weir.runtime.events import (
     WatermarkStatus,
 )
 from weir.runtime.graph import JobVertex
-from weir.runtime.incremental import KeyedSnapshot, merged
+from weir.runtime.incremental import KeyedSnapshot, located, merged
 from weir.runtime.lifecycle import Lifecycle, Phase
 from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.network import RecordWriter, Timestamped, decode
@@ -51,6 +51,7 @@ from weir.runtime.operators import ChainedOutput, OperatorContext, Output, Resto
 from weir.runtime.snapshot_writer import CheckpointReplies, SnapshotWriter
 from weir.runtime.sources import SourceOperator
 from weir.runtime.state import OperatorSnapshot
+from weir.runtime.state_backend import HashMapStateBackend, StateBackend
 from weir.runtime.storage import StateHandle, pickle_state, read_state
 from weir.runtime.watermark_valve import WatermarkValve
 
@@ -76,6 +77,7 @@ class TaskDeployment:
     restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
     runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # the job's, resolved
     run_id: str = ""  # the submission's id (JobGraph.run_id)
+    state_backend: StateBackend = field(default_factory=HashMapStateBackend)  # where its keyed state lives
 
     @property
     def name(self) -> str:
@@ -546,8 +548,9 @@ class StreamTask:
             w.broadcast_event(barrier)
         payload = pickle_state(snapshots, self.deployment.name)
         delta = any(isinstance(s.keyed, KeyedSnapshot) and s.keyed.delta for s in snapshots.values())
+        uploads = [u for op in self._opened() if op.keyed_backend is not None for u in op.keyed_backend.take_uploads()]
         self.snapshots.submit(
-            barrier, payload, {uid: s.summary() for uid, s in snapshots.items()}, base if delta else None
+            barrier, payload, {uid: s.summary() for uid, s in snapshots.items()}, base if delta else None, uploads
         )
 
     def _on_complete(self, checkpoint_id: int) -> None:
@@ -579,7 +582,11 @@ class StreamTask:
         self.life.to(Phase.CLOSING)
         for op in self._opened():
             op.output = _RefusingOutput(op.name, "in close()")  # close() releases resources; it may not emit
-            op.close()
+            try:
+                op.close()
+            finally:
+                if op.keyed_backend is not None:
+                    op.keyed_backend.close()
 
     def _close_quietly(self) -> None:
         """After a failure or a cancel (a failing close() may have left CLOSING begun)."""
@@ -690,6 +697,7 @@ def _wire(
         ports.send_operator_event,
         d.runtime_mode,
         d.run_id,
+        d.state_backend,
     )
     edges = d.vertex.outputs
     main = [w for w, e in zip(writers, edges) if e.side_output is None]
@@ -718,7 +726,7 @@ def _read_restored_state(d: TaskDeployment) -> dict[str, RestoredState]:
                 if link.uri not in files:
                     files[link.uri] = read_state(link)
             chain = [files[link.uri].get(uid, OperatorSnapshot()) for link in h.chain]
-            keyed = [s.keyed for s in chain if s.keyed]
+            keyed = [located(s.keyed, link.files) for s, link in zip(chain, h.chain) if s.keyed]
             snaps.append(replace(chain[-1], keyed=merged(keyed) if keyed else None))
         out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism)
     return out

@@ -1,0 +1,432 @@
+"""Keyed state in an embedded RocksDB (Flink's ``EmbeddedRocksDBStateBackend``):
+state larger than the heap, and checkpoints that upload only new files.
+
+One RocksDB per operator subtask, in a folder of its own on the local disk
+(created fresh, deleted when the task closes; weir deletes nothing else there).
+A key is stored under ``key group (2 bytes, big-endian) + state id (4 bytes) +
+the key's stable bytes``, so a key group's entries are one contiguous range
+(a rescale takes ranges); the value is the pickled ``(key, value)``, so
+iterating gives the keys back. State ids are a hash of the state name (equal
+in every subtask, so ranges copy between databases as they are); the names are
+kept under ``_META`` for readers.
+
+The state classes change values in place (a list appended to), so a table is
+read through a **write-back cache**: ``get`` returns the cached object, and
+the cache goes to RocksDB in one ``WriteBatch`` only between records (in
+:meth:`RocksDBKeyedStateBackend.touch`, once it holds more than its bound of
+entries) and at a snapshot. Nothing is written while a state object may still
+change what it read.
+
+A checkpoint (Flink's incremental RocksDB snapshot): on the loop thread, write
+the cache, flush the memtable and create a RocksDB checkpoint (hard links) in
+a local folder; on the snapshot writer's thread, upload its files. An SST
+never changes, so one the base checkpoint named is named again instead of
+uploaded (:class:`RocksDBUpload`); MANIFEST, CURRENT and OPTIONS go up each
+time. A savepoint uploads everything into its own folder.
+
+Threads: everything but :meth:`RocksDBUpload.run` runs on the task's loop thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, MutableMapping
+
+import xxhash
+from rocksdict import AccessType, BlockBasedOptions, Cache, Checkpoint, Options, Rdict, WriteBatch, WriteOptions
+
+from weir.runtime.errors import CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
+from weir.runtime.incremental import FileKeyed, Keyed, restore_into
+from weir.runtime.keygroups import KeyGroupRange, key_group_and_bytes
+from weir.runtime.serialization import dumps_state, loads
+from weir.runtime.state import KeyedStateBackend
+from weir.runtime.storage import DbFile, _safe, download_file, join, upload_file
+
+_META = b"\xff\xff"  # + state id -> state name; sorts after every key group (at most 32768 of them)
+_COPY_BATCH = 10_000  # entries per WriteBatch when a restore copies ranges
+
+
+class _Gone:
+    """A cached key removed since the last write-back."""
+
+
+_GONE = _Gone()
+_MISSING = object()
+
+
+def state_id(name: str) -> bytes:
+    return xxhash.xxh32_intdigest(name.encode("utf-8")).to_bytes(4, "big")
+
+
+def _group(key_group: int) -> bytes:
+    return key_group.to_bytes(2, "big")
+
+
+@dataclass(frozen=True)
+class RocksDBSettings:
+    """What ``EmbeddedRocksDBStateBackend`` sets (see its doc), per operator subtask."""
+
+    cache_entries: int = 10_000
+    block_cache_bytes: int = 64 << 20
+    write_buffer_bytes: int = 16 << 20
+    incremental: bool = True
+    storage_paths: tuple[str, ...] = ()
+
+
+def _options(settings: RocksDBSettings) -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_write_buffer_size(settings.write_buffer_bytes)
+    table = BlockBasedOptions()
+    table.set_block_cache(Cache(settings.block_cache_bytes))
+    options.set_block_based_table_factory(table)
+    return options
+
+
+def _open(path: str, options: Options, read_only: bool = False) -> Rdict:
+    access = AccessType.read_only(False) if read_only else AccessType.read_write()
+    db = Rdict(path, options, access_type=access)
+    if not read_only:
+        no_log = WriteOptions()  # a restore reads checkpoints, never the local log
+        no_log.disable_wal = True  # type: ignore[method-assign,assignment]  # a property, whatever the stub says
+        db.set_write_options(no_log)
+    return db
+
+
+def _scan(db: Rdict, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The raw entries with ``start <= key < end``."""
+    it = db.iter()
+    it.seek(start)
+    while it.valid():
+        key = it.key()
+        if key >= end:
+            return
+        yield key, it.value()
+        it.next()
+
+
+class _Table(MutableMapping[Any, Any]):
+    """One keyed state's entries, read and written through the write-back cache
+    (see the module's doc). Iteration writes nothing: it gives the cached
+    object of a key read since the last write-back, else a fresh copy."""
+
+    def __init__(self, backend: "RocksDBKeyedStateBackend", sid: bytes) -> None:
+        self._backend = backend
+        self._sid = sid
+        self.cache: dict[Any, Any] = {}
+
+    def _db_key(self, key: Any) -> bytes:
+        group, encoded = key_group_and_bytes(key, self._backend.max_parallelism)
+        return _group(group) + self._sid + encoded
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self.cache.get(key, _MISSING)
+        if value is _MISSING:
+            raw = self._backend.db.get(self._db_key(key))
+            if raw is None:
+                return default
+            value = self.cache[key] = loads(raw)[1]
+        return default if value is _GONE else value
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.cache[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        if self.pop(key, _MISSING) is _MISSING:
+            raise KeyError(key)
+
+    def pop(self, key: Any, default: Any = None) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        self.cache[key] = _GONE
+        return value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.cache[key] = default
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, _MISSING) is not _MISSING
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        cache = self.cache
+        out = [(k, v) for k, v in cache.items() if v is not _GONE]
+        for _, raw in self._backend.scan(self._sid):
+            key, value = loads(raw)
+            if key not in cache:
+                out.append((key, value))
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([k for k, _ in self.items()])
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def clear(self) -> None:
+        self.cache.clear()
+        db = self._backend.db
+        for group in self._backend.key_groups:
+            prefix = _group(group) + self._sid
+            db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
+
+    def write_into(self, batch: WriteBatch) -> None:
+        """Put the cache into ``batch`` and empty it."""
+        for key, value in self.cache.items():
+            if value is _GONE:
+                batch.delete(self._db_key(key))
+            else:
+                batch.put(self._db_key(key), dumps_state((key, value)))
+        self.cache.clear()
+
+
+class RocksDBKeyedStateBackend(KeyedStateBackend):
+    """Keyed state of one operator subtask in its own RocksDB (see the module's doc).
+    ``folder_name`` names its folder (job, task, uid, attempt); ``uid`` names its
+    files in snapshots, ``operator`` (the name) its errors."""
+
+    def __init__(
+        self,
+        max_parallelism: int,
+        key_groups: KeyGroupRange,
+        config: RocksDBSettings,
+        folder_name: str,
+        uid: str,
+        operator: str,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        super().__init__(max_parallelism, key_groups, clock)
+        self._config = config
+        self._operator = operator
+        self._owner = _safe(uid)
+        self._cache_bound = config.cache_entries
+        paths = config.storage_paths or (tempfile.gettempdir(),)
+        parent = paths[key_groups.start % len(paths)]
+        os.makedirs(parent, 0o700, exist_ok=True)
+        self.folder = tempfile.mkdtemp(prefix=f"weir-rocksdb-{_safe(folder_name)}-", dir=parent)
+        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.folder, True)
+        self._options = _options(config)
+        self._db_path = os.path.join(self.folder, "db")
+        self.db = _open(self._db_path, self._options)
+        self._tables: dict[str, _Table] = {}
+        self._names: dict[bytes, str] = {}
+        self._uploads: dict[int, RocksDBUpload] = {}  # checkpoint id -> its upload
+        self._pending: list[RocksDBUpload] = []
+
+    # ------------------------------------------------------------ state access
+    def table(self, name: str) -> _Table:
+        t = self._tables.get(name)
+        if t is None:
+            sid = state_id(name)
+            other = self._names.get(sid)
+            if other is not None and other != name:
+                raise InvalidConfigurationError(
+                    f"keyed state name of operator '{self._operator}'",
+                    name,
+                    f"hashes to the same RocksDB id as state '{other}': rename one of them",
+                )
+            self._names[sid] = name
+            self.db.put(_META + sid, name.encode("utf-8"))
+            t = self._tables[name] = _Table(self, sid)
+        return t
+
+    def touch(self, key: Any) -> None:
+        self.current_key = key
+        self._between_records(key)
+
+    def changed_hook(self) -> Callable[[Any], None]:
+        return self._between_records
+
+    def _between_records(self, key: Any) -> None:
+        if sum(len(t.cache) for t in self._tables.values()) > self._cache_bound:
+            self.write_back()
+
+    def write_back(self) -> None:
+        """The write-back cache into RocksDB, in one batch (only between records)."""
+        batch = WriteBatch(raw_mode=True)
+        try:
+            for t in self._tables.values():
+                t.write_into(batch)
+        except Exception as exc:
+            raise StateSerializationError(f"{self._operator} (RocksDB)", exc) from exc
+        if batch.len():
+            self.db.write(batch)
+
+    def scan(self, sid: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The stored entries of one state, key group by key group."""
+        for group in self.key_groups:
+            prefix = _group(group) + sid
+            yield from _scan(self.db, prefix, prefix + b"\xff")
+
+    # ---------------------------------------------------------------- snapshots
+    def snapshot(self, checkpoint_id: int) -> "RocksDBSnapshot":  # type: ignore[override]
+        """The synchronous part: write the cache, flush the memtable, hard-link a
+        RocksDB checkpoint; :meth:`take_uploads` hands over the upload."""
+        self.drop_expired()
+        self.touched = set()  # the heap's delta bookkeeping: RocksDB's increments are its files
+        self.write_back()
+        self.db.flush()
+        local = os.path.join(self.folder, f"chk-{checkpoint_id}")
+        Checkpoint(self.db).create_checkpoint(local)
+        base = self.incremental_base
+        reusable: dict[str, DbFile] = {}
+        if base is not None and self._config.incremental:
+            prior = self._uploads.get(base)
+            reusable = dict(prior.uploaded) if prior is not None else {}
+            for cid in [c for c in self._uploads if c < base]:
+                del self._uploads[cid]  # later barriers name this base or a newer one
+        upload = RocksDBUpload(local, self._owner, sorted(os.listdir(local)), reusable)
+        self._uploads[checkpoint_id] = upload
+        self._pending.append(upload)
+        return RocksDBSnapshot(self._owner, tuple(upload.names), self._live_estimate())
+
+    def _live_estimate(self) -> int:
+        return max(0, (self.db.property_int_value("rocksdb.estimate-num-keys") or 0) - len(self._names))
+
+    def take_uploads(self) -> "list[RocksDBUpload]":  # type: ignore[override]
+        pending, self._pending = self._pending, []
+        return pending
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]]) -> None:
+        """The same key groups from one RocksDB snapshot: its files become this
+        subtask's database. Otherwise (a rescale, or a heap snapshot) the entries
+        in this subtask's key groups are copied in."""
+        snapshots = list(snapshots)
+        if len(snapshots) == 1 and isinstance(snapshots[0][1], RocksDBSnapshot) and snapshots[0][0] == self.key_groups:
+            self.db.close()
+            shutil.rmtree(self._db_path)
+            snapshots[0][1].download(self._db_path)
+            self.db = _open(self._db_path, self._options)
+            self._names.update(_names(self.db))
+            return
+        for held, keyed in snapshots:
+            if isinstance(keyed, RocksDBSnapshot):
+                self._copy_ranges(keyed)
+            else:
+                tables: dict[str, dict[Any, Any]] = {}
+                restore_into(tables, keyed, self.key_groups, held, self.max_parallelism)
+                for name, entries in tables.items():
+                    table = self.table(name)
+                    for key, value in entries.items():
+                        table[key] = value
+                    self.write_back()
+
+    def _copy_ranges(self, snapshot: "RocksDBSnapshot") -> None:
+        """This subtask's key groups of another subtask's database, as they are stored."""
+        with snapshot.opened() as old:
+            for sid, name in _names(old).items():
+                self._names[sid] = name
+                self.db.put(_META + sid, name.encode("utf-8"))
+            batch = WriteBatch(raw_mode=True)
+            for key, value in _scan(old, _group(self.key_groups.start), _group(self.key_groups.end)):
+                batch.put(key, value)
+                if batch.len() >= _COPY_BATCH:
+                    self.db.write(batch)
+                    batch = WriteBatch(raw_mode=True)
+            self.db.write(batch)
+
+    def close(self) -> None:
+        """Close the database and delete its folder (which this backend created)."""
+        self.db.close()
+        self._remove_folder()
+
+
+def _names(db: Rdict) -> dict[bytes, str]:
+    return {key[len(_META) :]: value.decode("utf-8") for key, value in _scan(db, _META, _META + b"\xff" * 5)}
+
+
+@dataclass
+class RocksDBUpload:
+    """One snapshot's RocksDB checkpoint folder, uploaded on the snapshot writer's
+    thread (see ``weir.runtime.incremental.FileUpload``), then deleted.
+    ``reusable``: SSTs the base checkpoint named, named again instead of uploaded.
+    ``uploaded``: once a checkpoint's upload ran, the SSTs it names (read on the
+    loop thread when a later barrier names this checkpoint as its base, which
+    happens only after it completed)."""
+
+    local: str
+    owner: str
+    files: list[str]
+    reusable: dict[str, DbFile]
+    uploaded: dict[str, DbFile] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.owner}/{f}" for f in self.files]
+
+    def run(self, folder: str, prefix: str, shared: bool) -> tuple[DbFile, ...]:
+        out = []
+        try:
+            for f in self.files:
+                kept = self.reusable.get(f) if shared and f.endswith(".sst") else None
+                if kept is None:
+                    uri = join(folder, _safe(f"{prefix}-{self.owner}-{f}"))
+                    kept = DbFile(f"{self.owner}/{f}", upload_file(os.path.join(self.local, f), uri))
+                out.append(kept)
+        finally:
+            shutil.rmtree(self.local, ignore_errors=True)
+        if shared:
+            self.uploaded = {f.name.rsplit("/", 1)[1]: f for f in out if f.name.endswith(".sst")}
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class RocksDBSnapshot(FileKeyed):
+    """An operator subtask's keyed state as RocksDB files: ``names`` (``owner/file``)
+    are in the state handle's files; ``files``: those, once :meth:`located`."""
+
+    owner: str
+    names: tuple[str, ...]
+    live_keys: int = 0
+    files: tuple[DbFile, ...] = ()
+
+    def located(self, files: tuple[DbFile, ...]) -> "RocksDBSnapshot":
+        by_name = {f.name: f for f in files}
+        missing = [n for n in self.names if n not in by_name]
+        if missing:
+            raise CorruptCheckpointError(
+                missing[0], f"a RocksDB file of operator '{self.owner}' that its state handle does not name"
+            )
+        return RocksDBSnapshot(self.owner, self.names, self.live_keys, tuple(by_name[n] for n in self.names))
+
+    def download(self, path: str) -> None:
+        """Its files into a new folder ``path``: a database to open."""
+        os.makedirs(path, 0o700)
+        for f in self.files:
+            download_file(f.handle, os.path.join(path, f.name.rsplit("/", 1)[1]))
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[Rdict]:
+        """The database, downloaded into a temporary folder, open to read."""
+        with tempfile.TemporaryDirectory(prefix="weir-rocksdb-restore-") as tmp:
+            path = os.path.join(tmp, "db")
+            self.download(path)
+            db = _open(path, Options(raw_mode=True), read_only=True)
+            try:
+                yield db
+            finally:
+                db.close()
+
+    def tables_in(self, owned: KeyGroupRange) -> dict[str, dict[Any, Any]]:
+        tables: dict[str, dict[Any, Any]] = {}
+        with self.opened() as db:
+            names = _names(db)
+            for raw_key, raw in _scan(db, _group(owned.start), _group(owned.end)):
+                key, value = loads(raw)
+                tables.setdefault(names[raw_key[2:6]], {})[key] = value
+        return tables

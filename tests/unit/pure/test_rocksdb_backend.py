@@ -1,0 +1,235 @@
+"""The RocksDB keyed state backend: every state type on both backends, its
+checkpoints (files uploaded once, named again), rescaling 2 -> 3 -> 1 from its
+snapshots, restores across backends both ways, which uploaded files a discard
+may delete, and the settings it refuses."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from tests.unit.pure.test_incremental import MAX_P, _descriptors, _owner, _touch_everything
+from weir import EmbeddedRocksDBStateBackend, InvalidConfigurationError, StreamExecutionEnvironment
+from weir.runtime.incremental import Keyed, KeyedSnapshot, merged
+from weir.runtime.keygroups import KeyGroupRange
+from weir.runtime.rocksdb_backend import RocksDBKeyedStateBackend, RocksDBSettings, RocksDBSnapshot
+from weir.runtime.serialization import dumps, loads
+from weir.runtime.shared_state import SharedFiles
+from weir.runtime.state import KeyedStateBackend, ListStateDescriptor, ValueStateDescriptor, keyed_state
+from weir.runtime.storage import StateHandle, handle_to_json
+
+STATES = ["value", "list", "map", "reducing", "aggregating", "ttl", "_timers/event"]
+
+
+def _heap(p: int, i: int) -> KeyedStateBackend:
+    return KeyedStateBackend(MAX_P, KeyGroupRange.for_subtask(MAX_P, p, i), clock=lambda: 1_000)
+
+
+OFTEN = RocksDBSettings(cache_entries=7)  # writes the cache back every few records
+
+
+def _rocks(p: int, i: int, config: RocksDBSettings = OFTEN) -> RocksDBKeyedStateBackend:
+    return RocksDBKeyedStateBackend(
+        MAX_P, KeyGroupRange.for_subtask(MAX_P, p, i), config, f"test-{i}", "op", "op", clock=lambda: 1_000
+    )
+
+
+BACKENDS = {"heap": _heap, "rocksdb": _rocks}
+
+
+class _Storage:
+    """Checkpoints as a task writes them: the snapshot pickled, the uploads run
+    into one shared folder, the state handle naming what they uploaded."""
+
+    def __init__(self, folder) -> None:
+        self.shared = f"file://{folder}/shared"
+        self.handles: dict[tuple[int, int], StateHandle] = {}
+
+    def checkpoint(self, b: KeyedStateBackend, subtask: int, cid: int, base: int | None) -> Keyed:
+        b.incremental_base = base
+        snap = loads(dumps(b.snapshot(cid)))
+        files = tuple(f for u in b.take_uploads() for f in u.run(self.shared, f"t{subtask}-{cid}", shared=True))
+        self.handles[subtask, cid] = StateHandle(f"{self.shared}/t{subtask}-{cid}.state", "0", 1, files=files)
+        return snap.located(files) if isinstance(snap, RocksDBSnapshot) else snap
+
+    def metadata(self, cid: int) -> dict:
+        handles = [handle_to_json(h) for (_, c), h in self.handles.items() if c == cid]
+        return {"operators": {"op": {"handles": handles}}}
+
+
+def _contents(backends: list[KeyedStateBackend]) -> dict[str, dict]:
+    """Every state's entries over ``backends``, each key in one backend only."""
+    out: dict[str, dict] = {}
+    for b in backends:
+        for name in STATES:
+            entries = dict(b.table(name).items())
+            assert not out.get(name, {}).keys() & entries.keys(), f"a key of {name} in two subtasks"
+            out.setdefault(name, {}).update(entries)
+    return {n: t for n, t in out.items() if t}
+
+
+def _close(backends) -> None:
+    for b in backends:
+        b.close()
+
+
+@pytest.mark.parametrize("before", BACKENDS)
+@pytest.mark.parametrize("after", BACKENDS)
+def test_every_state_type_restores_on_either_backend_at_any_parallelism(before, after, tmp_path):
+    rnd = random.Random(11)
+    storage = _Storage(tmp_path)
+    old = [BACKENDS[before](2, i) for i in range(2)]
+    chains: list[list[Keyed]] = [[], []]
+    for cid in range(1, 6):
+        _touch_everything(old, 2, rnd, cid)
+        for i, b in enumerate(old):
+            chains[i].append(storage.checkpoint(b, i, cid, base=cid - 1 if cid > 1 else None))
+    expected = _contents(old)
+    assert set(expected) == set(STATES)
+    for p in (1, 2, 3):
+        new = [BACKENDS[after](p, i) for i in range(p)]
+        for b in new:
+            b.restore([(old[j].key_groups, merged(chains[j])) for j in range(2)])
+        assert _contents(new) == expected, (before, after, p)
+        assert all(_owner(k, p) == i for i, b in enumerate(new) for k in b.table("value")), "keys where they belong"
+        _close(new)
+    _close(old)
+
+
+def test_rescaling_2_to_3_to_1_from_rocksdb_snapshots(tmp_path):
+    storage = _Storage(tmp_path)
+    two = [_rocks(2, i) for i in range(2)]
+    for key in range(500):
+        b = two[_owner(key, 2)]
+        b.touch(key)
+        keyed_state(b, ValueStateDescriptor("v")).update(key * 10)
+        keyed_state(b, ListStateDescriptor("l")).add(key)
+    snaps = [storage.checkpoint(b, i, 1, None) for i, b in enumerate(two)]
+    three = [_rocks(3, i) for i in range(3)]
+    for b in three:
+        b.restore([(two[j].key_groups, snaps[j]) for j in range(2)])
+        assert all(_owner(k, 3) == b.key_groups.start * 3 // MAX_P for k in b.table("v"))
+    for key in range(0, 500, 5):  # go on changing state at parallelism 3
+        b = three[_owner(key, 3)]
+        b.touch(key)
+        keyed_state(b, ListStateDescriptor("l")).add(-key)
+    snaps = [storage.checkpoint(b, 10 + i, 2, None) for i, b in enumerate(three)]
+    (one,) = [_rocks(1, 0)]
+    one.restore([(three[j].key_groups, snaps[j]) for j in range(3)])
+    assert dict(one.table("v").items()) == {k: k * 10 for k in range(500)}
+    assert dict(one.table("l").items()) == {k: [k, -k] if k % 5 == 0 else [k] for k in range(500)}
+    _close([*two, *three, one])
+
+
+def test_a_checkpoint_uploads_only_the_ssts_its_base_did_not_name(tmp_path):
+    storage = _Storage(tmp_path)
+    b = _rocks(1, 0)
+    for cid, keys in enumerate((range(100), range(100, 110), range(110, 120)), start=1):
+        for key in keys:
+            b.touch(key)
+            keyed_state(b, ValueStateDescriptor("v")).update(key)
+        storage.checkpoint(b, 0, cid, base=cid - 1 if cid > 1 else None)
+    ssts = [{f.handle.uri for f in storage.handles[0, cid].files if f.name.endswith(".sst")} for cid in (1, 2, 3)]
+    assert ssts[0] < ssts[1] < ssts[2], "each names its base's SSTs again and adds one"
+    assert all(uri.split("/")[-1].startswith("t0-1-") for uri in ssts[0]), "uploaded once, by checkpoint 1"
+    b.close()
+
+
+def test_without_incremental_checkpoints_every_checkpoint_uploads_everything(tmp_path):
+    storage = _Storage(tmp_path)
+    b = _rocks(1, 0, RocksDBSettings(incremental=False))
+    for cid in (1, 2):
+        b.touch(cid)
+        keyed_state(b, ValueStateDescriptor("v")).update(cid)
+        storage.checkpoint(b, 0, cid, base=cid - 1 if cid > 1 else None)
+    assert all(f.handle.uri.split("/")[-1].startswith("t0-2-") for f in storage.handles[0, 2].files)
+    b.close()
+
+
+def test_an_sst_a_retained_checkpoint_names_survives_the_discard_of_the_checkpoint_that_uploaded_it(tmp_path):
+    storage = _Storage(tmp_path)
+    shared = SharedFiles(storage.shared)
+    b = _rocks(1, 0)
+    for cid in (1, 2):
+        b.touch(cid)
+        keyed_state(b, ValueStateDescriptor("v")).update(cid)
+        storage.checkpoint(b, 0, cid, base=cid - 1 if cid > 1 else None)
+        shared.completed(cid, storage.metadata(cid))
+    first, second = (set(storage.handles[0, c].uris) for c in (1, 2))
+    kept = first & second
+    assert kept and all(u.endswith(".sst") for u in kept), "checkpoint 2 names an SST checkpoint 1 uploaded"
+    freed = set(shared.discarded([1]))
+    assert freed == first - second and not freed & kept, "only what checkpoint 2 does not name goes"
+    assert set(shared.discarded([2])) == second
+    b.close()
+
+
+def test_a_write_back_waits_for_the_next_record_so_values_changed_in_place_are_kept():
+    b = _rocks(1, 0, RocksDBSettings(cache_entries=1))
+    items = keyed_state(b, ListStateDescriptor("l"))
+    for _ in range(2):  # the second round reads each list back from RocksDB
+        for key in range(20):
+            b.touch(key)
+            for i in range(3):
+                items.add(i)  # appends to the cached list in place
+    b.write_back()
+    assert dict(b.table("l").items()) == {k: [0, 1, 2] * 2 for k in range(20)}
+    assert not b.table("l").cache, "the cache was written back between records"
+    b.close()
+
+
+def test_the_database_folder_is_deleted_when_the_backend_closes():
+    b = _rocks(1, 0)
+    folder = b.folder
+    b.touch(1)
+    keyed_state(b, ValueStateDescriptor("v")).update(1)
+    b.snapshot(1)
+    b.close()
+    assert not os.path.exists(folder)
+
+
+def test_a_heap_snapshot_and_a_rocksdb_snapshot_read_alike(tmp_path):
+    storage = _Storage(tmp_path)
+    heap, rocks = _heap(1, 0), _rocks(1, 0)
+    for b in (heap, rocks):
+        _touch_everything([b], 1, random.Random(3), 1)
+    snaps = [storage.checkpoint(b, i, 1, None) for i, b in enumerate((heap, rocks))]
+    assert isinstance(snaps[0], KeyedSnapshot) and isinstance(snaps[1], RocksDBSnapshot)
+    assert snaps[1].tables_in(KeyGroupRange(0, MAX_P)) == {n: t for n, t in snaps[0].tables.items() if t}
+    rocks.close()
+
+
+@pytest.mark.parametrize(
+    "configure",
+    [
+        lambda: EmbeddedRocksDBStateBackend(enable_incremental_checkpointing="yes"),
+        lambda: EmbeddedRocksDBStateBackend().set_db_storage_path("relative/dir"),
+        lambda: EmbeddedRocksDBStateBackend().set_write_back_cache_entries(0),
+        lambda: EmbeddedRocksDBStateBackend().set_block_cache_size(-1),
+        lambda: EmbeddedRocksDBStateBackend().set_write_buffer_size(1.5),
+        lambda: StreamExecutionEnvironment.get_execution_environment().set_state_backend("rocksdb"),
+    ],
+)
+def test_a_wrong_setting_is_refused_naming_it(configure):
+    with pytest.raises(InvalidConfigurationError) as err:
+        configure()
+    assert err.value.setting in (
+        "enable_incremental_checkpointing",
+        "RocksDB db storage path",
+        "RocksDB write_back_cache_entries",
+        "RocksDB block_cache_size",
+        "RocksDB write_buffer_size",
+        "state backend",
+    )
+
+
+def test_the_pyflink_names_choose_the_backend():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    assert type(env.get_state_backend()).__name__ == "HashMapStateBackend"
+    backend = EmbeddedRocksDBStateBackend(True)
+    backend.set_db_storage_paths("/tmp/a", "file:///tmp/b")
+    assert env.set_state_backend(backend) is env and env.get_state_backend() is backend
+    assert backend.get_db_storage_paths() == ["/tmp/a", "/tmp/b"] and backend.is_incremental_checkpoints_enabled()
+    assert _descriptors()  # the same descriptors serve both backends
