@@ -25,6 +25,7 @@ import subprocess
 import time
 from typing import Any
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -51,13 +52,26 @@ def _job(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> S
     return env
 
 
+def _largest_worker_rss() -> int:
+    """The largest resident set of this machine's Ray worker processes (task
+    actors, job coordinators), sampled while a job runs: an upper bound on a task's."""
+    largest = 0
+    for proc in psutil.process_iter(["name", "cmdline", "memory_info"]):
+        title = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
+        if title.startswith("ray::") and proc.info["memory_info"] is not None:
+            largest = max(largest, proc.info["memory_info"].rss)
+    return largest
+
+
 def run(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> dict[str, Any]:
     env = _job(n, keys, checkpoint_ms, backend)
     started = time.perf_counter()
     client = env.execute_async(f"bench-state-{keys}-{'cp' if checkpoint_ms else 'nocp'}")
     seen: list[dict[str, Any]] = []
+    rss = 0
     while not client.status().is_terminal:
         seen = client.checkpoints() or seen
+        rss = max(rss, _largest_worker_rss())
         time.sleep(0.2)
     result = client.wait()
     wall = time.perf_counter() - started
@@ -80,6 +94,7 @@ def run(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> di
         "final_ms": done[-1]["duration_ms"] if done else 0,
         "written_mb": statistics.mean(s["size_bytes"] for s in done) / 1e6 if done else 0.0,
         "named_mb": statistics.mean(s.get("full_size_bytes", s["size_bytes"]) for s in done) / 1e6 if done else 0.0,
+        "rss_gb": rss / 1e9,
     }
 
 
@@ -89,7 +104,7 @@ def _bytewax_row(args: argparse.Namespace, keys: int) -> tuple[str, ...]:
         rate = f"{args.records / wall:,.0f}"
     except subprocess.TimeoutExpired:
         rate = f"not done in {args.bytewax_timeout_s:,.0f} s"
-    row = (f"{keys:,}", "Bytewax 0.21, 2 processes, snapshots every 1 s", rate, "-", "-", "-", "-")
+    row = (f"{keys:,}", "Bytewax 0.21, 2 processes, snapshots every 1 s", rate, "-", "-", "-", "-", "-")
     print("  row:", " | ".join(row), flush=True)
     return row
 
@@ -121,6 +136,7 @@ def main() -> None:
         "ckpt ms mean / p99 / max",
         "final ckpt ms",
         "MB written / named per ckpt",
+        "largest worker RSS GB",
     ):
         table.add_column(col, justify="right")
     rows: dict[tuple[int, bool], dict[str, Any]] = {}
@@ -137,6 +153,7 @@ def main() -> None:
                 f"{r['mean_ms']:,.0f} / {r['p99_ms']:,.0f} / {r['max_ms']:,.0f}",
                 f"{r['final_ms']:,.0f}",
                 f"{r['written_mb']:.1f} / {r['named_mb']:.1f}",
+                f"{r['rss_gb']:.2f}",
             )
             table.add_row(*row)
             print("  row:", " | ".join(row), flush=True)

@@ -78,19 +78,23 @@ def keyed_sum_with_kills(
     rate: int = 60_000,
     victim: Callable[[Any, random.Random], str | None] = kill_random_task,
     default_restarts: bool = False,
+    state_backend: Any = None,
 ) -> ChaosRun:
     """A keyed running sum (parallelism 2, checkpoints every 500 ms, the source
     limited to ``rate`` records/s) while ``kills`` task actors die (or what
     ``victim`` kills), ``burst`` at a time, ``pause_s`` apart; after each burst,
     waits for the job to commit output from a new attempt and records how long
     that took. Restarts: 0.2 s apart, enough for the kills, or with
-    ``default_restarts`` the strategy a user gets without setting one."""
+    ``default_restarts`` the strategy a user gets without setting one;
+    ``state_backend``: where keyed state lives (the heap unless given)."""
     rng = random.Random(seed)
     run = ChaosRun(seed)
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(500)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    if state_backend is not None:
+        env.set_state_backend(state_backend)
     if not default_restarts:
         env.set_restart_strategy(RestartStrategy.fixed_delay(kills + 5, 0.2))
     (

@@ -13,6 +13,8 @@ from tests.chaos import RECORDS, keyed_sum_with_kills
 from tests.checker import check_running_sums
 from weir import (
     DiscardingSink,
+    EmbeddedRocksDBStateBackend,
+    HashMapStateBackend,
     JobCancelledError,
     JobExecutionError,
     JobStatus,
@@ -36,10 +38,11 @@ def _keyed_sum_env(checkpoint_dir: str, restarts: int = 10) -> StreamExecutionEn
     return env
 
 
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_keyed_sum_is_exact_when_task_actors_are_killed(ray_cluster, checkpoint_dir, out_dir, seed):
+def test_keyed_sum_is_exact_when_task_actors_are_killed(ray_cluster, checkpoint_dir, out_dir, seed, backend):
     print(f"seed={seed}  (replay: WEIR_KILL_SEEDS={seed} pytest tests/integration/test_ray_jobs.py -k exact_when)")
-    run = keyed_sum_with_kills(seed, out_dir, checkpoint_dir, kills=3)
+    run = keyed_sum_with_kills(seed, out_dir, checkpoint_dir, kills=3, state_backend=backend())
     assert run.verdict.lost == 0, f"seed={seed}"
     assert run.verdict.duplicated == 0, f"seed={seed}"
     assert run.verdict.keys_wrong == 0 and run.verdict.outputs == RECORDS
