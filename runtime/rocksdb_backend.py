@@ -43,7 +43,7 @@ from rocksdict import AccessType, BlockBasedOptions, Cache, Checkpoint, Options,
 from weir.runtime.errors import CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
 from weir.runtime.incremental import FileKeyed, Keyed, restore_into
 from weir.runtime.keygroups import KeyGroupRange, key_group_and_bytes
-from weir.runtime.serialization import dumps_state, loads
+from weir.runtime.serialization import dumps, loads
 from weir.runtime.state import KeyedStateBackend
 from weir.runtime.storage import DbFile, _safe, download_file, join, upload_file
 
@@ -84,6 +84,9 @@ def _options(settings: RocksDBSettings) -> Options:
     options.set_write_buffer_size(settings.write_buffer_bytes)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(settings.block_cache_bytes))
+    # A bloom filter per SST: a key's first read (a miss) skips the files it is not in,
+    # instead of searching each level's blocks.
+    table.set_bloom_filter(10, False)
     options.set_block_based_table_factory(table)
     return options
 
@@ -119,10 +122,14 @@ class _Table(MutableMapping[Any, Any]):
         self._backend = backend
         self._sid = sid
         self.cache: dict[Any, Any] = {}
+        self.held_keys: dict[Any, bytes] = {}  # of the keys read since the last write-back: encoded once
 
     def _db_key(self, key: Any) -> bytes:
-        group, encoded = key_group_and_bytes(key, self._backend.max_parallelism)
-        return _group(group) + self._sid + encoded
+        db_key = self.held_keys.get(key)
+        if db_key is None:
+            group, encoded = key_group_and_bytes(key, self._backend.max_parallelism)
+            db_key = self.held_keys[key] = _group(group) + self._sid + encoded
+        return db_key
 
     def get(self, key: Any, default: Any = None) -> Any:
         value = self.cache.get(key, _MISSING)
@@ -190,8 +197,9 @@ class _Table(MutableMapping[Any, Any]):
             if value is _GONE:
                 batch.delete(self._db_key(key))
             else:
-                batch.put(self._db_key(key), dumps_state((key, value)))
+                batch.put(self._db_key(key), dumps((key, value)))
         self.cache.clear()
+        self.held_keys.clear()
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -252,7 +260,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return self._between_records
 
     def _between_records(self, key: Any) -> None:
-        if sum(len(t.cache) for t in self._tables.values()) > self._cache_bound:
+        if sum(max(len(t.cache), len(t.held_keys)) for t in self._tables.values()) > self._cache_bound:
             self.write_back()
 
     def write_back(self) -> None:
