@@ -11,6 +11,8 @@ This holds because every record value is >= 0.
 from __future__ import annotations
 
 import collections
+import pathlib
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -87,3 +89,18 @@ def check_sequences(files: Iterable[Iterable[tuple[Any, int]]], expected: dict[A
     return SequenceVerdict(
         sum(lost for lost, _ in per.values()), sum(d for _, d in per.values()), unexpected, out_of_order, per
     )
+
+
+def shared_folder_problems(shared: pathlib.Path, named: set[str], latest_kept: int) -> list[str]:
+    """What is wrong with a run's shared folder after its job was cancelled: a file
+    a kept checkpoint names is missing, or a file stayed that belongs to no
+    checkpoint newer than the latest kept one (only those, in flight at the
+    cancel, may have been written after the job master's last deletion)."""
+    on_disk = {f"file://{p}" for p in shared.iterdir()}
+    missing = [f"missing: {uri}" for uri in sorted(named - on_disk)]
+    stale = [
+        f"not deleted: {uri}"
+        for uri in sorted(on_disk - named)
+        if int(re.search(r"-(\d+)-[0-9a-f]{12}", uri.rsplit("/", 1)[1]).group(1)) <= latest_kept
+    ]
+    return missing + stale
