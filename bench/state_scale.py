@@ -116,6 +116,9 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=3, help="runs per row; the median (by whole execute()) and the range are printed"
     )
+    ap.add_argument(
+        "--checkpoints", choices=["both", "on"], default="both", help="also without checkpoints, or only every 1 s"
+    )
     ap.add_argument("--bytewax-python", help="a Python with bytewax installed: its rows beside weir's")
     ap.add_argument("--bytewax-timeout-s", type=float, default=600)
     ap.add_argument("--backend", choices=sorted(BACKENDS), default="heap", help="where keyed state lives")
@@ -141,7 +144,7 @@ def main() -> None:
         table.add_column(col, justify="right")
     rows: dict[tuple[int, bool], dict[str, Any]] = {}
     for keys in args.keys:
-        for cp in (1000, None) if keys > 1_000 else (1000,):
+        for cp in (1000, None) if keys > 1_000 and args.checkpoints == "both" else (1000,):
             runs = sorted((run(args.records, keys, cp, backend) for _ in range(args.repeat)), key=lambda r: r["whole"])
             r = rows[keys, bool(cp)] = runs[len(runs) // 2]
             spread = f" ({runs[0]['whole']:,.0f}–{runs[-1]['whole']:,.0f})" if len(runs) > 1 else ""
