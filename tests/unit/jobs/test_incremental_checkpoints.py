@@ -25,8 +25,12 @@ N = 30_000
 KEYS = 20_000
 
 
-def _job(checkpoint_dir, out_dir, restore=None, rate=20_000):
+def keyed_sum_job(checkpoint_dir, out_dir, restore=None, rate=20_000, backend=None, n=N, keys=KEYS):
+    """A keyed running sum into a FileSink, checkpointed every 50 ms with two retained
+    (``backend``: where its keyed state lives, the heap unless given)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    if backend is not None:
+        env.set_state_backend(backend)
     env.enable_checkpointing(50)
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage(checkpoint_dir)
@@ -34,7 +38,7 @@ def _job(checkpoint_dir, out_dir, restore=None, rate=20_000):
     if restore:
         env.restore_from_savepoint(restore)
     (
-        env.from_generator(lambda i: (i % KEYS, i), count=N, records_per_second=rate)
+        env.from_generator(lambda i: (i % keys, i), count=n, records_per_second=rate)
         .uid("gen")
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
@@ -55,7 +59,7 @@ def _metadata(folder: pathlib.Path) -> dict:
 
 
 def test_checkpoints_write_what_changed_keep_what_they_name_and_restore_exactly(checkpoint_dir, out_dir):
-    client = _job(checkpoint_dir, out_dir).execute_async("incremental", executor="local")
+    client = keyed_sum_job(checkpoint_dir, out_dir).execute_async("incremental", executor="local")
     client.wait_until(lambda c: sum(s["status"] == "COMPLETED" for s in c.checkpoints()) >= 6, 120)
     client.cancel()
     completed = [s for s in client.checkpoints() if s["status"] == "COMPLETED"]
@@ -71,7 +75,9 @@ def test_checkpoints_write_what_changed_keep_what_they_name_and_restore_exactly(
         "the latest retained checkpoint builds on earlier files"
     )
 
-    resumed = _job(checkpoint_dir, out_dir, restore=str(kept[-1]), rate=None).execute("resumed", executor="local")
+    resumed = keyed_sum_job(checkpoint_dir, out_dir, restore=str(kept[-1]), rate=None).execute(
+        "resumed", executor="local"
+    )
     assert resumed.status is JobStatus.FINISHED
     v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % KEYS, i) for i in range(N)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
@@ -87,7 +93,7 @@ def test_checkpoints_write_what_changed_keep_what_they_name_and_restore_exactly(
 
 
 def test_reading_state_names_what_is_there(checkpoint_dir, out_dir):
-    result = _job(checkpoint_dir, out_dir, rate=None).execute("names", executor="local")
+    result = keyed_sum_job(checkpoint_dir, out_dir, rate=None).execute("names", executor="local")
     assert result.status is JobStatus.FINISHED
     (final,) = sorted(pathlib.Path(checkpoint_dir.removeprefix("file://")).glob("names/*/chk-*"))[-1:]
     with pytest.raises(InvalidConfigurationError, match="is not one uid or name .* gen: .*sums: "):

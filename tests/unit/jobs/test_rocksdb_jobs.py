@@ -10,15 +10,14 @@ import pathlib
 import re
 
 from tests.checker import check_running_sums, shared_folder_problems
-from tests.unit.jobs.test_incremental_checkpoints import _metadata
+from tests.unit.jobs.test_incremental_checkpoints import _metadata, keyed_sum_job
 from weir import (
     EmbeddedRocksDBStateBackend,
     HashMapStateBackend,
     JobStatus,
-    StreamExecutionEnvironment,
     read_keyed_state_dict,
 )
-from weir.connectors.files import FileSink, read_committed
+from weir.connectors.files import read_committed
 from weir.runtime.shared_state import metadata_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -27,24 +26,7 @@ KEYS = 3_000
 
 
 def _job(backend, checkpoint_dir, out_dir, restore=None, rate=12_000):
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.set_state_backend(backend)
-    env.enable_checkpointing(50)
-    config = env.get_checkpoint_config()
-    config.set_checkpoint_storage(checkpoint_dir)
-    config.set_num_retained_checkpoints(2)
-    if restore:
-        env.restore_from_savepoint(restore)
-    (
-        env.from_generator(lambda i: (i % KEYS, i), count=N, records_per_second=rate)
-        .uid("gen")
-        .key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .uid("sums")
-        .sink_to(FileSink(out_dir))
-        .uid("out")
-    )
-    return env
+    return keyed_sum_job(checkpoint_dir, out_dir, restore, rate, backend, n=N, keys=KEYS)
 
 
 def rocks() -> EmbeddedRocksDBStateBackend:
