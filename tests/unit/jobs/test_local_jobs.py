@@ -267,7 +267,19 @@ def test_a_source_pausing_between_records_sends_a_batch_per_buffer_timeout_not_p
     assert source["batches_out"] < 100, f"{source['batches_out']} deliveries for 1,000 records"
 
 
-def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal or a notebook: a suite
+    started in the background by a non-interactive shell inherits SIGINT ignored,
+    and these tests then waited for their timeout."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys, ctrl_c_raises):
     """Issue #16: what happens to a job when its blocking execute() is interrupted
     (Ctrl-C in a terminal, the interrupt button of a notebook): it is cancelled."""
     import signal
@@ -295,7 +307,7 @@ def test_ctrl_c_while_execute_waits_cancels_the_job_and_says_so(capsys):
     )
 
 
-def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsys):
+def test_ctrl_c_while_execute_submits_cancels_the_job_once_it_is_submitted(capsys, ctrl_c_raises):
     """Issue #29: an interrupt that came while the job was being submitted was
     raised out of the submission: the job ran on, with no client left to cancel
     it (a fresh clone's first run hung here). It is held until the submission
