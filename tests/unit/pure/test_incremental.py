@@ -208,3 +208,32 @@ def test_snapshots_pickle_without_the_memo_and_still_take_cycles():
     back = loads(dumps_state({"x": shared, "y": shared, "removed": REMOVED, "cycle": cyclic}))
     assert back["x"] == back["y"] == shared and back["removed"] is REMOVED
     assert back["cycle"][1] is back["cycle"], "a cycle is pickled with the memo, and restores as one"
+
+
+class _Acks:
+    def __init__(self):
+        self.handles = {}
+
+    def acknowledge_checkpoint(self, checkpoint_id, handle, operators):
+        self.handles[checkpoint_id] = handle
+
+    def decline_checkpoint(self, checkpoint_id, reason, detail):
+        raise AssertionError(detail)
+
+
+def test_a_tasks_chain_of_files_is_cut_at_its_length_limit(tmp_path):
+    from weir.runtime.events import CheckpointBarrier
+    from weir.runtime.snapshot_writer import MAX_CHAIN, SnapshotWriter
+
+    acks = _Acks()
+    writer = SnapshotWriter("v/0", "attempt", acks)
+    bases = []
+    for cid in range(1, MAX_CHAIN + 3):
+        barrier = CheckpointBarrier(cid, 0, location=f"file://{tmp_path}/run/chk-{cid}", base=cid - 1 or None)
+        bases.append(writer.base_for(barrier))
+        writer.submit(barrier, b"state", {}, bases[-1], [])
+        writer.wait()
+    writer.shutdown()
+    lengths = [len(acks.handles[cid].chain) for cid in sorted(acks.handles)]
+    assert max(lengths) == MAX_CHAIN and lengths[MAX_CHAIN] == 1, lengths  # the next one writes everything
+    assert bases[MAX_CHAIN] is None and bases[MAX_CHAIN + 1] == MAX_CHAIN + 1
