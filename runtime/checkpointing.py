@@ -189,6 +189,7 @@ class CheckpointCoordinator:
         self.last_trigger: float | None = None
         self.last_completion: float | None = None
         self.failures = FailedCheckpoints()
+        self._last_named: set[str] = set()  # the files the latest completed checkpoint names
 
     def due(self, now: float) -> bool:
         """A periodic checkpoint is due at ``now``."""
@@ -283,8 +284,11 @@ class CheckpointCoordinator:
         p = self.pending.pop(checkpoint_id)
         st = self.history[checkpoint_id]
         st.status, st.duration_ms = CheckpointStatus.COMPLETED, int((now - p.started) * 1000)
-        st.size_bytes = sum(h.size for h, _ in p.acks.values())
-        st.full_size_bytes = sum(link.size for h, _ in p.acks.values() for link in h.chain)
+        named = {uri: size for h, _ in p.acks.values() for link in h.chain for uri, size in link.sizes.items()}
+        st.full_size_bytes = sum(named.values())
+        st.size_bytes = sum(size for uri, size in named.items() if uri not in self._last_named)
+        if p.kind is CheckpointKind.CHECKPOINT:
+            self._last_named = set(named)
         self.last_completion = now
         self.failures = FailedCheckpoints()
         self.completed += 1

@@ -47,6 +47,9 @@ def test_a_running_sum_on_rocksdb_is_exact_through_a_restore_from_a_retained_che
     client = _job(rocks(), checkpoint_dir, out_dir).execute_async("rocks", executor="local")
     client.wait_until(lambda c: sum(s["status"] == "COMPLETED" for s in c.checkpoints()) >= 4, 120)
     client.cancel()
+    completed = [s for s in client.checkpoints() if s["status"] == "COMPLETED"]
+    # A checkpoint counts the SSTs it uploads, and names the ones it took from its base.
+    assert any(0 < s["size_bytes"] < s["full_size_bytes"] for s in completed), completed
 
     kept = _retained(checkpoint_dir, "rocks")
     assert len(kept) == 2, kept

@@ -6,13 +6,22 @@ another node created it with the umask, 0755, and wrote its state 0644)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 
 import pytest
 
 from weir.runtime.errors import CheckpointStorageError
-from weir.runtime.storage import CheckpointStorage, prepare_location, read_metadata, write_metadata, write_state
+from weir.runtime.storage import (
+    CheckpointStorage,
+    download_file,
+    prepare_location,
+    read_metadata,
+    upload_file,
+    write_metadata,
+    write_state,
+)
 
 
 def _mode(path) -> int:
@@ -85,3 +94,19 @@ def test_a_default_folder_of_this_user_with_wider_permissions_is_narrowed(tmp_pa
     os.chmod(private, 0o755)
     write_state(f"file://{private}/checkpoints/job/chk-1", "map-0", b"state")
     assert _mode(private) == 0o700
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_an_uploaded_file_is_private_and_checksummed_linked_or_copied(tmp_path, monkeypatch, links):
+    local = tmp_path / "000012.sst"
+    local.write_bytes(b"an sst")
+    os.chmod(local, 0o644)
+    if not links:  # storage on another file system: os.link fails with EXDEV
+        monkeypatch.setattr(os, "link", lambda *_: (_ for _ in ()).throw(OSError(18, "Invalid cross-device link")))
+    handle = upload_file(str(local), f"file://{tmp_path}/store/shared/000012.sst")
+    stored = tmp_path / "store" / "shared" / "000012.sst"
+    assert oct(_mode(stored)) == "0o600" and oct(_mode(tmp_path / "store" / "shared")) == "0o700"
+    assert os.path.samefile(local, stored) is links  # a link writes nothing
+    assert (handle.size, handle.sha256) == (6, hashlib.sha256(b"an sst").hexdigest())
+    download_file(handle, str(tmp_path / "restored.sst"))
+    assert (tmp_path / "restored.sst").read_bytes() == b"an sst"
