@@ -140,6 +140,8 @@ def restore_into(
 ) -> None:
     """Add to ``tables`` the entries of ``keyed`` (one old subtask's, which held the
     key groups ``held``) in the key groups this subtask ``owned``."""
+    if not held.overlaps(owned):
+        return  # nothing of it is this subtask's: not read at all
     if isinstance(keyed, FileKeyed):
         for name, entries in keyed.tables_in(owned).items():
             tables.setdefault(name, {}).update(entries)

@@ -76,6 +76,9 @@ class KeyGroupRange:
     def __len__(self) -> int:
         return self.end - self.start
 
+    def overlaps(self, other: "KeyGroupRange") -> bool:
+        return self.start < other.end and other.start < self.end
+
     @staticmethod
     def for_subtask(max_parallelism: int, parallelism: int, subtask: int) -> "KeyGroupRange":
         """The inverse of :func:`operator_index_for_key_group`."""

@@ -597,6 +597,7 @@ class KeyedReduceOperator(_KeyedUdfOperator):
         get = values.get
         touched = self.keyed_backend.changed_hook()  # type: ignore[union-attr]
         key_of = self.key_selector
+        self.keyed_backend.read_ahead(records, key_of)  # type: ignore[union-attr]
         f = self.call
         missing = _MISSING
         out: list[Any] = []
@@ -718,6 +719,8 @@ class KeyedProcessOperator(TimerOperator):
         emitted = Emitted(timestamps is not None)
         if key_of is None:
             backend.current_key = NO_KEY
+        else:
+            backend.read_ahead(records, key_of)
         for i, r in enumerate(records):
             if key_of is not None:
                 try:

@@ -374,6 +374,10 @@ class KeyedStateBackend:
         key after its record: :meth:`touch` without setting the current key."""
         return self.touched.add
 
+    def read_ahead(self, records: list[Any], key_of: Callable[[Any], Any]) -> None:
+        """Before a batch of records: an on-disk backend reads the state of their
+        keys in one go (the heap's is in memory: nothing to do)."""
+
     def table(self, name: str) -> MutableMapping[Any, Any]:
         t = self.tables.get(name)
         if t is None:

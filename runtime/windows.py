@@ -724,6 +724,7 @@ class WindowOperator(TimerOperator):
         backend = self.keyed_backend
         assert backend is not None
         key_of = self.key_selector
+        backend.read_ahead(records, key_of)
         self._actx.now_ms = now_ms()
         emitted = Emitted(timed=True)
         for i, r in enumerate(records):

@@ -233,3 +233,57 @@ def test_the_pyflink_names_choose_the_backend():
     assert env.set_state_backend(backend) is env and env.get_state_backend() is backend
     assert backend.get_db_storage_paths() == ["/tmp/a", "/tmp/b"] and backend.is_incremental_checkpoints_enabled()
     assert _descriptors()  # the same descriptors serve both backends
+
+
+class _CountingDb:
+    """A database whose reads are counted."""
+
+    def __init__(self, db) -> None:
+        self.db, self.reads = db, 0
+
+    def get(self, key):
+        self.reads += 1
+        return self.db.get(key)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def test_a_batch_is_read_ahead_in_one_read_and_a_key_that_fails_is_left_to_the_loop():
+    b = _rocks(1, 0, RocksDBSettings())
+    values = b.table("v")
+    values[1] = "one"
+    b.write_back()
+    b.db = counting = _CountingDb(b.db)  # type: ignore[assignment]
+    b.read_ahead([(1,), (2,), (1,)], key_of=lambda r: r[0])
+    assert counting.reads == 1  # one multi-get for the batch
+    assert (values.get(1), values.get(2), 2 in values) == ("one", None, False)
+    assert counting.reads == 1  # the loop reads the cache
+    b.read_ahead([(3,), ([],)], key_of=lambda r: r[0])  # a list is no key: the loop names that record
+    values[2] = "two"
+    b.write_back()  # a key read ahead and never set writes nothing, not even a tombstone
+    assert sorted(values.items()) == [(1, "one"), (2, "two")]
+    assert sum(1 for _ in b.scan(values._sid)) == 2
+    b.db = counting.db
+    b.close()
+
+
+class _Unreadable:
+    """Another subtask's snapshot, which a restore must not touch."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"a restore read another subtask's snapshot ({name})")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_restore_at_the_same_parallelism_reads_no_other_subtasks_state(backend, tmp_path):
+    storage = _Storage(tmp_path)
+    old = [BACKENDS[backend](2, i) for i in range(2)]
+    _touch_everything(old, 2, random.Random(5), 1)
+    snaps = [storage.checkpoint(b, i, 1, None) for i, b in enumerate(old)]
+    for i in range(2):
+        new = BACKENDS[backend](2, i)
+        new.restore([(old[j].key_groups, snaps[j] if j == i else _Unreadable()) for j in range(2)])
+        assert _contents([new]) == _contents([old[i]])
+        new.close()
+    _close(old)
