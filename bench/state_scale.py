@@ -4,6 +4,7 @@ and off, printed side by side in one run.
     python3 -m bench.state_scale [--records 4000000] [--keys 1000 1000000 4000000] [--repeat 3]
     python3 -m bench.state_scale --bytewax-python /tmp/bw/bin/python   # Bytewax's rows beside weir's
     python3 -m bench.state_scale --backend rocksdb   # keyed state in RocksDB instead of on the heap
+    python3 -m bench.state_scale --restore   # then a job that restores the largest row's latest checkpoint
 
 Record ``i`` goes to key ``i % K``, a keyed reduce counts, a discarding sink
 takes the counts; parallelism 2 on a warm Ray cluster (a warm-up run fills the
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from typing import Any
 
@@ -36,10 +39,16 @@ from weir import DiscardingSink, EmbeddedRocksDBStateBackend, HashMapStateBacken
 BACKENDS = {"heap": HashMapStateBackend, "rocksdb": EmbeddedRocksDBStateBackend}
 
 
-def _job(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> StreamExecutionEnvironment:
+def _job(
+    n: int, keys: int, checkpoint_ms: int | None, backend: Any = None, storage: str | None = None, restore: str = ""
+) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     if checkpoint_ms:
         env.enable_checkpointing(checkpoint_ms)
+        if storage:
+            env.get_checkpoint_config().set_checkpoint_storage(storage)
+    if restore:
+        env.restore_from_savepoint(restore)
     if backend is not None:
         env.set_state_backend(backend)
     (
@@ -63,10 +72,14 @@ def _largest_worker_rss() -> int:
     return largest
 
 
-def run(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> dict[str, Any]:
-    env = _job(n, keys, checkpoint_ms, backend)
+def run(
+    n: int, keys: int, checkpoint_ms: int | None, backend: Any = None, storage: str | None = None, restore: str = ""
+) -> dict[str, Any]:
+    env = _job(n, keys, checkpoint_ms, backend, storage, restore)
     started = time.perf_counter()
-    client = env.execute_async(f"bench-state-{keys}-{'cp' if checkpoint_ms else 'nocp'}")
+    client = env.execute_async(
+        f"bench-state-{keys}-{'cp' if checkpoint_ms else 'nocp'}{'-restored' if restore else ''}"
+    )
     seen: list[dict[str, Any]] = []
     rss = 0
     while not client.status().is_terminal:
@@ -95,7 +108,24 @@ def run(n: int, keys: int, checkpoint_ms: int | None, backend: Any = None) -> di
         "written_mb": statistics.mean(s["size_bytes"] for s in done) / 1e6 if done else 0.0,
         "named_mb": statistics.mean(s.get("full_size_bytes", s["size_bytes"]) for s in done) / 1e6 if done else 0.0,
         "rss_gb": rss / 1e9,
+        "restore_s": max((m.get("restore_s", 0.0) for m in result.metrics), default=0.0),
+        "latest": done[-1]["location"] if done else "",
     }
+
+
+def _restore_row(backend: Any, keys: int, latest: str, storage: str) -> None:
+    """A 1,000-record job restores ``latest`` (the checkpoint of a ``keys`` row; its
+    source is restored at its end, so it only loads state and finishes), beside the
+    same job without the restore: the whole execute() of each, and the longest a
+    task took to read its state."""
+    fresh = run(1_000, keys, 1000, backend, storage)
+    restored = run(1_000, keys, 1000, backend, storage, restore=latest)
+    print(
+        f"restore of the latest checkpoint at {keys:,} keys: whole execute() {restored['wall']:.1f} s "
+        f"(the same job without the restore: {fresh['wall']:.1f} s); a task read its state in "
+        f"{restored['restore_s']:.1f} s at most; the first checkpoint after it took {restored['final_ms']:,} ms",
+        flush=True,
+    )
 
 
 def _bytewax_row(args: argparse.Namespace, keys: int) -> tuple[str, ...]:
@@ -122,7 +152,16 @@ def main() -> None:
     ap.add_argument("--bytewax-python", help="a Python with bytewax installed: its rows beside weir's")
     ap.add_argument("--bytewax-timeout-s", type=float, default=600)
     ap.add_argument("--backend", choices=sorted(BACKENDS), default="heap", help="where keyed state lives")
+    ap.add_argument("--restore", action="store_true", help="then time a restore of the largest row's checkpoint")
     args = ap.parse_args()
+    storage = tempfile.mkdtemp(prefix="weir-bench-state-")
+    try:
+        _rows(args, storage)
+    finally:
+        shutil.rmtree(storage)
+
+
+def _rows(args: argparse.Namespace, storage: str) -> None:
     backend = BACKENDS[args.backend]()
     console = Console(width=150)
     run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
@@ -145,7 +184,9 @@ def main() -> None:
     rows: dict[tuple[int, bool], dict[str, Any]] = {}
     for keys in args.keys:
         for cp in (1000, None) if keys > 1_000 and args.checkpoints == "both" else (1000,):
-            runs = sorted((run(args.records, keys, cp, backend) for _ in range(args.repeat)), key=lambda r: r["whole"])
+            runs = sorted(
+                (run(args.records, keys, cp, backend, storage) for _ in range(args.repeat)), key=lambda r: r["whole"]
+            )
             r = rows[keys, bool(cp)] = runs[len(runs) // 2]
             spread = f" ({runs[0]['whole']:,.0f}–{runs[-1]['whole']:,.0f})" if len(runs) > 1 else ""
             row = (
@@ -174,6 +215,8 @@ def main() -> None:
             f"{big:,} keys against {small:,} keys, both with 1 s checkpoints (whole execute()): "
             f"{rows[big, True]['whole'] / rows[small, True]['whole']:.0%}"
         )
+    if args.restore and (big, True) in rows:
+        _restore_row(backend, big, rows[big, True]["latest"], storage)
 
 
 if __name__ == "__main__":

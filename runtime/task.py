@@ -234,6 +234,7 @@ class StreamTask:
         self.snapshots = SnapshotWriter(d.name, d.attempt_id[:12], ports)
         self.first_record_at: float | None = None  # wall clock, for throughput figures
         self.last_record_at: float | None = None
+        self.restore_s = 0.0  # reading the restored state into the operators
 
     # ------------------------------------------------------------------ metrics
     def _saw_records(self) -> None:
@@ -252,6 +253,7 @@ class StreamTask:
             "watermark": None if self.input.valve.watermark == MIN_WATERMARK else self.input.valve.watermark,
             "first_record_at": self.first_record_at,
             "last_record_at": self.last_record_at,
+            "restore_s": round(self.restore_s, 3),
         }
 
     # ------------------------------------------------------------------ the loop
@@ -400,9 +402,11 @@ class StreamTask:
             op.uid for op in self.operators if d.restore.get(op.uid, OperatorRestore([])).fully_finished
         )
         self._finished_ops = set(self._never_opened)
+        started = time.perf_counter()
         restored = _read_restored_state(self.deployment)
         for op in self.operators:
             op.initialize_state(restored.get(op.uid, RestoredState()))
+        self.restore_s = time.perf_counter() - started
         for op in reversed(self.operators):
             if op.uid not in self._never_opened:
                 op.open()
