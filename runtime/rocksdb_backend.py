@@ -259,7 +259,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._operator = operator
         self._owner = _safe(uid)
         self._cache_bound = config.cache_entries
-        self._entries_held = 0  # an upper bound on the cache's entries: records since the write-back x tables
+        self._entries_held = 0  # at least the cache's entries: counted since the last count, once per record and table
         paths = config.storage_paths or (tempfile.gettempdir(),)
         parent = paths[key_groups.start % len(paths)]
         os.makedirs(parent, 0o700, exist_ok=True)
@@ -300,14 +300,23 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _between_records(self, key: Any) -> None:
         self._entries_held += len(self._tables)
         if self._entries_held > self._cache_bound:
+            self._write_back_if_full()
+
+    def _write_back_if_full(self, coming: int = 0) -> None:
+        """Count the cache's entries (the running count only bounds them: a hot key
+        counts once per record) and write it back if, with ``coming`` entries about
+        to be read in, it holds more than its bound."""
+        self._entries_held = sum(max(len(t.cache), len(t.held_keys)) for t in self._tables.values())
+        if self._entries_held + coming > self._cache_bound:
             self.write_back()
 
     def read_ahead(self, records: list[Any], key_of: Callable[[Any], Any]) -> None:
         """Every table's entries of the records' keys, read in one multi-get per
         table (a record whose key fails is left to the loop, which names it)."""
-        if self._entries_held + len(records) * len(self._tables) > self._cache_bound:
-            self.write_back()
-        self._entries_held += len(records) * len(self._tables)
+        coming = len(records) * len(self._tables)
+        if self._entries_held + coming > self._cache_bound:
+            self._write_back_if_full(coming)
+        self._entries_held += coming
         try:
             keys = [key_of(r) for r in records]
             for t in self._tables.values():

@@ -287,3 +287,25 @@ def test_a_restore_at_the_same_parallelism_reads_no_other_subtasks_state(backend
         assert _contents([new]) == _contents([old[i]])
         new.close()
     _close(old)
+
+
+def test_hot_keys_stay_cached_however_many_records_touch_them():
+    b = _rocks(1, 0, RocksDBSettings(cache_entries=100))
+    counts = b.table("count")
+    writes = []
+    real = b.write_back
+    b.write_back = lambda: (writes.append(len(counts.cache)), real())[1]  # type: ignore[method-assign]
+    hook = b.changed_hook()
+    for start in range(0, 5_000, 50):  # 5,000 records over 20 keys, in batches
+        batch = [i % 20 for i in range(start, start + 50)]
+        b.read_ahead(batch, key_of=lambda r: r)
+        for key in batch:
+            counts[key] = counts.get(key, 0) + 1
+            hook(key)
+    assert writes == []  # 20 entries never outgrow a bound of 100
+    assert dict(counts.items()) == {k: 250 for k in range(20)}
+    for key in range(20, 200):  # 180 new keys do
+        b.touch(key)
+        counts[key] = 1
+    assert writes and max(writes) <= 101
+    b.close()
