@@ -352,7 +352,7 @@ def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exi
     """One operator's entry in a checkpoint's metadata (see :meth:`CheckpointCoordinator.metadata`)."""
     handles: list[dict[str, Any] | None] = []
     finished = 0
-    has_state = False
+    has_state = operator_state = False
     for i in range(v.parallelism):
         key = (v.id, i)
         if key in p.acks:
@@ -361,6 +361,7 @@ def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exi
             handles.append(handle_to_json(handle))
             finished += summary is not None and summary.finished_on_restore
             has_state |= summary is not None and summary.has_state
+            operator_state |= summary is not None and summary.has_operator_state
         else:
             handles.append(None)
             finished += key in exited or key in p.plan.finished
@@ -371,5 +372,6 @@ def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exi
         "max_parallelism": v.max_parallelism,
         "fully_finished": finished == v.parallelism,
         "has_state": has_state,
+        "operator_state": operator_state,
         "handles": handles,
     }

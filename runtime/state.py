@@ -327,6 +327,7 @@ class OperatorSnapshot:
             or any(self.broadcast.values()),
             any(self.union_lists.values()),
             self.finished_on_restore,
+            any(self.lists.values()) or any(self.union_lists.values()) or any(self.broadcast.values()),
         )
 
 
@@ -338,6 +339,7 @@ class SnapshotSummary:
     has_state: bool
     has_union_state: bool
     finished_on_restore: bool = False
+    has_operator_state: bool = False  # list, union list or broadcast state: every subtask's file is read on a restore
 
 
 class KeyedStateBackend:

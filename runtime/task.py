@@ -44,6 +44,7 @@ from weir.runtime.events import (
 )
 from weir.runtime.graph import JobVertex
 from weir.runtime.incremental import KeyedSnapshot, located, merged
+from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.lifecycle import Lifecycle, Phase
 from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.network import RecordWriter, Timestamped, decode
@@ -63,6 +64,7 @@ class OperatorRestore:
 
     handles: list[StateHandle | None]  # None: that subtask had exited
     fully_finished: bool = False
+    keyed_only: bool = False  # no list, union or broadcast state: a subtask reads only the files of its key groups
 
 
 @dataclass
@@ -717,14 +719,21 @@ def _wire(
 
 def _read_restored_state(d: TaskDeployment) -> dict[str, RestoredState]:
     """Each operator's share of the state it restores, read from the snapshots'
-    files (each read once; a chain of files merged, see ``weir.runtime.incremental``)."""
+    files (each read once; a chain of files merged, see ``weir.runtime.incremental``).
+    An operator with keyed state only reads no file of an old subtask whose key
+    groups are all another subtask's now."""
     files: dict[str, dict[str, OperatorSnapshot]] = {}
     out: dict[str, RestoredState] = {}
+    mine = KeyGroupRange.for_subtask(d.vertex.max_parallelism, d.vertex.parallelism, d.subtask)
     for uid, where in d.restore.items():
         snaps = []
-        for h in where.handles:
+        for i, h in enumerate(where.handles):
             if h is None:
                 snaps.append(OperatorSnapshot(finished=True))  # that subtask had finished and exited
+                continue
+            held = KeyGroupRange.for_subtask(d.vertex.max_parallelism, len(where.handles), i)
+            if where.keyed_only and not held.overlaps(mine):
+                snaps.append(OperatorSnapshot())
                 continue
             for link in h.chain:
                 if link.uri not in files:

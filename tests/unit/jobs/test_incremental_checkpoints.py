@@ -71,6 +71,12 @@ def test_checkpoints_write_what_changed_keep_what_they_name_and_restore_exactly(
     named = set().union(*(metadata_files(_metadata(folder)) for folder in kept))
     assert shared_folder_problems(shared, named, int(kept[-1].name[4:])) == []
     latest = _metadata(kept[-1])
+    # The source's split positions are list state, cut among subtasks: a restore reads
+    # every file for them. The running sums are keyed only: a subtask reads its own.
+    assert (latest["operators"]["gen"]["operator_state"], latest["operators"]["sums"]["operator_state"]) == (
+        True,
+        False,
+    )
     assert any(h.get("base") for op in latest["operators"].values() for h in op["handles"] if h), (
         "the latest retained checkpoint builds on earlier files"
     )
