@@ -239,6 +239,7 @@ class RestoredState:
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
     broadcast: dict[str, dict[Any, Any]] = field(default_factory=dict)
     is_restored: bool = False
+    checkpoint_id: int | None = None  # the checkpoint it comes from (None: a savepoint, or nothing restored)
 
     @staticmethod
     def from_snapshots(
@@ -295,7 +296,7 @@ class StreamOperator:
                 self.uid,
                 self.name,
             )
-            self.keyed_backend.restore(restored.keyed)
+            self.keyed_backend.restore(restored.keyed, restored.checkpoint_id)
 
     def open(self) -> None:
         pass

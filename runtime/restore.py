@@ -151,7 +151,12 @@ def restore_plan(
                 f"but has {vertex.max_parallelism} now; max parallelism fixes the key groups and cannot change"
             )
         handles = [handle_from_json(h) if h is not None else None for h in op["handles"]]
-        plan[uid] = OperatorRestore(handles, op["fully_finished"], not op.get("operator_state", True))
+        plan[uid] = OperatorRestore(
+            handles,
+            op["fully_finished"],
+            not op.get("operator_state", True),
+            metadata.get("checkpoint_id") if metadata.get("kind", "checkpoint") == "checkpoint" else None,
+        )
     _refuse_input_to_finished(plan, graph)
     return plan
 

@@ -372,7 +372,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return pending
 
     # ------------------------------------------------------------------ restore
-    def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]]) -> None:
+    def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]], checkpoint_id: int | None = None) -> None:
         """The same key groups from one RocksDB snapshot: its files become this
         subtask's database. Otherwise (a rescale, or a heap snapshot) the entries
         in this subtask's key groups are copied in. An old subtask's snapshot
@@ -381,9 +381,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if len(snapshots) == 1 and isinstance(snapshots[0][1], RocksDBSnapshot) and snapshots[0][0] == self.key_groups:
             self.db.close()
             shutil.rmtree(self._db_path)
-            snapshots[0][1].download(self._db_path)
+            restored = snapshots[0][1]
+            restored.download(self._db_path)
             self.db = _open(self._db_path, self._options)
             self._names.update(_names(self.db))
+            if checkpoint_id is not None:  # as if uploaded: a checkpoint built on it names its SSTs again
+                ssts = {f.name.rsplit("/", 1)[1]: f for f in restored.files if f.name.endswith(".sst")}
+                self._uploads[checkpoint_id] = RocksDBUpload("", self._owner, [], {}, ssts)
             return
         for held, keyed in snapshots:
             if isinstance(keyed, RocksDBSnapshot):
@@ -425,7 +429,10 @@ def _names(db: Rdict) -> dict[bytes, str]:
 class RocksDBUpload:
     """One snapshot's RocksDB checkpoint folder, uploaded on the snapshot writer's
     thread (see ``weir.runtime.incremental.FileUpload``), then deleted.
-    ``reusable``: SSTs the base checkpoint named, named again instead of uploaded.
+    ``reusable``: SSTs the base checkpoint named, named again instead of uploaded
+    (unless outside this run's shared folder: another run, one a job was restored
+    from, may delete them). After a restore from a checkpoint, that checkpoint's
+    SSTs are the ``uploaded`` of an upload with no files of its own.
     ``uploaded``: once a checkpoint's upload ran, the SSTs it names (read on the
     loop thread when a later barrier names this checkpoint as its base, which
     happens only after it completed)."""
@@ -445,7 +452,7 @@ class RocksDBUpload:
         try:
             for f in self.files:
                 kept = self.reusable.get(f) if shared and f.endswith(".sst") else None
-                if kept is None:
+                if kept is None or not kept.handle.uri.startswith(folder.rstrip("/") + "/"):  # another run's may go
                     uri = join(folder, _safe(f"{prefix}-{self.owner}-{f}"))
                     kept = DbFile(f"{self.owner}/{f}", upload_file(os.path.join(self.local, f), uri))
                 out.append(kept)

@@ -443,9 +443,10 @@ class KeyedStateBackend:
         for cid in [c for c in self._chains if c < base]:
             del self._chains[cid]
 
-    def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]]) -> None:
+    def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]], checkpoint_id: int | None = None) -> None:
         """Take the entries in this subtask's key groups from each old subtask's
-        merged snapshot (with the key groups it held)."""
+        merged snapshot (with the key groups it held); ``checkpoint_id``: the
+        checkpoint they come from (None: a savepoint)."""
         for held, keyed in snapshots:
             restore_into(self.tables, keyed, self.key_groups, held, self.max_parallelism)
 

@@ -65,6 +65,7 @@ class OperatorRestore:
     handles: list[StateHandle | None]  # None: that subtask had exited
     fully_finished: bool = False
     keyed_only: bool = False  # no list, union or broadcast state: a subtask reads only the files of its key groups
+    checkpoint_id: int | None = None  # the checkpoint restored (None: a savepoint)
 
 
 @dataclass
@@ -741,5 +742,6 @@ def _read_restored_state(d: TaskDeployment) -> dict[str, RestoredState]:
             chain = [files[link.uri].get(uid, OperatorSnapshot()) for link in h.chain]
             keyed = [located(s.keyed, link.files) for s, link in zip(chain, h.chain) if s.keyed]
             snaps.append(replace(chain[-1], keyed=merged(keyed) if keyed else None))
-        out[uid] = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism)
+        restored = RestoredState.from_snapshots(snaps, d.subtask, d.vertex.parallelism, d.vertex.max_parallelism)
+        out[uid] = replace(restored, checkpoint_id=where.checkpoint_id)
     return out

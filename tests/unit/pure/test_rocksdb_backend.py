@@ -309,3 +309,22 @@ def test_hot_keys_stay_cached_however_many_records_touch_them():
         counts[key] = 1
     assert writes and max(writes) <= 101
     b.close()
+
+
+def test_after_a_restore_from_a_checkpoint_the_next_one_names_its_ssts_again_in_the_same_run_only(tmp_path):
+    storage = _Storage(tmp_path)
+    old = _rocks(1, 0)
+    _touch_everything([old], 1, random.Random(2), 1)
+    snap = storage.checkpoint(old, 0, 7, None)
+    restored_ssts = {f.handle.uri for f in storage.handles[0, 7].files if f.name.endswith(".sst")}
+    for same_run in (True, False):
+        new = _rocks(1, 0)
+        new.restore([(old.key_groups, snap)], checkpoint_id=7)  # a failover: checkpoint 7 is the base
+        new.touch(1)
+        keyed_state(new, ValueStateDescriptor("value")).update("after")
+        writer = storage if same_run else _Storage(tmp_path / "another-run")
+        writer.checkpoint(new, 0, 8, base=7)
+        ssts = {f.handle.uri for f in writer.handles[0, 8].files if f.name.endswith(".sst")}
+        assert (restored_ssts <= ssts) is same_run and len(ssts - restored_ssts) >= 1
+        new.close()
+    old.close()
