@@ -319,15 +319,14 @@ class OperatorSnapshot:
     finished_on_restore: bool = False  # restored fully finished: never runs again, holds no state
 
     def summary(self) -> "SnapshotSummary":
+        operator_state = any(self.lists.values()) or any(self.union_lists.values()) or any(self.broadcast.values())
+        keyed = self.keyed.live_keys > 0 if isinstance(self.keyed, KeyedSnapshot) else bool(self.keyed)
         return SnapshotSummary(
             self.finished,
-            (self.keyed.live_keys > 0 if isinstance(self.keyed, KeyedSnapshot) else bool(self.keyed))
-            or any(self.lists.values())
-            or any(self.union_lists.values())
-            or any(self.broadcast.values()),
+            keyed or operator_state,
             any(self.union_lists.values()),
             self.finished_on_restore,
-            any(self.lists.values()) or any(self.union_lists.values()) or any(self.broadcast.values()),
+            operator_state,
         )
 
 
