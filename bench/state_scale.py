@@ -118,6 +118,8 @@ def _restore_row(backend: Any, keys: int, latest: str, storage: str) -> None:
     source is restored at its end, so it only loads state and finishes), beside the
     same job without the restore: the whole execute() of each, and the longest a
     task took to read its state."""
+    if not latest:
+        raise SystemExit(f"the {keys:,}-key row completed no checkpoint: there is nothing to restore")
     fresh = run(1_000, keys, 1000, backend, storage)
     restored = run(1_000, keys, 1000, backend, storage, restore=latest)
     print(

@@ -181,6 +181,25 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 
 
 @pytest.mark.ray
+def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_cluster):
+    """A tiny run of the command README and docs/benchmarks.md quote, on RocksDB with --restore."""
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
+    args = ["--records", "20000", "--keys", "100", "5000", "--repeat", "1", "--backend", "rocksdb", "--restore"]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.state_scale", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "5,000 keys, 1 s checkpoints against checkpoints off (whole execute()):" in out.stdout
+    assert "5,000 keys against 100 keys, both with 1 s checkpoints" in out.stdout
+    assert "restore of the latest checkpoint at 5,000 keys: whole execute()" in out.stdout
+
+
+@pytest.mark.ray
 @pytest.mark.parametrize(
     "command,expected",
     [
