@@ -15,11 +15,46 @@ from weir import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnviron
 from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.operators import StreamOperator
+from weir.runtime.sources import GeneratorSource, Poll, SourceReader
 
 pytestmark = pytest.mark.ray
 
 SHORT = [(k, 1) for k in range(20)]
-LONG_N = 150_000
+LONG_N = 40_000
+
+
+class _GatedReader(SourceReader):
+    """A generator's reader that reads ``free`` records, then waits (polls that
+    return nothing, as an idle source does) until the file ``gate`` exists."""
+
+    def __init__(self, inner: SourceReader, gate: str, free: int) -> None:
+        self.inner, self.gate, self.free = inner, gate, free
+
+    def add_splits(self, splits):
+        self.inner.add_splits(splits)
+
+    def snapshot_splits(self):
+        return self.inner.snapshot_splits()
+
+    def poll(self, max_records: int) -> Poll:
+        if self.free <= 0 and not os.path.exists(self.gate):
+            return Poll([], wait_s=0.02)
+        polled = self.inner.poll(max_records if os.path.exists(self.gate) else min(max_records, self.free))
+        self.free -= len(polled.records)
+        return polled
+
+
+class _GatedGenerator(GeneratorSource):
+    """The long source: it cannot finish before the test opens the gate, so what
+    the test waits for (the short source finishing, checkpoints after it, a kill)
+    happens while it still runs, however slowly the cluster starts."""
+
+    def __init__(self, gate: str) -> None:
+        super().__init__(lambda i: (i % 20, 1), LONG_N, None)
+        self.gate_path = gate
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        return _GatedReader(super().create_reader(subtask, parallelism), self.gate_path, LONG_N // parallelism // 2)
 
 
 class _MarksOpen(MapFunction):
@@ -37,18 +72,19 @@ class _MarksOpen(MapFunction):
         return value
 
 
-def _two_sources(checkpoint_dir: str, out_dir: str, interval_ms: int = 200, opened_dir: str | None = None):
+def _two_sources(checkpoint_dir: str, out_dir: str, gate: str, opened_dir: str | None = None):
     """The shape of FLIP-147's Figure 3: sources of different lengths feeding one
-    two-input task (a union of two edges), then a two-phase-commit sink; the short
+    two-input task (a union of two edges), then a two-phase-commit sink; the long
+    source reads half its records, then waits for the file ``gate``; the short
     source's map marks each open() in ``opened_dir``."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.enable_checkpointing(interval_ms)
+    env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(3, 0.2))
     short = env.from_collection(SHORT).uid("short")
     if opened_dir is not None:
         short = short.map(_MarksOpen(opened_dir)).uid("short-map")
-    long = env.from_generator(lambda i: (i % 20, 1), count=LONG_N, records_per_second=50_000).uid("long")
+    long = env.from_source(_GatedGenerator(gate), source_name="long").uid("long")
     short.union(long).key_by(lambda kv: kv[0]).sum(1).uid("sum").sink_to(FileSink(out_dir)).uid("sink")
     return env
 
@@ -62,6 +98,10 @@ def _short_source_exited(client) -> bool:
     return len(states) == 2 and all(s == "FINISHED" for s in states)
 
 
+def _completed_after(client, checkpoint_id: int) -> int:
+    return sum(c["status"] == "COMPLETED" and c["checkpoint_id"] > checkpoint_id for c in client.checkpoints())
+
+
 def _wait(predicate, client, timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -70,14 +110,15 @@ def _wait(predicate, client, timeout_s=60):
 
 
 def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed_once(
-    ray_cluster, checkpoint_dir, out_dir
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
 ):
-    client = _two_sources(checkpoint_dir, out_dir).execute_async("figure-3")
+    gate = tmp_path / "gate"
+    client = _two_sources(checkpoint_dir, out_dir, str(gate)).execute_async("figure-3")
     _wait(lambda: _short_source_exited(client), client)
-    finished_at = max(c["checkpoint_id"] for c in client.checkpoints())
+    finished_at = max((c["checkpoint_id"] for c in client.checkpoints()), default=0)
+    _wait(lambda: _completed_after(client, finished_at) >= 2, client)
+    gate.touch()
     result = client.wait(120)
-    after = [c for c in client.checkpoints() if c["status"] == "COMPLETED" and c["checkpoint_id"] > finished_at]
-    assert len(after) >= 2, client.checkpoints()
     assert result.status is JobStatus.FINISHED
     v = _verdict(out_dir)
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
@@ -86,13 +127,14 @@ def test_checkpoints_go_on_after_a_source_finished_and_every_record_is_committed
 def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(
     ray_cluster, checkpoint_dir, out_dir, tmp_path
 ):
-    opened = tmp_path / "opened"
+    opened, gate = tmp_path / "opened", tmp_path / "gate"
     opened.mkdir()
-    client = _two_sources(checkpoint_dir, out_dir, opened_dir=str(opened)).execute_async("finished-then-kill")
+    client = _two_sources(checkpoint_dir, out_dir, str(gate), str(opened)).execute_async("finished-then-kill")
     _wait(lambda: _short_source_exited(client), client)
-    first = max(c["checkpoint_id"] for c in client.checkpoints())
-    _wait(lambda: any(c["status"] == "COMPLETED" and c["checkpoint_id"] > first for c in client.checkpoints()), client)
+    first = max((c["checkpoint_id"] for c in client.checkpoints()), default=0)
+    _wait(lambda: _completed_after(client, first) >= 1, client)
     ray.kill(client.task_actor("sum", 0))
+    gate.touch()
     result = client.wait(120)
     assert result.restarts == 1
     assert sorted(n.split("-")[1] for n in os.listdir(opened)) == ["0", "1"], (
