@@ -165,7 +165,7 @@ def test_one_name_submitted_twice_at_once_runs_once_and_the_other_is_told_why(ra
         go.touch()
         said = sorted(" ".join(d.wait_done()) for d in drivers)
         client = RayJobClient.attach("twice-at-once")
-        assert client.status() is JobStatus.RUNNING
+        client.wait_until(lambda c: c.status() is JobStatus.RUNNING, 60)  # CREATED while it deploys
         client.cancel()
     finally:
         for d in drivers:
