@@ -157,6 +157,7 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
             assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
             time.sleep(1)
         out = str(tmp_path / "out")
+        deadline = time.monotonic() + 120  # the agent's own wait, after the job server's
         while True:
             proc = subprocess.run(
                 [
