@@ -1,23 +1,33 @@
 """A source reader that stops at a known point, for tests that act on a running
-job there (a savepoint, a stop) instead of sleeping until it is probably there."""
+job there (a savepoint, a stop, a kill) instead of sleeping until it is probably
+there; and a generator source whose readers stop there until a file appears,
+which reaches task actors in other processes."""
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
-from weir.runtime.sources import Poll, SourceReader
+from weir.runtime.sources import GeneratorSource, Poll, SourceReader
 
 
 class PausingReader(SourceReader):
     """Passes on the first ``records`` records of ``reader``, then reads no more
     and asks for no other split: its task waits (and takes checkpoints) until
-    the job is stopped. Sets ``reached`` when it stops."""
+    the job is stopped, or until ``released()`` says to read on. Sets
+    ``reached`` when it stops."""
 
     WAIT_S = 0.01  # a letter wakes the task sooner
 
-    def __init__(self, reader: SourceReader, records: int, reached: threading.Event) -> None:
-        self._reader, self._left, self._reached = reader, records, reached
+    def __init__(
+        self,
+        reader: SourceReader,
+        records: int,
+        reached: threading.Event,
+        released: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._reader, self._left, self._reached, self._released = reader, records, reached, released
 
     def add_splits(self, splits: list[Any]) -> None:
         self._reader.add_splits(splits)
@@ -36,8 +46,26 @@ class PausingReader(SourceReader):
 
     def poll(self, max_records: int) -> Poll:
         if self._left <= 0:
+            if self._released():
+                return self._reader.poll(max_records)
             self._reached.set()
             return Poll([], wait_s=self.WAIT_S)
         poll = self._reader.poll(min(max_records, self._left))
         self._left -= len(poll.records)
         return poll
+
+
+class GatedGenerator(GeneratorSource):
+    """``from_generator(generator, count)`` whose every reader passes on ``free``
+    records, then waits until the file ``gate`` exists (a test creates it): what
+    the test does meanwhile happens while the source still runs, however slowly
+    the job started."""
+
+    def __init__(self, generator: Callable[[int], Any], count: int, gate: str, free: int) -> None:
+        super().__init__(generator, count, None)
+        self.gate, self.free = gate, free
+
+    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
+        gate = self.gate
+        reader = super().create_reader(subtask, parallelism)
+        return PausingReader(reader, self.free, threading.Event(), released=lambda: os.path.exists(gate))

@@ -11,50 +11,16 @@ import pytest
 import ray
 
 from tests.checker import check_running_sums
+from tests.pausing import GatedGenerator
 from weir import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnvironment
 from weir.connectors.files import FileSink, read_committed
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.operators import StreamOperator
-from weir.runtime.sources import GeneratorSource, Poll, SourceReader
 
 pytestmark = pytest.mark.ray
 
 SHORT = [(k, 1) for k in range(20)]
 LONG_N = 40_000
-
-
-class _GatedReader(SourceReader):
-    """A generator's reader that reads ``free`` records, then waits (polls that
-    return nothing, as an idle source does) until the file ``gate`` exists."""
-
-    def __init__(self, inner: SourceReader, gate: str, free: int) -> None:
-        self.inner, self.gate, self.free = inner, gate, free
-
-    def add_splits(self, splits):
-        self.inner.add_splits(splits)
-
-    def snapshot_splits(self):
-        return self.inner.snapshot_splits()
-
-    def poll(self, max_records: int) -> Poll:
-        if self.free <= 0 and not os.path.exists(self.gate):
-            return Poll([], wait_s=0.02)
-        polled = self.inner.poll(max_records if os.path.exists(self.gate) else min(max_records, self.free))
-        self.free -= len(polled.records)
-        return polled
-
-
-class _GatedGenerator(GeneratorSource):
-    """The long source: it cannot finish before the test opens the gate, so what
-    the test waits for (the short source finishing, checkpoints after it, a kill)
-    happens while it still runs, however slowly the cluster starts."""
-
-    def __init__(self, gate: str) -> None:
-        super().__init__(lambda i: (i % 20, 1), LONG_N, None)
-        self.gate_path = gate
-
-    def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
-        return _GatedReader(super().create_reader(subtask, parallelism), self.gate_path, LONG_N // parallelism // 2)
 
 
 class _MarksOpen(MapFunction):
@@ -84,7 +50,10 @@ def _two_sources(checkpoint_dir: str, out_dir: str, gate: str, opened_dir: str |
     short = env.from_collection(SHORT).uid("short")
     if opened_dir is not None:
         short = short.map(_MarksOpen(opened_dir)).uid("short-map")
-    long = env.from_source(_GatedGenerator(gate), source_name="long").uid("long")
+    # The long source cannot finish before the test opens the gate: the short
+    # source's end, the checkpoints after it and a kill all come while it runs.
+    long = env.from_source(GatedGenerator(lambda i: (i % 20, 1), LONG_N, gate, LONG_N // 4), source_name="long")
+    long = long.uid("long")
     short.union(long).key_by(lambda kv: kv[0]).sum(1).uid("sum").sink_to(FileSink(out_dir)).uid("sink")
     return env
 
@@ -185,14 +154,14 @@ def test_a_suspended_job_with_two_event_time_sources_resumes_on_ray_as_if_never_
     task's watermark, so no window fires half full before the savepoint."""
     from tests.unit.jobs.test_lifecycle_jobs import _env, _expected, _windows_job
 
-    env = _windows_job(_env(checkpoint_dir), out_dir, rate=2_000)  # 2 s of input: deploying on Ray takes a while
+    env = _windows_job(_env(checkpoint_dir), out_dir, gate=str(tmp_path / "never"))
     env.get_config().set_auto_watermark_interval(1)
     client = env.execute_async("suspend-sources")
     _wait(lambda: read_committed(out_dir), client)  # some windows fired and were committed
     savepoint = client.stop(str(tmp_path / "sp"), drain=False)
     assert client.wait(60).status is JobStatus.SUSPENDED
     before = len(read_committed(out_dir))
-    resumed = _windows_job(_env(checkpoint_dir), out_dir, rate=None)
+    resumed = _windows_job(_env(checkpoint_dir), out_dir)
     resumed.restore_from_savepoint(savepoint)
     assert resumed.execute("suspend-sources").status is JobStatus.FINISHED
     rows = sorted(tuple(r) for r in read_committed(out_dir))

@@ -149,12 +149,13 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
     client = {**_env(), "HOME": str(user)}  # the user's machine, with the token
     address = f"http://127.0.0.1:{dashboard}"
     try:
-        deadline = time.monotonic() + 120
+        # A head starting beside the rest of the suite on 2 cores has taken over 120 s.
+        deadline = time.monotonic() + 240
         while (
             subprocess.run([RAY, "job", "list", "--address", address], env=client, capture_output=True).returncode != 0
         ):
             assert head.poll() is None, "the yaml's head command exited: " + (tmp_path / "head.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the head's job server did not come up within 120 s"
+            assert time.monotonic() < deadline, "the head's job server did not come up within 240 s"
             time.sleep(1)
         out = str(tmp_path / "out")
         deadline = time.monotonic() + 120  # the agent's own wait, after the job server's
@@ -191,4 +192,8 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
         assert "succeeded" in proc.stdout
     finally:
         os.killpg(head.pid, signal.SIGTERM)
-        head.wait(60)
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:  # a loaded machine: the test's own failure, if any, is what to show
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(30)

@@ -8,6 +8,7 @@ import collections
 
 import pytest
 
+from tests.pausing import GatedGenerator
 from tests.unit.jobs.test_exactly_once_edges import _StubGateway
 from weir import (
     DiscardingSink,
@@ -51,15 +52,19 @@ def _wait(predicate, client, timeout_s=30.0):
 N = 4_000
 
 
-def _windows_job(env, out_dir, rate):
+def _windows_job(env, out_dir, gate=None):
     """Two event-time sources far apart in event time (b runs 5× ahead of a), a
-    union, and 100 ms tumbling windows counting each key's records."""
+    union, and 100 ms tumbling windows counting each key's records. With a
+    ``gate``, each source subtask reads about a quarter of its records, then
+    waits for that file: a stop lands mid-stream however slowly the job starts."""
 
     def source(name, scale):
         strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda e: e[1])
-        return env.from_generator(
-            lambda i: (name, i * scale), count=N, records_per_second=rate, watermark_strategy=strategy
-        ).uid(name)
+        if gate is None:
+            return env.from_generator(lambda i: (name, i * scale), count=N, watermark_strategy=strategy).uid(name)
+        # Half a window past a quarter: the stop finds a window of "a" half full.
+        gated = GatedGenerator(lambda i: (name, i * scale), N, gate, N // 4 // env.get_parallelism() + 50)
+        return env.from_source(gated, strategy, name).uid(name)
 
     def count(key, ctx, elements):
         return [(key, ctx.window().start, len(list(elements)))]
@@ -92,14 +97,14 @@ def test_a_suspended_job_with_several_event_time_sources_resumes_as_if_never_sto
     """The sources stop one after the other; the one stopped first must keep
     holding the window task's watermark, or windows fire half full before the
     savepoint and the rest of their records come late after the resume."""
-    env = _windows_job(_env(checkpoint_dir), out_dir, rate=8_000)
+    env = _windows_job(_env(checkpoint_dir), out_dir, gate=str(tmp_path / "never"))
     env.get_config().set_auto_watermark_interval(1)  # PyFlink's call
     client = env.execute_async("suspend-sources", executor="local")
-    _wait(lambda: _completed(client, 1), client)
+    _wait(lambda: read_committed(out_dir), client)  # windows of the first quarter fired and were committed
     savepoint = client.stop(str(tmp_path / "sp"), drain=False)
     assert client.wait(30).status is JobStatus.SUSPENDED
     before = len(read_committed(out_dir))
-    resumed = _windows_job(_env(checkpoint_dir), out_dir, rate=None)
+    resumed = _windows_job(_env(checkpoint_dir), out_dir)
     resumed.restore_from_savepoint(savepoint)
     assert resumed.execute("suspend-sources", executor="local").status is JobStatus.FINISHED
     rows = sorted(tuple(r) for r in read_committed(out_dir))
