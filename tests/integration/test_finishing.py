@@ -113,15 +113,22 @@ def test_a_kill_after_some_tasks_finished_recovers_without_rerunning_them(
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
 
-def _generator_job(checkpoint_dir, out_dir, parallelism, savepoint=None, n=60_000, rate=30_000.0):
+def _generator_job(checkpoint_dir, out_dir, parallelism, savepoint=None, n=60_000, gate=None):
+    """With a ``gate``, each source subtask reads 5,000 records, then waits for that
+    file: a stop lands mid-stream however slowly the job starts."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
     env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     if savepoint:
         env.restore_from_savepoint(savepoint)
+    gen = lambda i: (i % 100, i)  # noqa: E731
+    source = (
+        env.from_generator(gen, count=n)
+        if gate is None
+        else env.from_source(GatedGenerator(gen, n, gate, 5_000), source_name="generator")
+    )
     (
-        env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=rate)
-        .uid("gen")
+        source.uid("gen")
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
         .uid("sums")
@@ -135,12 +142,13 @@ def test_stop_and_resume_at_2_then_3_then_1_equals_an_uninterrupted_run(ray_clus
     n = 60_000
     savepoint = None
     for step, p in enumerate([2, 3]):
-        client = _generator_job(checkpoint_dir, out_dir, p, savepoint, n).execute_async(f"resume-{step}")
+        job = _generator_job(checkpoint_dir, out_dir, p, savepoint, n, gate=str(tmp_path / "never"))
+        client = job.execute_async(f"resume-{step}")
         _wait(lambda client=client: any(c["status"] == "COMPLETED" for c in client.checkpoints()), client)
         savepoint = client.stop(str(tmp_path / f"sp-{step}"), drain=False)
         assert client.wait(60).status is JobStatus.SUSPENDED
         assert len(read_committed(out_dir)) < n
-    last = _generator_job(checkpoint_dir, out_dir, 1, savepoint, n, rate=None).execute("resume-2")
+    last = _generator_job(checkpoint_dir, out_dir, 1, savepoint, n).execute("resume-2")
     assert last.status is JobStatus.FINISHED
     v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, i) for i in range(n)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
