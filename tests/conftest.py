@@ -4,9 +4,8 @@ shared by every integration test; unit tests never start Ray."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -30,10 +29,9 @@ os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeria
 # One takes every file with a test on the session's Ray cluster (the Spark
 # session runs on it too), in file order, so that a file's tests share one
 # worker's state; the other takes the rest: the in-process tests, Kafka against
-# its own broker, the files that start Ray clusters of their own, and those
-# whose every driver is a process of its own (examples, benchmarks, the
-# notebook), on that worker's `driver_cluster`. The first is busy at about 1.3
-# of 2 cores, mostly with processes starting; the second fills the gap.
+# its own broker, and the files that start Ray clusters of their own. The first
+# is busy at about 1.3 of 2 cores, mostly with processes starting; the second
+# fills the gap.
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     on_cluster = {item.path for item in items if "ray_cluster" in item.fixturenames}
@@ -66,41 +64,6 @@ def ray_cluster():
     ensure_ray()
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
-
-
-_HOLDER = """
-import sys, ray
-from weir.actors.cluster import java_env
-ray.init(address="local", include_dashboard=False, runtime_env={"env_vars": java_env()})
-print(ray.get_runtime_context().gcs_address, flush=True)
-sys.stdin.read()  # held until the fixture closes stdin (or pytest dies): then Ray goes with it
-"""
-
-
-@pytest.fixture(scope="session")
-def driver_cluster() -> Iterator[dict[str, str]]:
-    """The environment for driver processes (``subprocess.run(..., env=driver_cluster)``)
-    that join a local Ray cluster of this worker's own, held by a process that
-    started it: tests whose every driver is a subprocess run on the worker that
-    does not hold the session's cluster, beside its tests instead of after them."""
-    from tests.own_ray import own_ray_tmpdir
-    from weir.actors.cluster import java_env
-
-    with own_ray_tmpdir() as own:
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": own, **java_env()}
-        path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, own], cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
-        assert holder.stdout is not None and holder.stdin is not None
-        address = holder.stdout.readline().decode().strip()
-        assert address, "the driver cluster's holder did not start Ray"
-        try:
-            # ray.init turned on token authentication, with the token in ~/.ray
-            yield env | {"RAY_ADDRESS": address, "RAY_AUTH_MODE": "token", "PYTHONPATH": path}
-        finally:
-            holder.stdin.close()
-            holder.wait(30)
 
 
 @pytest.fixture(scope="session")

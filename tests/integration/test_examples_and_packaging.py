@@ -18,8 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.ray
-def test_main_example_runs_against_the_test_cluster(driver_cluster, tmp_path):
-    env = driver_cluster
+def test_main_example_runs_against_the_test_cluster(ray_cluster, tmp_path):
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [
             sys.executable,
@@ -148,9 +148,9 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
 
 
 @pytest.mark.ray
-def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(driver_cluster):
+def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster):
     """A tiny run, so the benchmark README quotes keeps working (the figures come from full runs)."""
-    env = driver_cluster
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [
             sys.executable,
@@ -181,9 +181,9 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(driver_clus
 
 
 @pytest.mark.ray
-def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(driver_cluster):
+def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_cluster):
     """A tiny run of the command README and docs/benchmarks.md quote, on RocksDB with --restore."""
-    env = driver_cluster
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     args = ["--records", "20000", "--keys", "100", "5000", "--repeat", "1", "--backend", "rocksdb", "--restore"]
     out = subprocess.run(
         [sys.executable, "-m", "bench.state_scale", *args],
@@ -261,9 +261,9 @@ def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(driv
         ),
     ],
 )
-def test_the_scale_out_benchmarks_print_their_figures(driver_cluster, command, expected):
+def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
     """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes."""
-    env = driver_cluster
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
     )

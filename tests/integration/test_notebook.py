@@ -18,10 +18,10 @@ pytestmark = pytest.mark.ray
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_the_notebook_runs_and_its_streamed_totals_equal_sparks(driver_cluster, tmp_path, monkeypatch):
-    for name, value in driver_cluster.items():  # the kernel's environment
-        monkeypatch.setenv(name, value)
+def test_the_notebook_runs_and_its_streamed_totals_equal_sparks(ray_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
     monkeypatch.setenv("WEIR_NOTEBOOK_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(ROOT / "examples" / "notebook.ipynb", as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     if os.environ.get("WEIR_REDRAW") == "1":  # without Ray's and the JVM's log lines, which say nothing to a reader

@@ -78,9 +78,9 @@ def test_the_test_command_keeps_a_files_tests_on_one_worker_and_the_cluster_file
             "-p",
             "no:cacheprovider",
             "tests/unit/pure/test_mailbox.py",
-            "tests/integration/test_readme.py",
+            "tests/integration/test_examples_and_packaging.py",
             "-k",
-            "mailbox or ci_runs",
+            "mailbox or license",
         ],
         cwd=ROOT,
         env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
@@ -92,4 +92,4 @@ def test_the_test_command_keeps_a_files_tests_on_one_worker_and_the_cluster_file
     ran = re.findall(r"PASSED (\S+)", out.stdout)
     assert len(ran) == 8, out.stdout[-3000:]
     assert all(t.endswith("@apart") for t in ran if "test_mailbox.py" in t), ran
-    assert [t for t in ran if "ci_runs" in t][0].endswith("@session-cluster"), ran
+    assert [t for t in ran if "license" in t][0].endswith("@session-cluster"), ran
