@@ -147,15 +147,23 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert "ray get-auth-token --generate" in (ROOT / "ray_cluster.yaml").read_text()
 
 
+def _bench(ray_cluster: str, module: str, *args: str, timeout: int = 300) -> str:
+    """What ``python -m <module> <args>`` prints, run against the test cluster; it must succeed."""
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 @pytest.mark.ray
 def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster):
     """A tiny run, so the benchmark README quotes keeps working (the figures come from full runs)."""
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.w1",
+    stdout = _bench(
+        ray_cluster,
+        "bench.w1",
+        *[
             "--records",
             "20000",
             "--latency-records",
@@ -168,35 +176,20 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
             "--settle-s",
             "0",
         ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "W1 keyed running sum, 20,000 records" in out.stdout
-    assert "parallelism   1   1.00x" in out.stdout and "parallelism   2" in out.stdout
-    assert "latency at 100,000 records/s, parallelism 2" in out.stdout
+    assert "W1 keyed running sum, 20,000 records" in stdout
+    assert "parallelism   1   1.00x" in stdout and "parallelism   2" in stdout
+    assert "latency at 100,000 records/s, parallelism 2" in stdout
 
 
 @pytest.mark.ray
 def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_cluster):
     """A tiny run of the command README and docs/benchmarks.md quote, on RocksDB with --restore."""
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
     args = ["--records", "20000", "--keys", "100", "5000", "--repeat", "1", "--backend", "rocksdb", "--restore"]
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.state_scale", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "5,000 keys, 1 s checkpoints against checkpoints off (whole execute()):" in out.stdout
-    assert "5,000 keys against 100 keys, both with 1 s checkpoints" in out.stdout
-    assert "restore of the latest checkpoint at 5,000 keys: whole execute()" in out.stdout
+    stdout = _bench(ray_cluster, "bench.state_scale", *args)
+    assert "5,000 keys, 1 s checkpoints against checkpoints off (whole execute()):" in stdout
+    assert "5,000 keys against 100 keys, both with 1 s checkpoints" in stdout
+    assert "restore of the latest checkpoint at 5,000 keys: whole execute()" in stdout
 
 
 @pytest.mark.ray
@@ -263,12 +256,8 @@ def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_
 )
 def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
     """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes."""
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-m", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert all(e in out.stdout for e in expected), out.stdout[-2000:]
+    stdout = _bench(ray_cluster, *command, timeout=400)
+    assert all(e in stdout for e in expected), stdout[-2000:]
 
 
 def test_the_crowding_benchmark_prints_its_figures():
