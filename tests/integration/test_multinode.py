@@ -83,13 +83,23 @@ def _head_command(port: int, extra: list[str]) -> str:
     return command.replace("~/weir/.venv", sys.prefix).replace(fixed, " ".join([f"--port={port}", "--block", *extra]))
 
 
-def _dashboard_logs(temp: str) -> str:
+def _head_logs(temp: str) -> str:
     """The head's side of a failed submission (a dropped connection says nothing
-    more on the client's)."""
+    more on the client's): the dashboard's and agents' logs, and the raylet's errors."""
     logs = pathlib.Path(temp, "session_latest", "logs")
-    return "".join(
-        f"\n--- {path.name}:\n" + path.read_text(errors="replace")[-3000:]
-        for path in sorted(logs.glob("dashboard*.log")) + sorted(logs.glob("dashboard*.err"))
+    paths = [
+        *sorted(logs.glob("dashboard*.log")),
+        *sorted(logs.glob("dashboard*.err")),
+        *logs.glob("runtime_env_agent.*"),
+    ]
+    raylet = logs / "raylet.out"
+    errors = (
+        [line for line in raylet.read_text(errors="replace").splitlines() if " E " in line or " C " in line]
+        if raylet.exists()
+        else []
+    )
+    return "".join(f"\n--- {path.name}:\n" + path.read_text(errors="replace")[-3000:] for path in paths) + (
+        "\n--- raylet.out errors:\n" + "\n".join(errors[-20:])
     )
 
 
@@ -125,6 +135,9 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
     # Ray gives its dashboard 60 s to come up; on a 2-core machine that is also
     # starting the suite's own clusters it has taken longer, and the head gave up.
     head_env["RAY_DASHBOARD_STARTUP_TIMEOUT_S"] = "180"
+    # Likewise the raylet gives the runtime env agent 30 s to answer its first call (the
+    # submit's working dir), then takes the whole node down: CI saw it under load.
+    head_env["RAY_agent_register_timeout_ms"] = "300000"
     head = subprocess.Popen(
         [
             "bash",
@@ -188,8 +201,11 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
             # request: a submit that did not get the job in is tried again.
             if proc.returncode == 0 or "submitted successfully" in proc.stdout or time.monotonic() > deadline:
                 break
+            assert head.poll() is None, (
+                "the yaml's head command exited: " + (tmp_path / "head.log").read_text()[-3000:] + _head_logs(temp)
+            )
             time.sleep(2)
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + _dashboard_logs(temp)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + _head_logs(temp)
         assert "final sums of 1000 keys match plain Python: True" in proc.stdout, proc.stdout[-4000:]
         assert "succeeded" in proc.stdout
     finally:
