@@ -19,12 +19,24 @@ change what it read. Before a batch of records, :meth:`RocksDBKeyedStateBackend.
 reads the entries of the batch's keys into the cache in one multi-get per table
 (a key not stored is cached as absent, so it is neither read again nor written).
 
-A checkpoint (Flink's incremental RocksDB snapshot): on the loop thread, write
-the cache, flush the memtable and create a RocksDB checkpoint (hard links) in
-a local folder; on the snapshot writer's thread, upload its files. An SST
-never changes, so one the base checkpoint named is named again instead of
-uploaded (:class:`RocksDBUpload`); MANIFEST, CURRENT and OPTIONS go up each
-time. A savepoint uploads everything into its own folder.
+A checkpoint is a **materialization** plus a **change log** (Flink's incremental
+RocksDB snapshot, with its changelog backend's log, FLIP-158). A materialization
+writes the cache, flushes the memtable and creates a RocksDB checkpoint (hard
+links) in a local folder. After it, every batch written to the database is also
+appended to a change log file, and each checkpoint that does not materialize
+closes the log as a file of that folder: the checkpoint is the folder's files,
+the materialization and the logs since, replayed in order at a restore. A
+checkpoint materializes when the logs since the last one would outgrow the
+write buffer (or number ``_MAX_LOGS``), or a change was not logged (a restore,
+a whole state cleared). So the memtable is flushed when it is about full, not
+at every checkpoint: each 1 s checkpoint flushing a small level-0 file made
+compaction rewrite the level below every dozen seconds.
+
+The loop thread links the folder's files into one folder per checkpoint; the
+snapshot writer's thread uploads them. SSTs and change logs never change, so
+one the base checkpoint named is named again instead of uploaded
+(:class:`RocksDBUpload`), as are a materialization's MANIFEST, CURRENT and
+OPTIONS. A savepoint uploads everything into its own folder.
 
 Threads: everything but :meth:`RocksDBUpload.run` runs on the task's loop thread.
 """
@@ -37,7 +49,7 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, MutableMapping
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, MutableMapping
 
 import xxhash
 from rocksdict import (
@@ -56,12 +68,14 @@ from rocksdict import (
 from weir.runtime.errors import CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
 from weir.runtime.incremental import FileKeyed, Keyed, restore_into
 from weir.runtime.keygroups import KeyGroupRange, key_group_and_bytes
-from weir.runtime.serialization import dumps, loads
+from weir.runtime.serialization import dumps, dumps_state, loads, loads_each
 from weir.runtime.state import KeyedStateBackend
-from weir.runtime.storage import DbFile, _safe, download_file, join, upload_file
+from weir.runtime.storage import DbFile, _safe, download_file, join, read_file, upload_file
 
 _META = b"\xff\xff"  # + state id -> state name; sorts after every key group (at most 32768 of them)
 _COPY_BATCH = 10_000  # entries per WriteBatch when a restore copies ranges
+_LOG = "weir-changes-"  # + checkpoint id: a change log file (RocksDB's own names start with a digit or capital)
+_MAX_LOGS = 32  # change logs a checkpoint names before the next one materializes
 
 
 class _Gone:
@@ -119,14 +133,23 @@ def _options(settings: RocksDBSettings) -> Options:
     return options
 
 
-def _open(path: str, options: Options, read_only: bool = False) -> Rdict:
-    access = AccessType.read_only(False) if read_only else AccessType.read_write()
-    db = Rdict(path, options, access_type=access)
-    if not read_only:
-        no_log = WriteOptions()  # a restore reads checkpoints, never the local log
-        no_log.disable_wal = True  # type: ignore[method-assign,assignment]  # a property, whatever the stub says
-        db.set_write_options(no_log)
+def _open(path: str, options: Options) -> Rdict:
+    db = Rdict(path, options, access_type=AccessType.read_write())
+    no_log = WriteOptions()  # a restore reads checkpoints, never the local log
+    no_log.disable_wal = True  # type: ignore[method-assign,assignment]  # a property, whatever the stub says
+    db.set_write_options(no_log)
     return db
+
+
+def _write(db: Rdict, changes: list[tuple[bytes, bytes | None]]) -> None:
+    """``(db key, stored bytes, or None to delete)`` into ``db`` in one batch."""
+    batch = WriteBatch(raw_mode=True)
+    for db_key, raw in changes:
+        if raw is None:
+            batch.delete(db_key)
+        else:
+            batch.put(db_key, raw)
+    db.write(batch)
 
 
 def _scan(db: Rdict, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -227,6 +250,7 @@ class _Table(MutableMapping[Any, Any]):
         for group in self._backend.key_groups:
             prefix = _group(group) + self._sid
             db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
+        self._backend.stop_logging()  # a range delete is not logged: the next checkpoint materializes
 
     def drain(self, into: list[tuple[bytes, bytes | None]]) -> None:
         """The cache's changes as ``(db key, stored bytes, or None to delete)``,
@@ -274,6 +298,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._names: dict[bytes, str] = {}
         self._uploads: dict[int, RocksDBUpload] = {}  # checkpoint id -> its upload
         self._pending: list[RocksDBUpload] = []
+        self._materialized = ""  # local folder: the last materialization's RocksDB checkpoint and the logs since
+        self._materialization = 0  # its checkpoint id
+        self._log: BinaryIO | None = None  # the change log since the last checkpoint, while every change is logged
+        self._log_path = os.path.join(self.folder, "changes")
+        self._logged = 0  # bytes in the logs since the last materialization
+        self._logs = 0  # how many
 
     # ------------------------------------------------------------ state access
     def table(self, name: str) -> _Table:
@@ -288,7 +318,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     f"hashes to the same RocksDB id as state '{other}': rename one of them",
                 )
             self._names[sid] = name
-            self.db.put(_META + sid, name.encode("utf-8"))
+            self._apply([(_META + sid, name.encode("utf-8"))])
             t = self._tables[name] = _Table(self, sid)
         return t
 
@@ -338,14 +368,26 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             raise StateSerializationError(f"{self._operator} (RocksDB)", exc) from exc
         if changes:
             changes.sort()  # db keys are unique: the values are never compared
-            batch = WriteBatch(raw_mode=True)
-            for db_key, raw in changes:
-                if raw is None:
-                    batch.delete(db_key)
-                else:
-                    batch.put(db_key, raw)
-            self.db.write(batch)
+            self._apply(changes)
         self._entries_held = 0
+
+    def _apply(self, changes: list[tuple[bytes, bytes | None]]) -> None:
+        """Write ``changes`` into the database, and into the change log while logging."""
+        _write(self.db, changes)
+        if self._log is not None:
+            data = dumps_state(changes)
+            self._log.write(data)
+            self._logged += len(data)
+            if self._logged > self._config.write_buffer_bytes:  # the memtable is about full: materialize
+                self.stop_logging()
+
+    def stop_logging(self) -> None:
+        """The logs no longer hold every change since the materialization: the
+        next checkpoint materializes."""
+        if self._log is not None:
+            self._log.close()
+            os.remove(self._log_path)
+            self._log = None
 
     def scan(self, sid: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The stored entries of one state, key group by key group."""
@@ -355,14 +397,26 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     # ---------------------------------------------------------------- snapshots
     def snapshot(self, checkpoint_id: int) -> "RocksDBSnapshot":  # type: ignore[override]
-        """The synchronous part: write the cache, flush the memtable, hard-link a
-        RocksDB checkpoint; :meth:`take_uploads` hands over the upload."""
+        """The synchronous part: write the cache, then close the change log or
+        materialize, and hard-link the files into a folder of this checkpoint's;
+        :meth:`take_uploads` hands over the upload."""
         self.drop_expired()
         self.touched = set()  # the heap's delta bookkeeping: RocksDB's increments are its files
         self.write_back()
-        self.db.flush()
+        if self._log is not None and self._logs < _MAX_LOGS:
+            self._log.close()
+            if os.path.getsize(self._log_path):
+                os.rename(self._log_path, os.path.join(self._materialized, f"{_LOG}{checkpoint_id:012d}"))
+                self._logs += 1
+            else:
+                os.remove(self._log_path)
+        else:
+            self._materialize(checkpoint_id)
+        self._log = open(self._log_path, "wb")
         local = os.path.join(self.folder, f"chk-{checkpoint_id}")
-        Checkpoint(self.db).create_checkpoint(local)
+        os.mkdir(local)
+        for f in os.listdir(self._materialized):
+            os.link(os.path.join(self._materialized, f), os.path.join(local, f))
         base = self.incremental_base
         reusable: dict[str, DbFile] = {}
         if base is not None and self._config.incremental:
@@ -370,10 +424,22 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             reusable = dict(prior.uploaded) if prior is not None else {}
             for cid in [c for c in self._uploads if c < base]:
                 del self._uploads[cid]  # later barriers name this base or a newer one
-        upload = RocksDBUpload(local, self._owner, sorted(os.listdir(local)), reusable)
+        upload = RocksDBUpload(local, self._owner, sorted(os.listdir(local)), reusable, self._materialization)
         self._uploads[checkpoint_id] = upload
         self._pending.append(upload)
         return RocksDBSnapshot(self._owner, tuple(upload.names), self._live_estimate())
+
+    def _materialize(self, checkpoint_id: int) -> None:
+        """Flush the memtable and hard-link a RocksDB checkpoint, in place of the
+        last materialization and its logs."""
+        self.stop_logging()
+        self.db.flush()
+        folder = os.path.join(self.folder, f"materialized-{checkpoint_id}")
+        Checkpoint(self.db).create_checkpoint(folder)
+        if self._materialized:
+            shutil.rmtree(self._materialized)
+        self._materialized, self._materialization = folder, checkpoint_id
+        self._logged = self._logs = 0
 
     def _live_estimate(self) -> int:
         return max(0, (self.db.property_int_value("rocksdb.estimate-num-keys") or 0) - len(self._names))
@@ -393,12 +459,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self.db.close()
             shutil.rmtree(self._db_path)
             restored = snapshots[0][1]
-            restored.download(self._db_path)
-            self.db = _open(self._db_path, self._options)
+            self.db = restored.rebuilt(self._db_path, self._options)
             self._names.update(_names(self.db))
             if checkpoint_id is not None:  # as if uploaded: a checkpoint built on it names its SSTs again
                 ssts = {f.name.rsplit("/", 1)[1]: f for f in restored.files if f.name.endswith(".sst")}
-                self._uploads[checkpoint_id] = RocksDBUpload("", self._owner, [], {}, ssts)
+                self._uploads[checkpoint_id] = RocksDBUpload("", self._owner, [], {}, uploaded=ssts)
             return
         for held, keyed in snapshots:
             if isinstance(keyed, RocksDBSnapshot):
@@ -428,6 +493,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def close(self) -> None:
         """Close the database and delete its folder (which this backend created)."""
+        self.stop_logging()
         self.db.close()
         self._remove_folder()
 
@@ -444,15 +510,21 @@ class RocksDBUpload:
     (unless outside this run's shared folder: another run, one a job was restored
     from, may delete them). After a restore from a checkpoint, that checkpoint's
     SSTs are the ``uploaded`` of an upload with no files of its own.
-    ``uploaded``: once a checkpoint's upload ran, the SSTs it names (read on the
-    loop thread when a later barrier names this checkpoint as its base, which
-    happens only after it completed)."""
+    ``uploaded``: once a checkpoint's upload ran, the files it names, by
+    :meth:`reuse_key` (read on the loop thread when a later barrier names this
+    checkpoint as its base, which happens only after it completed)."""
 
     local: str
     owner: str
     files: list[str]
     reusable: dict[str, DbFile]
+    materialization: int = 0  # the checkpoint id of the materialization the files are of
     uploaded: dict[str, DbFile] = field(default_factory=dict)
+
+    def reuse_key(self, f: str) -> str:
+        """SSTs and change logs are named once in a database's life; CURRENT,
+        MANIFEST and OPTIONS once per materialization."""
+        return f if f.endswith(".sst") or f.startswith(_LOG) else f"{self.materialization}/{f}"
 
     @property
     def names(self) -> list[str]:
@@ -462,7 +534,7 @@ class RocksDBUpload:
         out = []
         try:
             for f in self.files:
-                kept = self.reusable.get(f) if shared and f.endswith(".sst") else None
+                kept = self.reusable.get(self.reuse_key(f)) if shared else None
                 if kept is None or not kept.handle.uri.startswith(folder.rstrip("/") + "/"):  # another run's may go
                     uri = join(folder, _safe(f"{prefix}-{self.owner}-{f}"))
                     kept = DbFile(f"{self.owner}/{f}", upload_file(os.path.join(self.local, f), uri))
@@ -470,7 +542,7 @@ class RocksDBUpload:
         finally:
             shutil.rmtree(self.local, ignore_errors=True)
         if shared:
-            self.uploaded = {f.name.rsplit("/", 1)[1]: f for f in out if f.name.endswith(".sst")}
+            self.uploaded = {self.reuse_key(f.name.rsplit("/", 1)[1]): f for f in out}
         return tuple(out)
 
 
@@ -493,19 +565,28 @@ class RocksDBSnapshot(FileKeyed):
             )
         return RocksDBSnapshot(self.owner, self.names, self.live_keys, tuple(by_name[n] for n in self.names))
 
-    def download(self, path: str) -> None:
-        """Its files into a new folder ``path``: a database to open."""
+    def rebuilt(self, path: str, options: Options) -> Rdict:
+        """Its database in a new folder ``path``, open: the materialization's files
+        downloaded, its change logs replayed in order."""
         os.makedirs(path, 0o700)
+        logs = []
         for f in self.files:
-            download_file(f.handle, os.path.join(path, f.name.rsplit("/", 1)[1]))
+            name = f.name.rsplit("/", 1)[1]
+            if name.startswith(_LOG):
+                logs.append((name, read_file(f.handle)))
+            else:
+                download_file(f.handle, os.path.join(path, name))
+        db = _open(path, options)
+        for _, data in sorted(logs):
+            for changes in loads_each(data):
+                _write(db, changes)
+        return db
 
     @contextlib.contextmanager
     def opened(self) -> Iterator[Rdict]:
-        """The database, downloaded into a temporary folder, open to read."""
+        """The database, rebuilt in a temporary folder, open to read."""
         with tempfile.TemporaryDirectory(prefix="weir-rocksdb-restore-") as tmp:
-            path = os.path.join(tmp, "db")
-            self.download(path)
-            db = _open(path, Options(raw_mode=True), read_only=True)
+            db = self.rebuilt(os.path.join(tmp, "db"), Options(raw_mode=True))
             try:
                 yield db
             finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import Any
+from typing import Any, Iterator
 
 import cloudpickle
 
@@ -36,3 +36,11 @@ def dumps_state(obj: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """Only for bytes weir wrote itself (deliveries, checkpoint files), never for input data."""
     return pickle.loads(data)
+
+
+def loads_each(data: bytes) -> Iterator[Any]:
+    """The objects of :func:`dumps_state` pickles written one after another (weir's
+    own bytes only, as :func:`loads`)."""
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        yield pickle.load(stream)

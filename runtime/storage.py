@@ -233,14 +233,20 @@ def upload_file(local_path: str, uri: str) -> StateHandle:
     return StateHandle(uri, hashlib.sha256(data).hexdigest(), len(data))
 
 
-def download_file(handle: StateHandle, local_path: str) -> None:
-    """The file :func:`upload_file` stored, back on the local disk, checked."""
+def read_file(handle: StateHandle) -> bytes:
+    """The bytes of a file :func:`upload_file` stored, checked."""
     try:
         data = _read_bytes(handle.uri)
     except OSError as exc:
         raise CorruptCheckpointError(handle.uri, f"cannot be read ({exc})") from None
     if len(data) != handle.size or hashlib.sha256(data).hexdigest() != handle.sha256:
         raise CorruptCheckpointError(handle.uri, "checksum mismatch")
+    return data
+
+
+def download_file(handle: StateHandle, local_path: str) -> None:
+    """The file :func:`upload_file` stored, back on the local disk, checked."""
+    data = read_file(handle)
     fd = os.open(local_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(data)

@@ -28,6 +28,8 @@ def _heap(p: int, i: int) -> KeyedStateBackend:
 
 
 OFTEN = RocksDBSettings(cache_entries=7)  # writes the cache back every few records
+# Any change outgrows the write buffer, so every checkpoint materializes (no change logs).
+MATERIALIZING = RocksDBSettings(cache_entries=7, write_buffer_bytes=1)
 
 
 def _rocks(p: int, i: int, config: RocksDBSettings = OFTEN) -> RocksDBKeyedStateBackend:
@@ -123,9 +125,9 @@ def test_rescaling_2_to_3_to_1_from_rocksdb_snapshots(tmp_path):
     _close([*two, *three, one])
 
 
-def test_a_checkpoint_uploads_only_the_ssts_its_base_did_not_name(tmp_path):
+def test_a_materializing_checkpoint_uploads_only_the_ssts_its_base_did_not_name(tmp_path):
     storage = _Storage(tmp_path)
-    b = _rocks(1, 0)
+    b = _rocks(1, 0, MATERIALIZING)
     for cid, keys in enumerate((range(100), range(100, 110), range(110, 120)), start=1):
         for key in keys:
             b.touch(key)
@@ -134,6 +136,33 @@ def test_a_checkpoint_uploads_only_the_ssts_its_base_did_not_name(tmp_path):
     ssts = [{f.handle.uri for f in storage.handles[0, cid].files if f.name.endswith(".sst")} for cid in (1, 2, 3)]
     assert ssts[0] < ssts[1] < ssts[2], "each names its base's SSTs again and adds one"
     assert all(uri.split("/")[-1].startswith("t0-1-") for uri in ssts[0]), "uploaded once, by checkpoint 1"
+    b.close()
+
+
+def test_between_materializations_a_checkpoint_uploads_one_change_log_and_a_restore_replays_them(tmp_path):
+    storage = _Storage(tmp_path)
+    b = _rocks(1, 0, RocksDBSettings(cache_entries=7, write_buffer_bytes=4_000))
+    intervals = (range(100), range(100, 110), range(110, 120), range(120, 400), range(400, 410))
+    snaps = []
+    for cid, keys in enumerate(intervals, start=1):
+        for key in keys:
+            b.touch(key)
+            keyed_state(b, ValueStateDescriptor("v")).update(key * 2)
+        snaps.append(storage.checkpoint(b, 0, cid, base=cid - 1 if cid > 1 else None))
+    files = {cid: {f.name.split("/")[1]: f.handle.uri for f in storage.handles[0, cid].files} for cid in range(1, 6)}
+    uploaded = {cid: {n for n, uri in files[cid].items() if f"/t0-{cid}-" in uri} for cid in files}
+    assert any(n.endswith(".sst") for n in uploaded[1]) and not any(n.startswith("weir-changes-") for n in files[1])
+    assert uploaded[2] == {"weir-changes-000000000002"}, "the materialization's files are named again"
+    assert uploaded[3] == {"weir-changes-000000000003"} and files[3].items() > files[2].items()
+    # 280 changes outgrow the 4,000-byte write buffer: checkpoint 4 materializes, on checkpoint 1's SSTs
+    assert not any(n.startswith("weir-changes-") for n in files[4]) and any(n.endswith(".sst") for n in uploaded[4])
+    assert {n: u for n, u in files[1].items() if n.endswith(".sst")}.items() <= files[4].items()
+    assert uploaded[5] == {"weir-changes-000000000005"}
+    for cid, through in ((3, 120), (5, 410)):
+        new = _rocks(1, 0)
+        new.restore([(b.key_groups, snaps[cid - 1])], checkpoint_id=cid)
+        assert dict(new.table("v").items()) == {k: k * 2 for k in range(through)}, f"checkpoint {cid}"
+        new.close()
     b.close()
 
 
@@ -151,7 +180,7 @@ def test_without_incremental_checkpoints_every_checkpoint_uploads_everything(tmp
 def test_an_sst_a_retained_checkpoint_names_survives_the_discard_of_the_checkpoint_that_uploaded_it(tmp_path):
     storage = _Storage(tmp_path)
     shared = SharedFiles(storage.shared)
-    b = _rocks(1, 0)
+    b = _rocks(1, 0, MATERIALIZING)
     for cid in (1, 2):
         b.touch(cid)
         keyed_state(b, ValueStateDescriptor("v")).update(cid)
