@@ -17,7 +17,7 @@ from typing import Any, Callable
 import cloudpickle
 
 from weir.runtime.errors import KeySelectionError, RecordSerializationError
-from weir.runtime.keygroups import key_group_for, operator_index_for_key_group
+from weir.runtime.keygroups import key_group_for, key_groups_for, operator_index_for_key_group
 from weir.runtime.serialization import dumps, loads
 
 Send = Callable[[int, int, bytes], None]  # (channel, seq, payload)
@@ -134,21 +134,27 @@ class KeyGroupPartitioner(Partitioner):
         except TypeError:  # an unhashable key: the stable hash below says which
             chans = [None] * len(keys)
         if None in chans:
-            for i, ch in enumerate(chans):
-                if ch is None:
-                    chans[i] = self._channel_for_new_key(keys[i], channels, records[i])
+            self._route_new_keys(records, keys, chans, channels)
         return _split(records, timestamps, chans, channels)
 
-    def _channel_for_new_key(self, key: Any, channels: int, record: Any) -> int:
+    def _route_new_keys(self, records: list[Any], keys: list[Any], chans: list[Any], channels: int) -> None:
+        """Fill in ``chans`` where it is None, hashing those keys in one go, and cache them."""
+        new = [i for i, ch in enumerate(chans) if ch is None]
         try:
-            kg = key_group_for(key, self._max_parallelism)
-        except TypeError as exc:
-            raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
-        ch = operator_index_for_key_group(self._max_parallelism, channels, kg)
-        if len(self._cache) >= self._CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[key] = ch
-        return ch
+            groups = key_groups_for([keys[i] for i in new], self._max_parallelism)
+        except TypeError:
+            for i in new:  # the first key without a stable hash names its record
+                try:
+                    key_group_for(keys[i], self._max_parallelism)
+                except TypeError as exc:
+                    raise KeySelectionError(self._operator, "key selector", exc, records[i], True) from exc
+            raise
+        cache = self._cache
+        if len(cache) + len(new) > self._CACHE_LIMIT:
+            cache.clear()
+        for i, kg in zip(new, groups):
+            ch = chans[i] = operator_index_for_key_group(self._max_parallelism, channels, kg)
+            cache[keys[i]] = ch
 
 
 def _split(
