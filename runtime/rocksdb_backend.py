@@ -135,7 +135,7 @@ def _options(settings: RocksDBSettings) -> Options:
 
 def _open(path: str, options: Options) -> Rdict:
     db = Rdict(path, options, access_type=AccessType.read_write())
-    no_log = WriteOptions()  # a restore reads checkpoints, never the local log
+    no_log = WriteOptions()  # no RocksDB write-ahead log: a restore reads checkpoints (with weir's change logs)
     no_log.disable_wal = True  # type: ignore[method-assign,assignment]  # a property, whatever the stub says
     db.set_write_options(no_log)
     return db

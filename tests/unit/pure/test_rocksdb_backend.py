@@ -166,6 +166,25 @@ def test_between_materializations_a_checkpoint_uploads_one_change_log_and_a_rest
     b.close()
 
 
+def test_a_state_cleared_whole_between_checkpoints_stays_cleared_after_a_restore(tmp_path):
+    """A whole table's clear is a range delete, which the change log does not hold:
+    the next checkpoint materializes instead of naming logs that would bring the keys back."""
+    storage = _Storage(tmp_path)
+    b = _rocks(1, 0)
+    snaps = []
+    for cid in (1, 2, 3):
+        for key in range(10 * cid):
+            b.touch(key)
+            keyed_state(b, ValueStateDescriptor("v")).update(key)
+        if cid == 3:
+            b.table("v").clear()
+        snaps.append(storage.checkpoint(b, 0, cid, base=cid - 1 if cid > 1 else None))
+    new = _rocks(1, 0)
+    new.restore([(b.key_groups, snaps[-1])], checkpoint_id=3)
+    assert dict(new.table("v").items()) == {}
+    _close([new, b])
+
+
 def test_without_incremental_checkpoints_every_checkpoint_uploads_everything(tmp_path):
     storage = _Storage(tmp_path)
     b = _rocks(1, 0, RocksDBSettings(incremental=False))
