@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray import cloudpickle  # keeps each function's file name: a user's traceback shows its source lines
@@ -175,6 +175,8 @@ class RayGateway:
             Any, tuple[str, Any]
         ] = {}  # endpoint() call -> (shape key, slot) of a reserved slot starting
         self._stopped = threading.Event()  # the job is cancelled: deploys give up
+        self._wake: Callable[[], None] = lambda: None
+        self._exited = threading.Event()  # a run() call ended since the last poll
 
     def reserve(self, graph: JobGraph) -> bool:
         """Slots for every task of ``graph`` (a rescale about to deploy it): lease
@@ -253,7 +255,17 @@ class RayGateway:
         self.actors = {**self.actors, **actors}
         self._attempts.update({d.key: d.attempt for d in deployments})
         self._ended -= set(actors)
-        self._runs.update({actors[d.key].run.remote(d.attempt): d.key for d in deployments})
+        runs = {actors[d.key].run.remote(d.attempt): d.key for d in deployments}
+        self._runs.update(runs)
+        for ref in runs:  # the end is heard when it comes, not polled for
+            ref.future().add_done_callback(self._on_run_done)
+
+    def _on_run_done(self, _: Any) -> None:
+        self._exited.set()
+        self._wake()
+
+    def on_exit(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
 
     def stop_deploying(self) -> None:
         self._stopped.set()
@@ -373,8 +385,9 @@ class RayGateway:
 
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         out = self._lost_events()
-        if not self._runs:
+        if not self._runs or not self._exited.is_set():
             return out
+        self._exited.clear()  # before the wait: a run ending during it wakes the next poll
         ready, _ = ray.wait(list(self._runs), num_returns=len(self._runs), timeout=0)
         for ref in ready:
             key = self._runs.pop(ref)
@@ -452,7 +465,6 @@ class JobCoordinator:
     # Letters of a recovering coordinator's tasks carry attempts from here on, so
     # none from before the takeover can pass for one of the new attempt.
     ATTEMPTS_PER_INCARNATION = 1_000_000
-    TICK_S = 0.01  # a task's exit is seen this soon (a bounded job's end waits for it)
 
     def __init__(self) -> None:
         self._jobs: dict[str, _HostedJob] = {}
@@ -516,7 +528,6 @@ class JobCoordinator:
                 recovering=recovering,
                 first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
                 on_end=lambda status: self._ended(hosted),
-                tick_s=self.TICK_S,
                 deploy_io=OffLoopThread(graph.name, "task deployment"),
             ),
         )

@@ -69,6 +69,10 @@ class TaskGateway(Protocol):
     def poll_exits(self) -> list[tuple[TaskKey, TaskResult]]:
         """Tasks of the current attempt that ended since the last poll, and how."""
 
+    def on_exit(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` (from any thread) when a task ends: the job master then
+        polls at once, so it need not poll often to see a job's end soon."""
+
     def metrics(self) -> list[dict[str, Any]]:
         """Per-task counters of the current attempt (see ``StreamTask.metrics``)."""
 

@@ -62,6 +62,7 @@ from weir.runtime.letters import (
     Request,
     RescaleJob,
     StopJob,
+    TaskExited,
     TriggerSavepoint,
     ask,
     close_refusing,
@@ -82,11 +83,15 @@ class JobMaster:
     """A job's master for one run (see the module's docstring); ``options``: how it is wired."""
 
     CANCEL_TIMEOUT_S = 10.0  # tasks that do not close by then (a blocked user function) are killed
+    # The longest the loop waits for a letter before what time brings (a checkpoint
+    # due, a restart's delay over, a timeout): a task's exit wakes it at once.
+    TICK_S = 0.05
 
     def __init__(self, graph: JobGraph, gateway: TaskGateway, options: MasterOptions | None = None) -> None:
         o = options or MasterOptions()
         self.graph, self.gateway, self.clock, self.recovering = graph, gateway, o.clock, o.recovering
         self.mailbox = Mailbox(0)
+        gateway.on_exit(lambda: self._post(TaskExited()))
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
         self.life = JobLifecycle(graph.name, self.storage, o.clock)
         self.coordinators = OperatorCoordinators(
@@ -105,7 +110,7 @@ class JobMaster:
         self._cancel_requested: float | None = None
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
-        self._on_end, self._tick_s = o.on_end, o.tick_s
+        self._on_end = o.on_end
         self._held: list[Any] = []  # letters that came while a deploy ran
         self.final_metrics: list[dict[str, Any]] = []
         self.view = JobView([], [])
@@ -115,7 +120,7 @@ class JobMaster:
         try:
             self.start()
             while not self.status.is_terminal:
-                letter = self.mailbox.take(self._tick_s)
+                letter = self.mailbox.take(self.TICK_S)
                 if letter is not None:
                     self._handle(letter)
                 self._tick()
@@ -225,6 +230,8 @@ class JobMaster:
             self._on_metadata_written(letter)
         elif isinstance(letter, CoordinatorCallDone):
             self.coordinators.on_call_done(letter, self.clock())
+        elif isinstance(letter, TaskExited):
+            pass  # the tick after this letter polls the exits
         elif not self.tasks.is_current(letter.task, letter.attempt):
             return  # from a previous attempt of its task
         elif isinstance(letter, Ack):

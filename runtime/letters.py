@@ -65,6 +65,11 @@ class CancelJob:
 
 
 @dataclass(frozen=True)
+class TaskExited:
+    """A task ended (the gateway's wake-up): the tick after it polls the exits."""
+
+
+@dataclass(frozen=True)
 class MetadataWritten:
     """The storage thread wrote a checkpoint's metadata (``error``: or failed to)."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 
@@ -60,6 +60,7 @@ class LocalGateway:
         self.attempts: dict[TaskKey, int] = {}  # each task's current attempt: only it reports
         self._threads: dict[TaskKey, threading.Thread] = {}
         self._exits: list[tuple[TaskKey, TaskResult]] = []
+        self._wake: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
         # Counted and notified whenever the job master tells the tasks something
         # (a deployment, a letter, a kill) or a task ends: what a waiting client
@@ -88,6 +89,7 @@ class LocalGateway:
             if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
             self._change()
+        self._wake()
 
     def send(self, task: TaskKey, letter: TaskLetter) -> None:
         t = self.tasks.get(task)
@@ -150,6 +152,9 @@ class LocalGateway:
         with self._lock:
             out, self._exits = self._exits, []
         return out
+
+    def on_exit(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
 
     def metrics(self) -> list[dict[str, Any]]:
         return [t.metrics() for t in self.tasks.values()]

@@ -20,9 +20,7 @@ class MasterOptions:
     what the valve prevents). ``first_attempt``: attempts are numbered after it (a
     coordinator taking a job over starts above its predecessor's). ``on_end``:
     records the job's end where a restarted job master would look, before the end
-    is reported to anyone (an ended job never runs again). ``tick_s``: the longest
-    the loop waits for a letter before it polls the gateway for task exits (how
-    soon a task's exit is seen). ``storage_io``, ``coordinator_io``, ``deploy_io``:
+    is reported to anyone (an ended job never runs again). ``storage_io``, ``coordinator_io``, ``deploy_io``:
     where storage writes (default: an :class:`~weir.runtime.off_loop.OffLoopThread`),
     coordinators' async calls (default: two threads) and deploys (default: at
     once) run. ``restart_jitter``: draws where each restart delay falls in its
@@ -33,7 +31,6 @@ class MasterOptions:
     event_valve: bool = True
     first_attempt: int = 0
     on_end: Callable[[JobStatus], None] | None = None
-    tick_s: float = 0.05
     storage_io: Callable[[Work], None] | None = None
     coordinator_io: Callable[[Work], None] | None = None
     restart_jitter: random.Random | None = None
