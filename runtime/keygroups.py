@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 import xxhash
 
@@ -58,10 +59,12 @@ def key_groups_for(keys: list[object], max_parallelism: int) -> list[int]:
     return [_xxh(_key_bytes(k)) % max_parallelism for k in keys]
 
 
-def key_group_and_bytes(key: object, max_parallelism: int) -> tuple[int, bytes]:
-    """The key group of ``key`` and its stable bytes (what a store keys it by), encoded once."""
-    encoded = _key_bytes(key)
-    return _xxh(encoded) % max_parallelism, encoded
+def prefixed_keys(keys: Iterable[object], prefixes: Sequence[bytes]) -> list[bytes]:
+    """Each key's stable bytes (what a store keys it by) behind the prefix of its
+    key group, ``prefixes[g]`` for group ``g`` of ``len(prefixes)`` (the max
+    parallelism), in one loop."""
+    groups = len(prefixes)
+    return [prefixes[_xxh(encoded) % groups] + encoded for encoded in map(_key_bytes, keys)]
 
 
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:

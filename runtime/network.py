@@ -118,11 +118,14 @@ class KeyGroupPartitioner(Partitioner):
         self._operator = operator
         self._cache: dict[Any, int] = {}
         self._cache_channels = 0
+        self._owners: list[int] = []  # key group -> channel, for the cache's channel count
 
     def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
         if channels != self._cache_channels:
             self._cache.clear()
             self._cache_channels = channels
+            maxp = self._max_parallelism
+            self._owners = [operator_index_for_key_group(maxp, channels, g) for g in range(maxp)]
         # The per-record steps run in C (map), the slow path only for new keys.
         keys: list[Any] = []
         try:
@@ -134,14 +137,15 @@ class KeyGroupPartitioner(Partitioner):
         except TypeError:  # an unhashable key: the stable hash below says which
             chans = [None] * len(keys)
         if None in chans:
-            self._route_new_keys(records, keys, chans, channels)
+            self._route_new_keys(records, keys, chans)
         return _split(records, timestamps, chans, channels)
 
-    def _route_new_keys(self, records: list[Any], keys: list[Any], chans: list[Any], channels: int) -> None:
+    def _route_new_keys(self, records: list[Any], keys: list[Any], chans: list[Any]) -> None:
         """Fill in ``chans`` where it is None, hashing those keys in one go, and cache them."""
         new = [i for i, ch in enumerate(chans) if ch is None]
+        new_keys = [keys[i] for i in new]
         try:
-            groups = key_groups_for([keys[i] for i in new], self._max_parallelism)
+            groups = key_groups_for(new_keys, self._max_parallelism)
         except TypeError:
             for i in new:  # the first key without a stable hash names its record
                 try:
@@ -149,12 +153,13 @@ class KeyGroupPartitioner(Partitioner):
                 except TypeError as exc:
                     raise KeySelectionError(self._operator, "key selector", exc, records[i], True) from exc
             raise
-        cache = self._cache
-        if len(cache) + len(new) > self._CACHE_LIMIT:
-            cache.clear()
-        for i, kg in zip(new, groups):
-            ch = chans[i] = operator_index_for_key_group(self._max_parallelism, channels, kg)
-            cache[keys[i]] = ch
+        owners = self._owners
+        routed = [owners[g] for g in groups]
+        for i, ch in zip(new, routed):
+            chans[i] = ch
+        if len(self._cache) + len(new) > self._CACHE_LIMIT:
+            self._cache.clear()
+        self._cache.update(zip(new_keys, routed))
 
 
 def _split(

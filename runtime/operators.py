@@ -615,7 +615,8 @@ class KeyedReduceOperator(_KeyedUdfOperator):
                 except Exception as exc:
                     raise self.fail("reduce function", exc, r, True) from exc
             values[k] = r
-            touched(k)
+            if touched is not None:
+                touched(k)
             append(r)
         if self._final_only:
             self._timed = self._timed or timestamps is not None

@@ -44,6 +44,7 @@ Threads: everything but :meth:`RocksDBUpload.run` runs on the task's loop thread
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import shutil
 import tempfile
@@ -67,8 +68,8 @@ from rocksdict import (
 
 from weir.runtime.errors import CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
 from weir.runtime.incremental import FileKeyed, Keyed, restore_into
-from weir.runtime.keygroups import KeyGroupRange, key_group_and_bytes
-from weir.runtime.serialization import dumps, dumps_state, loads, loads_each
+from weir.runtime.keygroups import KeyGroupRange, prefixed_keys
+from weir.runtime.serialization import dumps_each, dumps_state, loads, loads_each
 from weir.runtime.state import KeyedStateBackend
 from weir.runtime.storage import DbFile, _safe, download_file, join, read_file, upload_file
 
@@ -89,6 +90,7 @@ class _Absent:
 _GONE = _Gone()
 _ABSENT = _Absent()
 _MISSING = object()
+_DB_KEY = operator.itemgetter(0)
 
 
 def state_id(name: str) -> bytes:
@@ -174,13 +176,17 @@ class _Table(MutableMapping[Any, Any]):
         self._sid = sid
         self.cache: dict[Any, Any] = {}
         self.held_keys: dict[Any, bytes] = {}  # of the keys read since the last write-back: encoded once
+        self._prefixes = [_group(g) + sid for g in range(backend.max_parallelism)]
+
+    def _db_keys(self, keys: list[Any]) -> list[bytes]:
+        """The db keys of ``keys``, held until the next write-back."""
+        db_keys = prefixed_keys(keys, self._prefixes)
+        self.held_keys.update(zip(keys, db_keys))
+        return db_keys
 
     def _db_key(self, key: Any) -> bytes:
         db_key = self.held_keys.get(key)
-        if db_key is None:
-            group, encoded = key_group_and_bytes(key, self._backend.max_parallelism)
-            db_key = self.held_keys[key] = _group(group) + self._sid + encoded
-        return db_key
+        return self._db_keys([key])[0] if db_key is None else db_key
 
     def get(self, key: Any, default: Any = None) -> Any:
         value = self.cache.get(key, _MISSING)
@@ -196,7 +202,8 @@ class _Table(MutableMapping[Any, Any]):
         cache = self.cache
         todo = [k for k in dict.fromkeys(keys) if k not in cache]
         if todo:
-            found = self._backend.db.get([self._db_key(k) for k in todo]) or []  # a list for a list
+            db_keys: list[Any] = self._db_keys(todo)  # rocksdict's stub wants a list of any key type
+            found = self._backend.db.get(db_keys) or []  # a list for a list
             for key, raw in zip(todo, found):
                 cache[key] = _ABSENT if raw is None else loads(raw)[1]
 
@@ -255,13 +262,12 @@ class _Table(MutableMapping[Any, Any]):
     def drain(self, into: list[tuple[bytes, bytes | None]]) -> None:
         """The cache's changes as ``(db key, stored bytes, or None to delete)``,
         appended to ``into``; the cache is emptied."""
-        db_key = self._db_key
-        for key, value in self.cache.items():
-            if value is _GONE:
-                into.append((db_key(key), None))
-            elif value is not _ABSENT:
-                into.append((db_key(key), dumps((key, value))))
-        self.cache.clear()
+        cache, held = self.cache, self.held_keys
+        self._db_keys([k for k in cache if k not in held])  # those set without a read
+        kept = [(k, v) for k, v in cache.items() if v is not _GONE and v is not _ABSENT]
+        into.extend(zip([held[k] for k, _ in kept], dumps_each(kept)))
+        into.extend((held[k], None) for k, v in cache.items() if v is _GONE)
+        cache.clear()
         self.held_keys.clear()
 
 
@@ -324,15 +330,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def touch(self, key: Any) -> None:
         self.current_key = key
-        self._between_records(key)
-
-    def changed_hook(self) -> Callable[[Any], None]:
-        return self._between_records
-
-    def _between_records(self, key: Any) -> None:
         self._entries_held += len(self._tables)
         if self._entries_held > self._cache_bound:
             self._write_back_if_full()
+
+    def changed_hook(self) -> None:
+        """Nothing to do per key: :meth:`read_ahead` counted the batch's entries
+        (and wrote the cache back first if they would not fit)."""
+        return None
 
     def _write_back_if_full(self, coming: int = 0) -> None:
         """Count the cache's entries (the running count only bounds them: a hot key
@@ -367,7 +372,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         except Exception as exc:
             raise StateSerializationError(f"{self._operator} (RocksDB)", exc) from exc
         if changes:
-            changes.sort()  # db keys are unique: the values are never compared
+            changes.sort(key=_DB_KEY)  # by the key alone: half the time of comparing tuples
             self._apply(changes)
         self._entries_held = 0
 

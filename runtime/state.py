@@ -370,9 +370,10 @@ class KeyedStateBackend:
         self.current_key = key
         self.touched.add(key)
 
-    def changed_hook(self) -> Callable[[Any], None]:
-        """What a hot loop that reads tables itself (a keyed reduce) calls with each
-        key after its record: :meth:`touch` without setting the current key."""
+    def changed_hook(self) -> Callable[[Any], None] | None:
+        """What a hot loop that reads tables itself (a keyed reduce, after
+        :meth:`read_ahead` of its batch) calls with each key after its record:
+        :meth:`touch` without setting the current key; None when nothing is due."""
         return self.touched.add
 
     def read_ahead(self, records: list[Any], key_of: Callable[[Any], Any]) -> None:
