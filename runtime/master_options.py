@@ -20,11 +20,12 @@ class MasterOptions:
     what the valve prevents). ``first_attempt``: attempts are numbered after it (a
     coordinator taking a job over starts above its predecessor's). ``on_end``:
     records the job's end where a restarted job master would look, before the end
-    is reported to anyone (an ended job never runs again). ``storage_io``, ``coordinator_io``, ``deploy_io``:
-    where storage writes (default: an :class:`~weir.runtime.off_loop.OffLoopThread`),
-    coordinators' async calls (default: two threads) and deploys (default: at
-    once) run. ``restart_jitter``: draws where each restart delay falls in its
-    jitter band (a seeded one replays)."""
+    is reported to anyone (an ended job never runs again). ``storage_io``,
+    ``coordinator_io``, ``deploy_io``: where storage writes (default: an
+    :class:`~weir.runtime.off_loop.OffLoopThread`), coordinators' async calls
+    (default: two threads) and deploys (default: at once) run.
+    ``restart_jitter``: draws where each restart delay falls in its jitter band
+    (a seeded one replays)."""
 
     clock: Callable[[], float] = time.monotonic
     recovering: bool = False
