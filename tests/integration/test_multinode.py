@@ -166,13 +166,18 @@ def _stop_head(head: subprocess.Popen) -> None:
             head.wait(30)
 
 
-def _job_server_up(head: subprocess.Popen, address: str, client: dict[str, str]) -> bool:
-    """Whether the head's job server answers; False once the head exited first."""
+def _head_up(head: subprocess.Popen, log: pathlib.Path, address: str, client: dict[str, str]) -> bool:
+    """Whether the head finished its start-up (``ray start`` said so: its job server
+    can answer before ``ray start`` gives up waiting 30 s for the node to register,
+    and then exits) and its job server answers; False once the head exited first."""
     deadline = time.monotonic() + 240  # a head starting beside the suite on 2 cores has taken over 120 s
-    while subprocess.run([RAY, "job", "list", "--address", address], env=client, capture_output=True).returncode:
+    while (
+        "Ray runtime started." not in log.read_text()
+        or subprocess.run([RAY, "job", "list", "--address", address], env=client, capture_output=True).returncode
+    ):
         if head.poll() is not None:
             return False
-        assert time.monotonic() < deadline, "the head's job server did not come up within 240 s"
+        assert time.monotonic() < deadline, "the head did not start with a job server that answers within 240 s"
         time.sleep(1)
     return True
 
@@ -189,15 +194,16 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
     (node / ".ray").mkdir(parents=True)
     shutil.copy(user / ".ray" / "auth_token", node / ".ray" / "auth_token")  # the yaml's file_mounts
     client = {**_env(), "HOME": str(user)}  # the user's machine, with the token
-    # Ray's own start-up waits (a raylet's for its agents) have killed the head under
-    # the suite's load on 2 cores: a head that exits before its job server answers is
-    # started once more. Two exits fail the test with both heads' logs.
+    # Ray's own start-up waits (a raylet's for its agents, `ray start`'s 30 s for the
+    # node to register) have killed the head under the suite's load on 2 cores: a
+    # head that exits before its start-up is done is started once more. Two exits
+    # fail the test with both heads' logs.
     exits = []
     for attempt in (1, 2):
         log = tmp_path / f"head-{attempt}.log"
         head, temp, address = _start_head(node, log)
         try:
-            if _job_server_up(head, address, client):
+            if _head_up(head, log, address, client):
                 break
         except BaseException:
             _stop_head(head)
@@ -205,7 +211,7 @@ def test_ray_job_submit_to_a_cluster_started_by_the_yamls_command_from_an_empty_
         exits.append(log.read_text()[-3000:] + _head_logs(temp))
         _stop_head(head)
     else:
-        pytest.fail("the yaml's head command exited before its job server came up, twice:\n" + "\n=====\n".join(exits))
+        pytest.fail("the yaml's head command exited before its start-up was done, twice:\n" + "\n=====\n".join(exits))
     try:
         out = str(tmp_path / "out")
         deadline = time.monotonic() + 120  # the agent's own wait, after the job server's
