@@ -576,6 +576,15 @@ class _KeyedUdfOperator(UdfOperator):
     def _key_failed(self, exc: Exception, record: Any) -> KeySelectionError:
         return KeySelectionError(self.name, "key selector", exc, record, True)
 
+    def _keys(self, records: list[Any], key_of: Callable[[Any], Any]) -> list[Any]:
+        """The key of each record, in one loop in C; a key selector that fails names its record."""
+        keys: list[Any] = []
+        try:
+            keys.extend(map(key_of, records))
+        except Exception as exc:  # extend kept the keys before the failing record
+            raise self._key_failed(exc, records[len(keys)]) from exc
+        return keys
+
 
 class KeyedReduceOperator(_KeyedUdfOperator):
     """Reduce per key, each key's aggregate kept as keyed state. STREAMING: a
@@ -597,17 +606,16 @@ class KeyedReduceOperator(_KeyedUdfOperator):
         values = self._values
         get = values.get
         touched = self.keyed_backend.changed_hook()  # type: ignore[union-attr]
-        key_of = self.key_selector
-        self.keyed_backend.read_ahead(records, key_of)  # type: ignore[union-attr]
+        keys = self._keys(records, self.key_selector)
+        self.keyed_backend.read_ahead(keys)  # type: ignore[union-attr]
         f = self.call
         missing = _MISSING
         out: list[Any] = []
         append = out.append
-        for r in records:
+        for k, r in zip(keys, records):
             try:
-                k = key_of(r)
                 prev = get(k, missing)
-            except Exception as exc:
+            except Exception as exc:  # an unhashable key
                 raise self._key_failed(exc, r) from exc
             if prev is not missing:
                 try:
@@ -719,14 +727,16 @@ class KeyedProcessOperator(TimerOperator):
         backend = self.keyed_backend
         assert backend is not None
         emitted = Emitted(timestamps is not None)
+        keys = None
         if key_of is None:
             backend.current_key = NO_KEY
         else:
-            backend.read_ahead(records, key_of)
+            keys = self._keys(records, key_of)
+            backend.read_ahead(keys)
         for i, r in enumerate(records):
-            if key_of is not None:
+            if keys is not None:
+                k = keys[i]
                 try:
-                    k = key_of(r)
                     hash(k)
                 except Exception as exc:
                     raise self._key_failed(exc, r) from exc

@@ -43,8 +43,8 @@ Threads: everything but :meth:`RocksDBUpload.run` runs on the task's loop thread
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import operator
 import os
 import shutil
 import tempfile
@@ -83,14 +83,8 @@ class _Gone:
     """A cached key removed since the last write-back."""
 
 
-class _Absent:
-    """A cached key read ahead and not stored: nothing to write back."""
-
-
 _GONE = _Gone()
-_ABSENT = _Absent()
 _MISSING = object()
-_DB_KEY = operator.itemgetter(0)
 
 
 def state_id(name: str) -> bytes:
@@ -147,15 +141,37 @@ def _open(path: str, options: Options) -> Rdict:
     return db
 
 
-def _write(db: Rdict, changes: list[tuple[bytes, bytes | None]]) -> None:
-    """``(db key, stored bytes, or None to delete)`` into ``db`` in one batch."""
-    batch = WriteBatch(raw_mode=True)
-    for db_key, raw in changes:
-        if raw is None:
+@dataclass
+class Changes:
+    """Entries to write, of distinct keys: ``values[i]`` under ``keys[i]``, and
+    ``deletes``. Parallel lists rather than pairs, so that filling, logging and
+    writing them each run as one loop in C."""
+
+    keys: list[bytes] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)
+    deletes: list[bytes] = field(default_factory=list)
+
+    def write(self, db: Rdict) -> None:
+        """Into ``db`` in one batch, in key order: sorted inserts into the memtable
+        take half the time of scattered ones (1.2-1.5 against 2.3-2.8 us each here)."""
+        batch = WriteBatch(raw_mode=True)
+        keys, values = self.keys, self.values
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        collections.deque(map(batch.put, map(keys.__getitem__, order), map(values.__getitem__, order)), 0)
+        for db_key in self.deletes:
             batch.delete(db_key)
-        else:
-            batch.put(db_key, raw)
-    db.write(batch)
+        db.write(batch)
+
+    def dumps(self) -> bytes:
+        """For a change log (in the order filled: pickling follows memory, twice as
+        fast as in key order)."""
+        return dumps_state((self.keys, self.values, self.deletes))
+
+    @classmethod
+    def loads_each(cls, log: bytes) -> "Iterator[Changes]":
+        """The changes :meth:`dumps` wrote one after another into ``log`` (weir's own file)."""
+        for keys, values, deletes in loads_each(log):
+            yield cls(keys, values, deletes)
 
 
 def _scan(db: Rdict, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -179,7 +195,9 @@ class _Table(MutableMapping[Any, Any]):
         self._backend = backend
         self._sid = sid
         self.cache: dict[Any, Any] = {}
+        self.absent: set[Any] = set()  # keys read since the last write-back and not stored (unless cached since)
         self.held_keys: dict[Any, bytes] = {}  # of the keys read since the last write-back: encoded once
+        self._gone = 0  # pops since the last write-back: the cache may hold _GONE
         self._prefixes = [_group(g) + sid for g in range(backend.max_parallelism)]
 
     def _db_keys(self, keys: list[Any]) -> list[bytes]:
@@ -195,21 +213,27 @@ class _Table(MutableMapping[Any, Any]):
     def get(self, key: Any, default: Any = None) -> Any:
         value = self.cache.get(key, _MISSING)
         if value is _MISSING:
+            if key in self.absent:
+                return default
             raw = self._backend.db.get(self._db_key(key))
             if raw is None:
+                self.absent.add(key)
                 return default
             value = self.cache[key] = loads(raw)[1]
-        return default if value is _GONE or value is _ABSENT else value
+        return default if value is _GONE else value
 
     def read_ahead(self, keys: list[Any]) -> None:
         """The entries of ``keys`` not cached, read in one multi-get into the cache."""
-        cache = self.cache
-        todo = [k for k in dict.fromkeys(keys) if k not in cache]
+        cache, absent = self.cache, self.absent
+        todo = [k for k in dict.fromkeys(keys) if k not in cache and k not in absent]
         if todo:
             db_keys: list[Any] = self._db_keys(todo)  # rocksdict's stub wants a list of any key type
             found = self._backend.db.get(db_keys) or []  # a list for a list
             for key, raw in zip(todo, found):
-                cache[key] = _ABSENT if raw is None else loads(raw)[1]
+                if raw is None:
+                    absent.add(key)
+                else:
+                    cache[key] = loads(raw)[1]
 
     def __getitem__(self, key: Any) -> Any:
         value = self.get(key, _MISSING)
@@ -229,6 +253,7 @@ class _Table(MutableMapping[Any, Any]):
         if value is _MISSING:
             return default
         self.cache[key] = _GONE
+        self._gone += 1
         return value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
@@ -242,7 +267,7 @@ class _Table(MutableMapping[Any, Any]):
 
     def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
         cache = self.cache
-        out = [(k, v) for k, v in cache.items() if v is not _GONE and v is not _ABSENT]
+        out = [(k, v) for k, v in cache.items() if v is not _GONE]
         for _, raw in self._backend.scan(self._sid):
             key, value = loads(raw)
             if key not in cache:
@@ -263,16 +288,24 @@ class _Table(MutableMapping[Any, Any]):
             db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
         self._backend.stop_logging()  # a range delete is not logged: the next checkpoint materializes
 
-    def drain(self, into: list[tuple[bytes, bytes | None]]) -> None:
-        """The cache's changes as ``(db key, stored bytes, or None to delete)``,
-        appended to ``into``; the cache is emptied."""
+    def drain(self, changes: Changes) -> None:
+        """The cache's entries into ``changes``; the cache is emptied. Without a
+        pop since the last drain, every step is one loop in C."""
         cache, held = self.cache, self.held_keys
-        self._db_keys([k for k in cache if k not in held])  # those set without a read
-        kept = [(k, v) for k, v in cache.items() if v is not _GONE and v is not _ABSENT]
-        into.extend(zip([held[k] for k, _ in kept], dumps_each(kept)))
-        into.extend((held[k], None) for k, v in cache.items() if v is _GONE)
+        if not cache.keys() <= held.keys():
+            self._db_keys([k for k in cache if k not in held])  # those set without a read
+        if self._gone:
+            kept = [(k, v) for k, v in cache.items() if v is not _GONE]
+            changes.keys.extend([held[k] for k, _ in kept])
+            changes.deletes.extend([held[k] for k, v in cache.items() if v is _GONE])
+        else:
+            kept = list(cache.items())
+            changes.keys.extend(map(held.__getitem__, cache))
+        changes.values.extend(dumps_each(kept))
         cache.clear()
-        self.held_keys.clear()
+        self.absent.clear()
+        held.clear()
+        self._gone = 0
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -328,7 +361,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     f"hashes to the same RocksDB id as state '{other}': rename one of them",
                 )
             self._names[sid] = name
-            self._apply([(_META + sid, name.encode("utf-8"))])
+            self._apply(Changes([_META + sid], [name.encode("utf-8")]))
             t = self._tables[name] = _Table(self, sid)
         return t
 
@@ -351,40 +384,36 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if self._entries_held + coming > self._cache_bound:
             self.write_back()
 
-    def read_ahead(self, records: list[Any], key_of: Callable[[Any], Any]) -> None:
-        """Every table's entries of the records' keys, read in one multi-get per
-        table (a record whose key fails is left to the loop, which names it)."""
-        coming = len(records) * len(self._tables)
+    def read_ahead(self, keys: list[Any]) -> None:
+        """Every table's entries of ``keys``, read in one multi-get per table (a
+        key without stable bytes is left to the loop, which names its record)."""
+        coming = len(keys) * len(self._tables)
         if self._entries_held + coming > self._cache_bound:
             self._write_back_if_full(coming)
         self._entries_held += coming
         try:
-            keys = [key_of(r) for r in records]
             for t in self._tables.values():
                 t.read_ahead(keys)
         except Exception:  # the loop raises it for the record at fault
             return
 
     def write_back(self) -> None:
-        """The write-back cache into RocksDB, in one batch (only between records),
-        in key order: sorted inserts into the memtable take half the time of
-        scattered ones (2.3-2.8 against 1.2-1.5 us each here)."""
-        changes: list[tuple[bytes, bytes | None]] = []
+        """The write-back cache into RocksDB, in one batch (only between records)."""
+        changes = Changes()
         try:
             for t in self._tables.values():
                 t.drain(changes)
         except Exception as exc:
             raise StateSerializationError(f"{self._operator} (RocksDB)", exc) from exc
-        if changes:
-            changes.sort(key=_DB_KEY)  # by the key alone: half the time of comparing tuples
+        if changes.keys or changes.deletes:
             self._apply(changes)
         self._entries_held = 0
 
-    def _apply(self, changes: list[tuple[bytes, bytes | None]]) -> None:
+    def _apply(self, changes: Changes) -> None:
         """Write ``changes`` into the database, and into the change log while logging."""
-        _write(self.db, changes)
+        changes.write(self.db)
         if self._log is not None:
-            data = dumps_state(changes)
+            data = changes.dumps()
             self._log.write(data)
             self._logged += len(data)
             if self._logged > self._config.write_buffer_bytes:  # the memtable is about full: materialize
@@ -587,8 +616,8 @@ class RocksDBSnapshot(FileKeyed):
                 download_file(f.handle, os.path.join(path, name))
         db = _open(path, options)
         for _, data in sorted(logs):
-            for changes in loads_each(data):
-                _write(db, changes)
+            for changes in Changes.loads_each(data):
+                changes.write(db)
         return db
 
     @contextlib.contextmanager

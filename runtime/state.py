@@ -376,9 +376,9 @@ class KeyedStateBackend:
         :meth:`touch` without setting the current key; None when nothing is due."""
         return self.touched.add
 
-    def read_ahead(self, records: list[Any], key_of: Callable[[Any], Any]) -> None:
-        """Before a batch of records: an on-disk backend reads the state of their
-        keys in one go (the heap's is in memory: nothing to do)."""
+    def read_ahead(self, keys: list[Any]) -> None:
+        """Before a batch of records with these keys: an on-disk backend reads
+        their state in one go (the heap's is in memory: nothing to do)."""
 
     def table(self, name: str) -> MutableMapping[Any, Any]:
         t = self.tables.get(name)

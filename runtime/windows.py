@@ -723,14 +723,14 @@ class WindowOperator(TimerOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         backend = self.keyed_backend
         assert backend is not None
-        key_of = self.key_selector
-        backend.read_ahead(records, key_of)
+        keys = self._keys(records, self.key_selector)
+        backend.read_ahead(keys)
         self._actx.now_ms = now_ms()
         emitted = Emitted(timed=True)
         for i, r in enumerate(records):
             t = None if timestamps is None else timestamps[i]
+            k = keys[i]
             try:
-                k = key_of(r)
                 hash(k)
             except Exception as exc:
                 raise self._key_failed(exc, r) from exc

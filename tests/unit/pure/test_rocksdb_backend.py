@@ -303,11 +303,11 @@ def test_a_batch_is_read_ahead_in_one_read_and_a_key_that_fails_is_left_to_the_l
     values[1] = "one"
     b.write_back()
     b.db = counting = _CountingDb(b.db)  # type: ignore[assignment]
-    b.read_ahead([(1,), (2,), (1,)], key_of=lambda r: r[0])
+    b.read_ahead([1, 2, 1])
     assert counting.reads == 1  # one multi-get for the batch
     assert (values.get(1), values.get(2), 2 in values) == ("one", None, False)
     assert counting.reads == 1  # the loop reads the cache
-    b.read_ahead([(3,), ([],)], key_of=lambda r: r[0])  # a list is no key: the loop names that record
+    b.read_ahead([3, []])  # a list is no key: the loop names its record
     values[2] = "two"
     b.write_back()  # a key read ahead and never set writes nothing, not even a tombstone
     assert sorted(values.items()) == [(1, "one"), (2, "two")]
@@ -346,7 +346,7 @@ def test_hot_keys_stay_cached_however_many_records_touch_them():
     assert b.changed_hook() is None  # a reduce's loop: read_ahead counts each batch's entries
     for start in range(0, 5_000, 50):  # 5,000 records over 20 keys, in batches
         batch = [i % 20 for i in range(start, start + 50)]
-        b.read_ahead(batch, key_of=lambda r: r)
+        b.read_ahead(batch)
         for key in batch:
             counts[key] = counts.get(key, 0) + 1
     assert writes == []  # 20 entries never outgrow a bound of 100
