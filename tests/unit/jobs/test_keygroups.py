@@ -12,7 +12,13 @@ from weir import (
     RestartStrategy,
     StreamExecutionEnvironment,
 )
-from weir.runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group, stable_hash
+from weir.runtime.keygroups import (
+    KeyGroupRange,
+    key_group_for,
+    key_groups_for,
+    operator_index_for_key_group,
+    stable_hash,
+)
 
 KEYS = ["user-1", 42, -7, 3.5, 2.0, b"raw", None, True, ("a", 1, (2.5, None))]
 
@@ -30,6 +36,34 @@ def test_hash_is_the_same_in_another_process_with_another_hash_seed():
         env={"PYTHONHASHSEED": "12345", "PATH": ""},
     ).stdout
     assert out.strip() == str([stable_hash(k) for k in KEYS])
+
+
+def test_key_groups_stay_as_savepoints_wrote_them():
+    """A key's group is part of every savepoint: a change to the encoding or the
+    hash would restore state into groups no record routes to. These were
+    computed by the code that wrote the first savepoints."""
+    keys = [*KEYS, 0, 255, 256, -256, 2**63, -(2**64), 10**30]
+    expected = [46, 56, 38, 102, 92, 53, 10, 45, 106, 77, 89, 70, 121, 105, 56, 51]
+    assert [key_group_for(k, 128) for k in keys] == expected
+    assert key_groups_for(keys, 128) == expected  # the batch form, with its inline int encoding
+    assert key_groups_for(keys, 32768) == [
+        32686,
+        28728,
+        15526,
+        486,
+        7900,
+        23605,
+        2826,
+        19885,
+        27626,
+        28877,
+        14425,
+        2758,
+        11897,
+        25193,
+        15928,
+        18739,
+    ]
 
 
 def test_keys_equal_in_python_route_alike():
