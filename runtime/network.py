@@ -107,10 +107,13 @@ class BroadcastPartitioner(Partitioner):
 
 class KeyGroupPartitioner(Partitioner):
     """Routes a record to the subtask that owns its key's key group. Remembers the
-    channel of recent keys, since hashing costs more than a dict lookup."""
+    channel of recent keys, since hashing costs more than a dict lookup; when a
+    batch finds almost none of its keys there (keys seen once), the next
+    ``_UNCACHED_BATCHES`` batches hash every key without asking or filling it."""
 
     name = "hash"
     _CACHE_LIMIT = 65536
+    _UNCACHED_BATCHES = 32
 
     def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int, operator: str) -> None:
         self._key_selector = key_selector
@@ -119,6 +122,7 @@ class KeyGroupPartitioner(Partitioner):
         self._cache: dict[Any, int] = {}
         self._cache_channels = 0
         self._owners: list[int] = []  # key group -> channel, for the cache's channel count
+        self._uncached = 0  # batches still to route without the cache
 
     def partition(self, records: list[Any], timestamps: list[int] | None, channels: int) -> tuple[Parts, Parts | None]:
         if channels != self._cache_channels:
@@ -132,6 +136,9 @@ class KeyGroupPartitioner(Partitioner):
             keys.extend(map(self._key_selector, records))
         except Exception as exc:  # extend kept the keys before the failing record
             raise KeySelectionError(self._operator, "key selector", exc, records[len(keys)], True) from exc
+        if self._uncached:
+            self._uncached -= 1
+            return _split(records, timestamps, self._channels_of(records, keys), channels)
         try:
             chans: list[Any] = list(map(self._cache.get, keys))
         except TypeError:  # an unhashable key: the stable hash below says which
@@ -140,26 +147,34 @@ class KeyGroupPartitioner(Partitioner):
             self._route_new_keys(records, keys, chans)
         return _split(records, timestamps, chans, channels)
 
+    def _channels_of(self, records: list[Any], keys: list[Any]) -> list[int]:
+        """The channel of each key, hashed in one go (``records[i]`` has ``keys[i]``,
+        for the error that names the first key without a stable hash)."""
+        try:
+            groups = key_groups_for(keys, self._max_parallelism)
+        except TypeError:
+            for key, record in zip(keys, records):
+                try:
+                    key_group_for(key, self._max_parallelism)
+                except TypeError as exc:
+                    raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
+            raise
+        owners = self._owners
+        return [owners[g] for g in groups]
+
     def _route_new_keys(self, records: list[Any], keys: list[Any], chans: list[Any]) -> None:
         """Fill in ``chans`` where it is None, hashing those keys in one go, and cache them."""
         new = [i for i, ch in enumerate(chans) if ch is None]
         new_keys = [keys[i] for i in new]
-        try:
-            groups = key_groups_for(new_keys, self._max_parallelism)
-        except TypeError:
-            for i in new:  # the first key without a stable hash names its record
-                try:
-                    key_group_for(keys[i], self._max_parallelism)
-                except TypeError as exc:
-                    raise KeySelectionError(self._operator, "key selector", exc, records[i], True) from exc
-            raise
-        owners = self._owners
-        routed = [owners[g] for g in groups]
+        routed = self._channels_of([records[i] for i in new], new_keys)
         for i, ch in zip(new, routed):
             chans[i] = ch
         if len(self._cache) + len(new) > self._CACHE_LIMIT:
             self._cache.clear()
-        self._cache.update(zip(new_keys, routed))
+        cached = len(self._cache)
+        self._cache.update(zip(new_keys, routed))  # even when all are new: the next batch may repeat them
+        if (len(self._cache) - cached) * 10 > len(keys) * 9:  # nine in ten records had a key never seen
+            self._uncached = self._UNCACHED_BATCHES
 
 
 def _split(

@@ -19,6 +19,7 @@ from weir.runtime.keygroups import (
     operator_index_for_key_group,
     stable_hash,
 )
+from weir.runtime.network import KeyGroupPartitioner
 
 KEYS = ["user-1", 42, -7, 3.5, 2.0, b"raw", None, True, ("a", 1, (2.5, None))]
 
@@ -71,6 +72,29 @@ def test_keys_equal_in_python_route_alike():
     assert stable_hash(2.0) == stable_hash(2)
     assert stable_hash(True) == stable_hash(1) == stable_hash(1.0) and stable_hash(False) == stable_hash(0)
     assert stable_hash(("a", True)) == stable_hash(("a", 1))
+
+
+def test_the_partitioner_routes_each_key_to_its_groups_owner_whether_keys_repeat_or_not():
+    """It caches recent keys' channels, and bypasses the cache for a while after a
+    batch of keys it had never seen: the routes are the same either way."""
+    partitioner = KeyGroupPartitioner(lambda r: r, 128, "Reduce")
+    hot = [i % 7 for i in range(700)]
+    batches = [list(range(1000)), hot, hot, list(range(1000, 2000)), *[hot] * 40, list(range(5000, 5300)) + hot]
+    for batch in batches:
+        parts, _ = partitioner.partition(batch, None, 3)
+        routed = {key: channel for channel, part in enumerate(parts) for key in part}
+        assert sorted(sum(parts, [])) == sorted(batch)
+        assert routed == {k: operator_index_for_key_group(128, 3, key_group_for(k, 128)) for k in batch}
+
+
+@pytest.mark.parametrize("first", [list(range(1000)), [1, 2] * 500])  # routed without the cache, then with it
+def test_a_key_without_a_stable_hash_names_its_record_however_the_batch_is_routed(first):
+    partitioner = KeyGroupPartitioner(lambda r: r[0], 128, "Reduce")
+    partitioner.partition([(k,) for k in first], None, 2)
+    with pytest.raises(
+        KeySelectionError, match=r"key selector of operator 'Reduce' .*no stable hash.* on record \(\[1\],\)"
+    ):
+        partitioner.partition([(5,), ([1],), (6,)], None, 2)
 
 
 @pytest.mark.parametrize("key", [[1, 2], {"a": 1}, {1, 2}])
