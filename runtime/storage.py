@@ -245,7 +245,26 @@ def read_file(handle: StateHandle) -> bytes:
 
 
 def download_file(handle: StateHandle, local_path: str) -> None:
-    """The file :func:`upload_file` stored, back on the local disk, checked."""
+    """The file :func:`upload_file` stored, back on the local disk, checked. From
+    storage on the same local file system it is hard-linked, as the upload
+    linked it, and the link is checked: nothing is copied. No one changes such a
+    file (weir never rewrites a stored file, and RocksDB only ever deletes its own
+    name for one of its files); copying a 50M-key job's 0.9 GB took a restore
+    6-10 s, as the disk allowed."""
+    fs, path = _resolve(handle.uri)
+    if isinstance(fs, pafs.LocalFileSystem):
+        try:
+            os.link(path, local_path)
+        except OSError:  # another file system (EXDEV), links refused, or a missing file: copy, or say why not
+            pass
+        else:
+            with open(local_path, "rb") as f:  # the linked file itself, which no one else can swap
+                good = os.fstat(f.fileno()).st_size == handle.size
+                good = good and hashlib.file_digest(f, "sha256").hexdigest() == handle.sha256
+            if not good:
+                os.remove(local_path)
+                raise CorruptCheckpointError(handle.uri, "checksum mismatch")
+            return
     data = read_file(handle)
     fd = os.open(local_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:

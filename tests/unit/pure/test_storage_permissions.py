@@ -12,7 +12,7 @@ import stat
 
 import pytest
 
-from weir.runtime.errors import CheckpointStorageError
+from weir.runtime.errors import CheckpointStorageError, CorruptCheckpointError
 from weir.runtime.storage import (
     CheckpointStorage,
     download_file,
@@ -110,3 +110,19 @@ def test_an_uploaded_file_is_private_and_checksummed_linked_or_copied(tmp_path, 
     assert (handle.size, handle.sha256) == (6, hashlib.sha256(b"an sst").hexdigest())
     download_file(handle, str(tmp_path / "restored.sst"))
     assert (tmp_path / "restored.sst").read_bytes() == b"an sst"
+    assert os.path.samefile(stored, tmp_path / "restored.sst") is links  # a restore copies nothing either
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_a_download_of_a_changed_file_is_refused_and_leaves_nothing(tmp_path, monkeypatch, links):
+    local = tmp_path / "000012.sst"
+    local.write_bytes(b"an sst")
+    handle = upload_file(str(local), f"file://{tmp_path}/store/shared/000012.sst")
+    stored = tmp_path / "store" / "shared" / "000012.sst"
+    os.remove(local)  # as RocksDB deletes its name for a compacted file
+    stored.write_bytes(b"an sSt")  # rewritten in place: the same size, other bytes
+    if not links:
+        monkeypatch.setattr(os, "link", lambda *_: (_ for _ in ()).throw(OSError(18, "Invalid cross-device link")))
+    with pytest.raises(CorruptCheckpointError, match=r"000012\.sst.*checksum mismatch"):
+        download_file(handle, str(tmp_path / "restored.sst"))
+    assert not (tmp_path / "restored.sst").exists()
