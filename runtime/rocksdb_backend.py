@@ -17,7 +17,7 @@ the cache goes to RocksDB in one ``WriteBatch`` only between records (in
 entries) and at a snapshot. Nothing is written while a state object may still
 change what it read. Before a batch of records, :meth:`RocksDBKeyedStateBackend.read_ahead`
 reads the entries of the batch's keys into the cache in one multi-get per table
-(a key not stored is cached as absent, so it is neither read again nor written).
+(a key not stored is remembered as absent, so it is neither read again nor written).
 
 A checkpoint is a **materialization** plus a **change log** (Flink's incremental
 RocksDB snapshot, with its changelog backend's log, FLIP-158). A materialization
@@ -163,7 +163,7 @@ class Changes:
         db.write(batch)
 
     def dumps(self) -> bytes:
-        """For a change log (in the order filled: pickling follows memory, twice as
+        """For a change log (in the order filled: pickling follows memory, nearly twice as
         fast as in key order)."""
         return dumps_state((self.keys, self.values, self.deletes))
 
