@@ -138,7 +138,7 @@ class KeyGroupPartitioner(Partitioner):
             raise KeySelectionError(self._operator, "key selector", exc, records[len(keys)], True) from exc
         if self._uncached:
             self._uncached -= 1
-            return _split(records, timestamps, self._channels_of(records, keys), channels)
+            return _split(records, timestamps, self._channels_of(keys, records.__getitem__), channels)
         try:
             chans: list[Any] = list(map(self._cache.get, keys))
         except TypeError:  # an unhashable key: the stable hash below says which
@@ -147,17 +147,17 @@ class KeyGroupPartitioner(Partitioner):
             self._route_new_keys(records, keys, chans)
         return _split(records, timestamps, chans, channels)
 
-    def _channels_of(self, records: list[Any], keys: list[Any]) -> list[int]:
-        """The channel of each key, hashed in one go (``records[i]`` has ``keys[i]``,
-        for the error that names the first key without a stable hash)."""
+    def _channels_of(self, keys: list[Any], record_of: Callable[[int], Any]) -> list[int]:
+        """The channel of each key, hashed in one go; ``record_of(i)`` is the record
+        of ``keys[i]``, for the error that names the first key without a stable hash."""
         try:
             groups = key_groups_for(keys, self._max_parallelism)
         except TypeError:
-            for key, record in zip(keys, records):
+            for i, key in enumerate(keys):
                 try:
                     key_group_for(key, self._max_parallelism)
                 except TypeError as exc:
-                    raise KeySelectionError(self._operator, "key selector", exc, record, True) from exc
+                    raise KeySelectionError(self._operator, "key selector", exc, record_of(i), True) from exc
             raise
         owners = self._owners
         return [owners[g] for g in groups]
@@ -166,7 +166,7 @@ class KeyGroupPartitioner(Partitioner):
         """Fill in ``chans`` where it is None, hashing those keys in one go, and cache them."""
         new = [i for i, ch in enumerate(chans) if ch is None]
         new_keys = [keys[i] for i in new]
-        routed = self._channels_of([records[i] for i in new], new_keys)
+        routed = self._channels_of(new_keys, lambda j: records[new[j]])  # records only for an error
         for i, ch in zip(new, routed):
             chans[i] = ch
         if len(self._cache) + len(new) > self._CACHE_LIMIT:
