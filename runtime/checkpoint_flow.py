@@ -262,7 +262,7 @@ class CheckpointFlow:
         if union is not None:
             self.abort(checkpoint_id, CheckpointFailureReason.UNION_STATE_PARTIALLY_FINISHED, f"operator '{union}'")
             return
-        metadata = self.coordinator.metadata(checkpoint_id, self._tasks.exited)
+        metadata = self.coordinator.metadata(checkpoint_id, self._tasks.exited, self._stop.stops_at(checkpoint_id))
         pending = self.coordinator.pending[checkpoint_id]
         self.storage_io(
             functools.partial(

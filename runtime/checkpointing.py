@@ -241,17 +241,20 @@ class CheckpointCoordinator:
         p = self.pending.get(checkpoint_id)
         return p is not None and not p.not_yet_acknowledged
 
-    def metadata(self, checkpoint_id: int, exited: set[TaskKey]) -> dict[str, Any]:
+    def metadata(self, checkpoint_id: int, exited: set[TaskKey], stops: bool = False) -> dict[str, Any]:
         """The ``_metadata`` of a fully acknowledged checkpoint: per operator, the
         state file of each subtask (None for a subtask that had exited), and whether
         it fully finished, so that it does not run again after a restore: every
-        subtask had exited, or was restored fully finished itself. As in Flink, a
-        subtask that ran ``finish()`` but still runs does not count: a drained stop
-        takes its savepoint then, and a restore from it reads on from the sources'
-        positions."""
+        subtask had exited, ran ``finish()`` before its snapshot, or was restored
+        fully finished itself. A subtask that ran ``finish()`` emitted what it held
+        (a batch reduce its final values), and its sink pre-committed them in this
+        snapshot: running ``finish()`` again after a restore would emit them twice.
+        A drained stop's own snapshot (``stops``) is the exception: the stop, not
+        the end of the input, finished the tasks, and a restore from it reads on
+        from the sources' positions (Flink's stop-with-savepoint ``--drain``)."""
         p = self.pending[checkpoint_id]
         operators = {
-            spec.uid: _operator_entry(v, spec.uid, spec.name, p, exited)
+            spec.uid: _operator_entry(v, spec.uid, spec.name, p, exited, not stops)
             for v in self.graph.vertices.values()
             for spec in v.operators
         }
@@ -348,7 +351,9 @@ class CheckpointCoordinator:
         return [cid for cid, p in self.pending.items() if task in p.not_yet_acknowledged]
 
 
-def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exited: set[TaskKey]) -> dict[str, Any]:
+def _operator_entry(
+    v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exited: set[TaskKey], finish_ends: bool
+) -> dict[str, Any]:
     """One operator's entry in a checkpoint's metadata (see :meth:`CheckpointCoordinator.metadata`)."""
     handles: list[dict[str, Any] | None] = []
     finished = 0
@@ -359,7 +364,7 @@ def _operator_entry(v: JobVertex, uid: str, name: str, p: PendingCheckpoint, exi
             handle, summaries = p.acks[key]
             summary = summaries.get(uid)
             handles.append(handle_to_json(handle))
-            finished += summary is not None and summary.finished_on_restore
+            finished += summary is not None and (summary.finished_on_restore or (finish_ends and summary.finished))
             has_state |= summary is not None and summary.has_state
             operator_state |= summary is not None and summary.has_operator_state
         else:

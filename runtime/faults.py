@@ -8,7 +8,8 @@ goes on. Unset (always, outside tests), a check is one dictionary lookup.
 Points: ``checkpoint-half-acknowledged`` and ``checkpoint-before-metadata`` (the
 job master), ``task-aligning`` (a task holding back channels for a barrier),
 ``task-writing-snapshot`` (before a task writes its state), ``task-finishing``
-(a task at the end of its input).
+(a task at the end of its input), ``task-committing`` (a task told that a
+checkpoint completed, before its sinks commit).
 """
 
 from __future__ import annotations

@@ -561,6 +561,7 @@ class StreamTask:
         )
 
     def _on_complete(self, checkpoint_id: int) -> None:
+        faults.point("task-committing")
         for op in self._opened():
             op.notify_checkpoint_complete(checkpoint_id)
         self.life.on_complete(checkpoint_id)

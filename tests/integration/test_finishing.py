@@ -11,6 +11,7 @@ import pytest
 import ray
 
 from tests.checker import check_running_sums
+from tests.final_faults import batch_keyed_sum, committed_totals, expected_totals
 from tests.pausing import GatedGenerator
 from weir import JobStatus, MapFunction, RestartStrategy, StreamExecutionEnvironment
 from weir.connectors.files import FileSink, read_committed
@@ -261,3 +262,20 @@ def test_rescale_2_4_1_on_ray_is_exact_and_prints_the_pause(ray_cluster, checkpo
     assert result.restarts == 0
     v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 100, i) for i in range(n)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, n), v
+
+
+@pytest.mark.parametrize("trigger", ["close", "commit", "kill"])
+def test_a_batch_job_failing_over_after_its_final_checkpoint_commits_each_total_once_on_ray(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch, trigger
+):
+    """As tests/unit/jobs/test_batch_mode.py's test of the same name, with task
+    actors: ``kill`` ends a task's process once it was told the final checkpoint
+    completed, before its sink commits."""
+    mark = str(tmp_path / "failed-once")
+    if trigger == "kill":
+        monkeypatch.setenv("WEIR_FAULT", "task-committing")
+        monkeypatch.setenv("WEIR_FAULT_MARK", mark)
+    result = batch_keyed_sum(checkpoint_dir, out_dir, trigger, mark).execute(f"final-{trigger}")
+    assert os.path.exists(mark)  # the fault happened
+    assert result.status is JobStatus.FINISHED and result.restarts == 1
+    assert committed_totals(out_dir) == expected_totals()

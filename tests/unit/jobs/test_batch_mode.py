@@ -8,15 +8,18 @@ plain Python; every job runs on the in-process executor."""
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 
 import pytest
 
+from tests.final_faults import batch_keyed_sum, committed_totals, expected_totals, first_time
 from tests.unit.pure.test_windows import Count
 from weir import (
     DiscardingSink,
     InvalidConfigurationError,
+    JobStatus,
     KeyedProcessFunction,
     OutputTag,
     RestartStrategy,
@@ -29,6 +32,7 @@ from weir import (
     WatermarkStrategy,
 )
 from weir.connectors.files import Encoder, FileSink, OutputFileConfig, RollingPolicy, read_committed
+from weir.runtime import checkpoint_flow
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.testing import OperatorHarness
 
@@ -257,6 +261,34 @@ def test_a_task_killed_in_a_batch_job_reruns_it_and_the_output_is_exact_once(che
     assert result.restarts == 1 and result.completed_checkpoints == 1
     out = sorted(tuple(r) for r in read_committed(out_dir))
     assert out == sorted(_sums((i % 50, i) for i in range(n)).items())  # each key once, its exact sum
+
+
+@pytest.mark.parametrize("trigger", ["close", "commit", "kill"])
+def test_a_failover_after_the_final_checkpoint_commits_each_final_value_once(
+    checkpoint_dir, out_dir, tmp_path, monkeypatch, trigger
+):
+    """The reduce emitted its totals from finish() and the sink pre-committed them
+    in the final checkpoint; the restore from it must not run finish() again (it
+    did: every total twice). ``kill``: a task dies once that checkpoint is on
+    storage, before it hears so."""
+    mark = str(tmp_path / "failed-once")
+    env = batch_keyed_sum(checkpoint_dir, out_dir, trigger, mark)
+    if trigger == "kill":
+        client: list = []
+
+        def written_then_killed(location, metadata, write=checkpoint_flow.write_metadata):
+            write(location, metadata)
+            if first_time(mark):
+                client[0].kill_task("sum", 0)
+
+        monkeypatch.setattr(checkpoint_flow, "write_metadata", written_then_killed)
+        client.append(env.execute_async("final-fault", executor="local"))
+        result = client[0].wait(60)
+    else:
+        result = env.execute("final-fault", executor="local")
+    assert os.path.exists(mark)  # the fault happened
+    assert result.status is JobStatus.FINISHED and result.restarts == 1
+    assert committed_totals(out_dir) == expected_totals()
 
 
 # ---------------------------------------------------------------- a PyFlink program

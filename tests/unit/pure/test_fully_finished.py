@@ -1,7 +1,8 @@
-"""When a checkpoint records an operator as fully finished (FLIP-147): only once
-every subtask exited, or was itself restored fully finished. As in Flink, a subtask
-that ran finish() but still runs (a drained stop's savepoint, a final checkpoint)
-does not count, so a restore runs it again from its state."""
+"""When a checkpoint records an operator as fully finished (FLIP-147): once every
+subtask exited, ran finish() before its snapshot (a final checkpoint: a restore
+that ran finish() again would emit what it had emitted twice), or was itself
+restored fully finished. A drained stop's own snapshot is the exception: there
+the stop finished the tasks, and a restore from it reads on."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from weir.runtime.state import SnapshotSummary
 from weir.runtime.storage import StateHandle
 
 RAN_FINISH = SnapshotSummary(finished=True, has_state=True, has_union_state=False)
+NOT_FINISHED = SnapshotSummary(finished=False, has_state=True, has_union_state=False)
 RESTORED_FINISHED = SnapshotSummary(
     finished=True,
     has_state=False,
@@ -28,7 +30,7 @@ def _graph():
     return env.get_job_graph("fully-finished")
 
 
-def _metadata(exited, summary):
+def _metadata(exited, summary, stops=False):
     """A completed checkpoint where the ``exited`` subtasks had exited before the
     trigger and the others acknowledged with ``summary`` for each operator."""
     g = _graph()
@@ -40,21 +42,24 @@ def _metadata(exited, summary):
         ops = {op.uid: summary for op in g.vertices[vertex].operators}
         coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), ops)
     assert coordinator.is_complete(pending.checkpoint_id)
-    return g, coordinator.metadata(pending.checkpoint_id, set())
+    return g, coordinator.metadata(pending.checkpoint_id, set(), stops)
 
 
 @pytest.mark.parametrize(
-    "exited,summary,fully_finished",
+    "exited,summary,stops,fully_finished",
     [
-        ((), RAN_FINISH, False),  # a drained stop: every subtask ran finish(), none had exited
-        ((0,), RAN_FINISH, False),  # one exited, one still up after finish()
-        ((0, 1), None, True),  # every subtask exited
-        ((0,), RESTORED_FINISHED, True),  # one exited, one restored fully finished: it stays so
-        ((), RESTORED_FINISHED, True),
+        ((), RAN_FINISH, False, True),  # the final checkpoint: every subtask ran finish(), none had exited
+        ((0,), RAN_FINISH, False, True),  # one exited, one still up after finish()
+        ((), RAN_FINISH, True, False),  # a drained stop's savepoint: a restore reads on
+        ((0,), RAN_FINISH, True, False),
+        ((0,), NOT_FINISHED, False, False),  # one exited, one still running
+        ((0, 1), None, False, True),  # every subtask exited
+        ((0,), RESTORED_FINISHED, False, True),  # one exited, one restored fully finished: it stays so
+        ((), RESTORED_FINISHED, True, True),
     ],
 )
-def test_fully_finished_once_every_subtask_exited_or_was_restored_so(exited, summary, fully_finished):
-    g, metadata = _metadata(exited, summary)
+def test_fully_finished_once_every_subtask_exited_ran_finish_or_was_restored_so(exited, summary, stops, fully_finished):
+    g, metadata = _metadata(exited, summary, stops)
     assert {uid: op["fully_finished"] for uid, op in metadata["operators"].items()} == {
         "src": fully_finished,
         "sink": fully_finished,
