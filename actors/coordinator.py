@@ -27,6 +27,7 @@ from weir.runtime.errors import (
     InvalidJobGraphError,
     JobCancelledError,
     JobForgottenError,
+    JobLoadError,
     NoResourceAvailableError,
     SlotBusyError,
     TaskFailedError,
@@ -515,7 +516,11 @@ class JobCoordinator:
     def _host(self, assignment: JobAssignment, recovering: bool) -> None:
         context = ray.get_runtime_context()
         self._scope.enter(assignment.faults)
-        graph = cloudpickle.loads(assignment.graph)
+        try:
+            graph = cloudpickle.loads(assignment.graph)
+        except Exception as exc:
+            self._scope.leave()  # this process serves the application's next job as if it had not tried
+            raise _load_error(assignment.name, exc) from None  # the user's own exception may not unpickle elsewhere
         for parallelism in assignment.rescales:  # a restart keeps the rescales that completed
             graph = graph.rescaled(parallelism)
         gateway = RayGateway(
@@ -643,6 +648,20 @@ class JobCoordinator:
         if hosted.master.status.is_terminal:
             return hosted.master.final_metrics
         return hosted.gateway.metrics()
+
+
+def _load_error(job: str, exc: Exception) -> JobLoadError:
+    """Why a job's graph did not load here, naming the module when one is missing."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return JobLoadError(
+            f"job '{job}' could not be loaded on the cluster: its code imports module '{exc.name}', which the "
+            "cluster's processes cannot import. Ship it with the job (ray.init(runtime_env={'py_modules': [...]}) "
+            "or a working_dir) or install it on every node, then submit again; nothing of the job started"
+        )
+    return JobLoadError(
+        f"job '{job}' could not be loaded on the cluster: {type(exc).__name__}: {exc} (do the cluster's "
+        "libraries match the driver's?); nothing of the job started"
+    )
 
 
 RemoteJobCoordinator = ray.remote(JobCoordinator)

@@ -268,7 +268,9 @@ class RayExecutor(Executor):
 
     def submit(self, graph: JobGraph) -> RayJobClient:
         """Start the job on the cluster's pool; refused (nothing started, nothing
-        written) when a running job holds its name or one of its outputs."""
+        written) when a running job holds its name or one of its outputs, and
+        :class:`JobLoadError` when the cluster cannot load its code (its name and
+        outputs are free again: a fixed job can be submitted at once)."""
         refuse_in_process_operators(graph)
         ensure_ray()
         check_feasible(graph)
@@ -286,7 +288,10 @@ class RayExecutor(Executor):
             submitted_at=time.time(),
             slots=slots_wanted(graph, runtime_env),
         )
-        actor, conflict = ray.get(get_pool().submit.remote(assignment, runtime_env))
+        try:
+            actor, conflict = ray.get(get_pool().submit.remote(assignment, runtime_env))
+        except ray.exceptions.RayTaskError as exc:  # the cluster could not load the job (JobLoadError)
+            raise exc.cause if isinstance(exc.cause, WeirError) else exc from None
         if conflict is not None:
             raise _refusal(graph.name, conflict)
         return RayJobClient(graph.name, actor, CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id))

@@ -336,6 +336,14 @@ class PoolLedger:
         if name in self.jobs and self.jobs[name].coordinator == cid:
             del self.jobs[name]
 
+    def start_refused(self, name: str, cid: str, now: float) -> None:
+        """The coordinator could not load the job (its code does not import there):
+        the job never ran, so its name and outputs are free at once; the
+        coordinator, reset, waits for its application's next job."""
+        if name in self.jobs and self.jobs[name].coordinator == cid:
+            del self.jobs[name]
+        self.job_ended(cid, now)
+
     def coordinator_died(self, cid: str) -> tuple[JobAssignment, str | None, str] | None:
         """A coordinator has died. Its running job, if it had accepted one, goes
         to a successor (:meth:`take_over`); a job still on its way there stays

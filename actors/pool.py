@@ -55,6 +55,7 @@ from weir.actors.coordinator import RemoteJobCoordinator
 from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape, SlotState
 from weir.actors.slots import CANCEL_GRACE_S, POOL_NAME, actor_id, find_pool
 from weir.actors.task_actor import RemoteTaskActor
+from weir.runtime.errors import WeirError
 from weir.runtime.executor import JobStatus
 
 log = logging.getLogger("weir.pool")
@@ -184,6 +185,10 @@ class SlotPool:
                     self.ledger.start_failed(assignment.name, cid)
                     self._actors.pop(cid, None)
                 continue
+            except ray.exceptions.RayTaskError as exc:  # it could not load the job: the name and outputs are free
+                with self._lock:
+                    self.ledger.start_refused(assignment.name, cid, time.monotonic())
+                raise exc.cause if isinstance(exc.cause, WeirError) else exc from None
             with self._lock:
                 assignment.started = self.ledger.jobs[assignment.name].accepted = True
                 orphaned = cid not in self.ledger.coordinators  # it died right after it accepted the job

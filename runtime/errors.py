@@ -293,6 +293,13 @@ class JobCancelledError(WeirError):
     """The job was cancelled while a caller waited for its result."""
 
 
+class JobLoadError(WeirError):
+    """The cluster could not load the job's code (the job graph does not unpickle
+    in its coordinator: a module only the driver can import, a library of another
+    version). Names the module or the error; nothing of the job started, and its
+    name and outputs are free again."""
+
+
 class JobAlreadyRunningError(WeirError):
     """A job of the same name runs on the cluster (submitted by any driver): one
     name, one running job. Names the running job and how to reach or stop it."""

@@ -25,7 +25,7 @@ from weir import JobStatus, StreamExecutionEnvironment
 from weir.actors.executor import RayJobClient
 from weir.actors.pool import get_pool
 from weir.connectors.files import FileSink, read_committed
-from weir.runtime.errors import JobAlreadyRunningError, OutputInUseError
+from weir.runtime.errors import JobAlreadyRunningError, JobLoadError, OutputInUseError
 
 pytestmark = pytest.mark.ray
 
@@ -273,6 +273,32 @@ def test_a_second_job_on_a_running_jobs_folder_is_refused_before_it_writes(
     later = _streaming_env(checkpoint_dir)
     later.from_collection([(0, 1)]).sink_to(FileSink(out_dir, format="jsonl"))
     assert later.execute("folder-later").status is JobStatus.FINISHED
+
+
+def test_a_job_the_cluster_cannot_load_frees_its_name_and_folder_and_the_fixed_one_runs_at_once(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path, monkeypatch
+):
+    """A helper module only the driver can import: the submit fails naming it, and
+    the resubmit after the fix runs (before: JobAlreadyRunningError for the pool's life)."""
+    helpers = tmp_path / "driver_only"
+    helpers.mkdir()
+    (helpers / "weir_driver_only_helper.py").write_text("def plus_one(kv):\n    return kv[0], kv[1] + 1\n")
+    monkeypatch.syspath_prepend(str(helpers))
+    import weir_driver_only_helper
+
+    def job(fn):
+        env = _streaming_env(checkpoint_dir, parallelism=1)
+        env.from_collection([(1, 2), (3, 4)]).map(fn).sink_to(FileSink(out_dir))
+        return env
+
+    with pytest.raises(
+        JobLoadError,
+        match="job 'unloadable' could not be loaded on the cluster: its code imports module 'weir_driver_only_helper'",
+    ):
+        job(weir_driver_only_helper.plus_one).execute("unloadable")
+    fixed = job(lambda kv: (kv[0], kv[1] + 1)).execute("unloadable")
+    assert fixed.status is JobStatus.FINISHED
+    assert sorted(map(tuple, read_committed(out_dir))) == [(1, 3), (3, 5)]
 
 
 def test_a_second_execute_in_a_notebook_runs_only_what_was_built_since(ray_cluster, tmp_path):

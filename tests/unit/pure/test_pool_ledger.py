@@ -169,6 +169,13 @@ def test_a_job_its_coordinator_says_has_ended_frees_its_name_before_the_end_reac
     assert not isinstance(pool.submit("orders", B), Conflict)
 
 
+def test_a_job_its_coordinator_could_not_load_frees_its_name_and_outputs_and_the_coordinator_serves_on(pool):
+    coordinator = pool.submit("orders", A, {"folder /out": "Sink: FileSink"})
+    pool.ledger.start_refused("orders", coordinator, now=1.0)
+    assert "orders" not in pool.ledger.jobs
+    assert pool.submit("orders", A, {"folder /out": "Sink: FileSink"}) == coordinator  # at once, on the same process
+
+
 def test_a_dead_coordinators_job_goes_to_a_standby_of_its_application_else_a_fresh_one(pool):
     dead = pool.submit("orders", A)
     own = pool.submit("a-old", A)
