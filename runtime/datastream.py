@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 
@@ -399,9 +400,10 @@ class StreamExecutionEnvironment:
         )
 
     # ---------------------------------------------------------------- running
-    def get_job_graph(self, job_name: str = "weir-job") -> JobGraph:
+    def get_job_graph(self, job_name: str | None = None) -> JobGraph:
         """The graph the next ``execute()`` runs (PyFlink's ``get_execution_plan``);
-        building it runs nothing and clears nothing."""
+        building it runs nothing and clears nothing. Without ``job_name`` it is
+        named ``weir-job-<its run id>`` (see :meth:`execute`)."""
         return self._job_graph(job_name, self._sinks)
 
     def get_execution_plan(self) -> str:
@@ -442,7 +444,13 @@ class StreamExecutionEnvironment:
         ]
         return json.dumps({"nodes": nodes}, indent=2)
 
-    def _job_graph(self, job_name: str, sinks: list[Transformation]) -> JobGraph:
+    def _job_graph(self, job_name: str | None, sinks: list[Transformation], unnamed: str = "weir-job") -> JobGraph:
+        """The graph of ``sinks``, named ``job_name``, or without one
+        ``<unnamed>-<its run id>``: one name runs once at a time on a cluster, so
+        two unnamed jobs (two notebook cells) must not share one."""
+        run_id = uuid.uuid4().hex[:12]
+        if job_name is None:
+            job_name = f"{unnamed}-{run_id}"
         if not isinstance(job_name, str) or not job_name or "/" in job_name:
             raise InvalidConfigurationError("job name", job_name, "must be a non-empty string without '/'")
         if not sinks and self._last_run is not None:
@@ -452,7 +460,10 @@ class StreamExecutionEnvironment:
                 "the last one, as in PyFlink): build the next pipeline, ending in sink_to(...) or print(), "
                 "then execute()"
             )
-        return build_job_graph(job_name, list(sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config))
+        graph = build_job_graph(
+            job_name, list(sinks), copy.deepcopy(self.config), copy.deepcopy(self.checkpoint_config)
+        )
+        return replace(graph, run_id=run_id)
 
     def _ran(self, graph: JobGraph) -> None:
         """``graph``, of the sinks built so far, was submitted: the next execute()
@@ -464,15 +475,19 @@ class StreamExecutionEnvironment:
         self._last_run = graph.name
         self._submitted.append(graph)
 
-    def execute_async(self, job_name: str = "weir-job", executor: str | None = None) -> JobClient:
-        """Submit the job and return at once with a :class:`JobClient`."""
+    def execute_async(self, job_name: str | None = None, executor: str | None = None) -> JobClient:
+        """Submit the job and return at once with a :class:`JobClient`; without
+        ``job_name`` it is named as in :meth:`execute`."""
         graph = self.get_job_graph(job_name)
         client = find_executor(executor).submit(graph)
         self._ran(graph)
         return client
 
-    def execute(self, job_name: str = "weir-job", executor: str | None = None) -> JobExecutionResult:
+    def execute(self, job_name: str | None = None, executor: str | None = None) -> JobExecutionResult:
         """Run the job to its end; raise :class:`JobExecutionError` if it fails for good.
+        A job named ``job_name`` runs once at a time on a cluster (a second
+        submission of a running name is refused); without one it is named
+        ``weir-job-<its run id>``, so unnamed jobs run side by side, as in PyFlink.
         A progress bar shows while it waits (see :meth:`set_progress_bar`).
         Ctrl-C (``KeyboardInterrupt``, a notebook's interrupt) while it waits cancels
         the job, says so, and raises on: a job started this way ends with its caller
@@ -480,7 +495,7 @@ class StreamExecutionEnvironment:
         being submitted is held until it is, so that it can be cancelled; a second
         one stops waiting for the submission."""
         graph = self.get_job_graph(job_name)
-        with _interrupt_held(job_name) as held:
+        with _interrupt_held(graph.name) as held:
             client = find_executor(executor).submit(graph)
             self._ran(graph)
         try:
@@ -493,10 +508,10 @@ class StreamExecutionEnvironment:
                 )
             return client.wait()
         except KeyboardInterrupt:
-            print(f"weir: Ctrl-C: cancelling job '{job_name}' ...", file=sys.stderr, flush=True)
+            print(f"weir: Ctrl-C: cancelling job '{graph.name}' ...", file=sys.stderr, flush=True)
             client.cancel()
             print(
-                f"weir: job '{job_name}' cancelled (use execute_async() for a job that runs on without you)",
+                f"weir: job '{graph.name}' cancelled (use execute_async() for a job that runs on without you)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -910,7 +925,8 @@ class DataStream:
         checkpoints a bounded job's records all come at its end, and an unbounded
         job is refused. Runs the environment's other sinks built since the last
         execute too, and clears them, as ``execute``; ``executor`` is weir's
-        (``"local"`` runs in-process)."""
+        (``"local"`` runs in-process). Without ``job_execution_name`` the job is
+        named ``collect-<its run id>``, so two run side by side."""
         if limit is not None:
             limit = _whole("execute_and_collect() limit", limit)
         env = self._env
@@ -923,8 +939,7 @@ class DataStream:
                 "Sink: collect", lambda n, u: SinkOperator(n, u, CollectSink(publisher)), list(self._inputs)
             )
             collect.parallelism = 1  # one committable per checkpoint, records in the order they arrive
-            name = job_execution_name or "collect"
-            graph = env._job_graph(name, [*env._sinks, collect])
+            graph = env._job_graph(job_execution_name or None, [*env._sinks, collect], unnamed="collect")
             records = CloseableIterator(ex.submit(graph), channel)
             env._ran(graph)
         except BaseException:

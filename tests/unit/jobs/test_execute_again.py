@@ -5,8 +5,12 @@ first one twice. In-process executor."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from tests.pausing import GatedGenerator
+from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings
 from weir.connectors.files import FileSink, read_committed
 from weir.runtime import InvalidJobGraphError, JobStatus, StreamExecutionEnvironment, progress
 
@@ -85,7 +89,9 @@ def test_execute_and_collect_runs_the_other_sinks_once_and_clears_them(tmp_path)
     assert sorted(letters.execute_and_collect(executor="local", limit=5)) == ["x", "y"]
     assert sorted(letters.execute_and_collect(executor="local", limit=5)) == ["x", "y"]  # its own sink each time
     assert sorted(read_committed(str(tmp_path / "files"))) == [1, 2, 3], "the file sink ran with the second collect too"
-    with pytest.raises(InvalidJobGraphError, match=r"the execute\(\) of job 'collect' already ran the operators"):
+    with pytest.raises(
+        InvalidJobGraphError, match=r"the execute\(\) of job 'collect-[0-9a-f]{12}' already ran the operators"
+    ):
         env.execute(executor="local")
 
 
@@ -156,3 +162,51 @@ def test_what_a_submitted_job_reads_in_the_driver_lives_on_after_the_environment
     env.execute_async("keeps-its-source")
     gc.collect()
     assert sent and alive() is not None, "the submitted job's source was collected in the driver"
+
+
+def test_unnamed_jobs_pass_the_clusters_one_name_rule_and_a_given_name_keeps_it(tmp_path):
+    """Two notebook cells that execute() without a name: one name runs once at a
+    time on a cluster (the pool's ledger refuses a second), and both cells used
+    to get 'weir-job', so the second was refused while PyFlink runs them side by
+    side. Each unnamed job now gets a name of its own; a name the user gives is
+    kept, and the rule holds for it."""
+    ledger = PoolLedger(PoolSettings(idle_slots=0, idle_coordinators=0))
+    notebook = Application("notebook", "host pid 1")
+
+    def reserve(graph):
+        ledger.add_coordinator(f"coordinator-{graph.run_id}", "env")  # an idle one, up for the job
+        assignment = JobAssignment(graph.name, graph.run_id, b"", notebook, graph.outputs, 0.0, {})
+        return ledger.reserve(assignment, {}, "env", 0.0)
+
+    env = _env(tmp_path)
+    env.from_collection([1, 2]).print()
+    first, second = env.get_job_graph(), env.get_job_graph()
+    assert re.fullmatch(r"weir-job-[0-9a-f]{12}", first.name) and first.name == f"weir-job-{first.run_id}"
+    assert reserve(first) == f"coordinator-{first.run_id}"
+    assert reserve(second) == f"coordinator-{second.run_id}", "the second unnamed job was refused"
+    assert reserve(env.get_job_graph("mine")) is not None
+    refused = reserve(env.get_job_graph("mine"))
+    assert isinstance(refused, Conflict) and refused.job == "mine"
+
+
+def test_two_unnamed_jobs_run_side_by_side_each_under_a_name_of_its_own(tmp_path):
+    gate = tmp_path / "gate"
+    env = _env(tmp_path)
+    clients = []
+    for out in ("first", "second"):  # each reads 5 records, then waits for the gate
+        env.from_source(GatedGenerator(lambda i: i, 10, str(gate), free=5)).sink_to(FileSink(str(tmp_path / out)))
+        clients.append(env.execute_async(executor="local"))
+    for client in clients:
+        client.wait_until(lambda c: c.status() is JobStatus.RUNNING)
+    assert clients[0].status() is clients[1].status() is JobStatus.RUNNING  # at once: neither can end before the gate
+    names = [c.job_name for c in clients]
+    assert names[0] != names[1] and all(re.fullmatch(r"weir-job-[0-9a-f]{12}", n) for n in names), names
+    letters = env.from_collection(["x", "y"])
+    with letters.execute_and_collect(executor="local") as one, letters.execute_and_collect(executor="local") as two:
+        names = [one.job_client.job_name, two.job_client.job_name]
+        assert names[0] != names[1] and all(re.fullmatch(r"collect-[0-9a-f]{12}", n) for n in names), names
+        assert sorted(one) == sorted(two) == ["x", "y"]
+    gate.touch()
+    assert [c.wait(30).status for c in clients] == [JobStatus.FINISHED, JobStatus.FINISHED]
+    assert sorted(read_committed(str(tmp_path / "first"))) == sorted(read_committed(str(tmp_path / "second")))
+    assert sorted(read_committed(str(tmp_path / "first"))) == list(range(10))
