@@ -124,7 +124,10 @@ class _Failed(Exception):
 
 class AsyncWaitOperator(UdfOperator):
     """Runs an :class:`AsyncFunction` (see the module docstring); one event loop
-    per subtask, used only by the task's loop thread."""
+    per subtask, used only by the task's loop thread. A call that fails leaves
+    its batch's other calls in flight (``gather`` does not stop them); ``close()``,
+    which follows every failure and cancel, cancels and awaits whatever is still
+    in flight, so ``async_invoke`` sees ``CancelledError`` and must let it through."""
 
     def __init__(
         self,
@@ -144,8 +147,21 @@ class AsyncWaitOperator(UdfOperator):
         super().open()
 
     def close(self) -> None:
-        super().close()
-        if hasattr(self, "_loop"):
+        if not hasattr(self, "_loop"):  # never opened
+            super().close()
+            return
+        try:
+            # Before the function's close(), which may release what the calls use.
+            # Left pending, a closed loop's calls were destroyed later by the garbage
+            # collector, inside unrelated code (an ast.parse raised SystemError).
+            in_flight = asyncio.all_tasks(self._loop)
+            for call in in_flight:
+                call.cancel()
+            if in_flight:  # gather() of nothing looks for the thread's loop, and a task's thread has none
+                self._loop.run_until_complete(asyncio.gather(*in_flight, return_exceptions=True))
+            super().close()
+        finally:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:

@@ -4,6 +4,7 @@ its pipeline on the local executor and asserts the exact records PyFlink gives."
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import datetime
 import functools
@@ -47,6 +48,7 @@ from weir.datastream.window import (
     TimeWindow,
     TumblingEventTimeWindows,
 )
+from weir.runtime.config import RestartStrategy
 from weir.runtime.errors import InvalidConfigurationError, InvalidJobGraphError, JobExecutionError
 from weir.runtime.javastrings import java_string
 from weir.runtime.joins import CoGroupFunction, JoinFunction, ProcessJoinFunction
@@ -741,6 +743,47 @@ class Slow(AsyncFunction):
 
 def test_a_call_past_its_timeout_gives_the_timeout_records():
     assert collect(AsyncDataStream.unordered_wait(numbers(), Slow(), 20)) == [("timed out", i) for i in range(8)]
+
+
+_cancelled: list[int] = []  # module level: the operator's copy of the function records here
+
+
+class FailsWhileOthersWait(AsyncFunction):
+    """Record 3's call fails while the calls of records 0-2 are still waiting for their answers."""
+
+    async def async_invoke(self, value):
+        if value == 3:
+            raise ValueError("the service refused it")
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            _cancelled.append(value)
+            raise
+        return [value]
+
+
+def test_a_failing_call_cancels_the_calls_in_flight_and_closes_its_event_loop_cleanly():
+    """The other calls were left pending on a closed event loop, never cancelled:
+    the garbage collector destroyed them later, in the middle of unrelated code,
+    and an ast.parse in the same process died with SystemError (Python 3.11)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.set_restart_strategy(RestartStrategy.no_restart())
+    AsyncDataStream.unordered_wait(env.from_collection([0, 1, 2, 3]), FailsWhileOthersWait(), 60_000).print()
+    with pytest.raises(
+        JobExecutionError,
+        match="async_invoke of operator 'AsyncWait' raised ValueError: the service refused it on record 3",
+    ):
+        env.execute("async-fails-in-flight")
+    assert sorted(_cancelled) == [0, 1, 2], "the calls in flight were not cancelled"
+    assert isinstance(ast.parse("total = sum(x * x for x in range(10))"), ast.Module)
+
+
+def test_an_async_job_whose_calls_all_completed_closes_without_a_failover():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    AsyncDataStream.ordered_wait(env.from_collection(list(range(8))), Lookup(), 5_000).sink_to(Remembering())
+    _written.clear()
+    result = env.execute("async-closes")
+    assert (result.status.value, result.restarts, _written) == ("FINISHED", 0, [i * 10 for i in range(8)])
 
 
 def test_async_invoke_must_be_a_coroutine():
