@@ -365,15 +365,18 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
             return
         stopping = self._stop.stopping
-        after, answer = self._stop.all_finished(
-            stopping is not None and stopping.checkpoint_id in self.coordinator.pending
-        )
+        after, answer = self._stop.all_finished(self._stop_savepoint_pending())
         self._deliver(answer)
         if after is AfterLastTask.REDEPLOY:
             assert stopping is not None and stopping.rescale_to is not None
             self._finish_rescale(stopping.rescale_to)
         else:
             self._end(JobStatus.SUSPENDED if after is AfterLastTask.SUSPEND else JobStatus.FINISHED)
+
+    def _stop_savepoint_pending(self) -> bool:
+        """A stop or rescale is in progress, and its savepoint has not completed."""
+        stopping = self._stop.stopping
+        return stopping is not None and stopping.checkpoint_id in self.coordinator.pending
 
     def _on_failure(self, failed: Failed) -> None:
         """Restart from the latest checkpoint under the restart strategy (``count``:
@@ -428,7 +431,9 @@ class JobMaster:
         if self.status.is_terminal or self.status is JobStatus.CANCELLING:
             return  # a second cancel must not put off the kill of tasks that do not close
         self._cancel_requested = self.clock()
-        # A cancel wins over savepoints in flight.
+        # A cancel wins over savepoints in flight. A stop whose savepoint it aborts
+        # hears so first: the abort must not fail the stop as if the job ran on.
+        self._deliver(self._stop.job_cancelled(self._stop_savepoint_pending()))
         self.checkpoints.abort_all(CheckpointFailureReason.JOB_STOPPING, "the job was cancelled")
         if self.status is JobStatus.RESTARTING:
             self._end(JobStatus.CANCELED)

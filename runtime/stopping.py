@@ -52,6 +52,7 @@ class StopOutcome(enum.Enum):
     SAVEPOINT_FAILED = "{what} of job '{job}' failed, the job keeps running: {detail}"
     JOB_FAILED = "{what} of job '{job}' failed: {detail}"
     FINISHED_FIRST = "{what} of job '{job}' did not happen: the job finished before its savepoint completed"
+    CANCELLED_FIRST = "{what} of job '{job}' did not happen: the job was cancelled before its savepoint completed"
     OVERTAKEN_BY_CANCEL = (
         "{what} of job '{job}' was overtaken by a cancel: the job ended CANCELED, "
         "after its savepoint had completed at {detail} (it can be restored)"
@@ -255,6 +256,18 @@ class StopProtocol:
             raise self._illegal("a rescale redeployed")
         self._state = NoStop()
         return Answer(s.request, StopOutcome.RESCALED, "rescale", result=now - s.started)
+
+    def job_cancelled(self, savepoint_pending: bool) -> Answer | None:
+        """A cancel came; it aborts the savepoints in flight. A stop or rescale whose
+        savepoint had not completed (``savepoint_pending``) did not happen, and the
+        job ends CANCELED: its request hears that now, not that the savepoint failed
+        and the job keeps running. One whose savepoint completed hears at the end
+        (:meth:`job_ended`); a rescale waiting for slots waits on until then too."""
+        s = self._state
+        if not isinstance(s, Stopping) or not savepoint_pending:
+            return None
+        self._state = s.after
+        return Answer(s.request, StopOutcome.CANCELLED_FIRST, s.what)
 
     def job_ended(self, status: JobStatus) -> list[Answer]:
         """The job ended ``status``: a rescale still waiting for slots fails; a stop

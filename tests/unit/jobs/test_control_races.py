@@ -20,11 +20,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 from tests.checker import check_sequences
 from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 from weir import StreamExecutionEnvironment
 from weir.connectors.files import committed_files
-from weir.runtime.errors import JobCancelledError, WeirError
+from weir.runtime.errors import JobCancelledError, JobRequestError, WeirError
 from weir.runtime.executor import JobStatus
 from weir.runtime.jobmaster import JobMaster
 from weir.runtime.sinks import Sink, SinkWriter
@@ -184,22 +186,43 @@ class StuckPrepareSink(Sink):
         return _StuckPrepare()
 
 
-def test_a_cancel_wins_over_a_savepoint_in_flight(tmp_path, monkeypatch):
+@pytest.fixture
+def cancelled_mid_snapshot(tmp_path, monkeypatch):
+    """Runs ``op`` (a savepoint or a stop) into a job whose sink holds the
+    snapshot in flight, cancels the job meanwhile, and gives what ``op`` returned
+    or raised. No periodic checkpoints: the one the sink holds is ``op``'s."""
     monkeypatch.setattr(JobMaster, "CANCEL_TIMEOUT_S", 0.0)  # the stuck sink task is killed at once (10 s by default)
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
-    env.from_generator(lambda i: i, records_per_second=1_000).sink_to(StuckPrepareSink())
-    client = env.execute_async("cancel-wins", executor="local")
-    outcome: list[Any] = []
-    t = threading.Thread(target=lambda: outcome.append(_call(client, "savepoint", str(tmp_path / "sp"))))
-    try:
+    for gate in (WRITING, PREPARING, RELEASE):
+        gate.clear()
+
+    def run(op: str, job: str) -> Any:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
+        env.from_generator(lambda i: i, records_per_second=1_000).sink_to(StuckPrepareSink())
+        client = env.execute_async(job, executor="local")
+        outcome: list[Any] = []
+        t = threading.Thread(target=lambda: outcome.append(_call(client, op, str(tmp_path / "sp"))))
         assert WRITING.wait(30)  # running, records through
         t.start()
-        assert PREPARING.wait(30)  # the savepoint is being taken
+        assert PREPARING.wait(30)  # the snapshot is being taken
         client.cancel(timeout_s=20)
         t.join(30)
-    finally:
-        RELEASE.set()
-    assert not t.is_alive() and client.status() is JobStatus.CANCELED
-    ((_, result),) = outcome
+        assert not t.is_alive() and client.status() is JobStatus.CANCELED
+        ((_, result),) = outcome
+        return result
+
+    yield run
+    RELEASE.set()
+
+
+def test_a_cancel_wins_over_a_savepoint_in_flight(cancelled_mid_snapshot):
+    result = cancelled_mid_snapshot("savepoint", "cancel-wins")
     assert isinstance(result, WeirError) and "cancel" in str(result), result
+
+
+def test_a_stop_whose_savepoint_a_cancel_overtook_says_the_job_was_cancelled(cancelled_mid_snapshot):
+    """Its caller heard that the stop failed and the job keeps running, while the job ended CANCELED."""
+    result = cancelled_mid_snapshot("stop", "cancel-during-stop")
+    assert isinstance(result, JobRequestError) and str(result) == (
+        "stop of job 'cancel-during-stop' did not happen: the job was cancelled before its savepoint completed"
+    ), result

@@ -93,6 +93,37 @@ def test_a_cancel_overtaking_a_stop_says_where_its_savepoint_is():
     )
 
 
+def test_a_cancel_before_the_stops_savepoint_completed_answers_that_the_stop_did_not_happen():
+    """It answered that the savepoint failed and the job keeps running, while the cancel ended the job."""
+    assert StopProtocol().job_cancelled(savepoint_pending=False) is None
+    p, request = stopping()
+    answer = p.job_cancelled(savepoint_pending=True)
+    assert answer is not None and answer.outcome is StopOutcome.CANCELLED_FIRST
+    answer.deliver("j")
+    assert str(request.error) == "stop of job 'j' did not happen: the job was cancelled before its savepoint completed"
+    assert p.state == NoStop() and not p.stops_at(7), "the abort that follows must not fail the stop again"
+    assert p.job_ended(JobStatus.CANCELED) == []
+
+
+def test_a_cancel_after_the_stops_savepoint_completed_leaves_the_answer_to_the_jobs_end():
+    p, _ = stopping()
+    before = p.state
+    assert p.job_cancelled(savepoint_pending=False) is None and p.state is before
+    [answer] = p.job_ended(JobStatus.CANCELED)
+    assert answer.outcome is StopOutcome.OVERTAKEN_BY_CANCEL
+
+
+def test_a_rescale_waiting_behind_a_cancelled_stop_hears_at_the_jobs_end():
+    p, rescale, stop = StopProtocol(), Heard(), Heard()
+    p.rescale_requested(rescale, NEW_GRAPH, deadline=5.0)
+    p.stop_started(7, False, "/sp/7", stop)
+    p.job_cancelled(savepoint_pending=True)
+    assert p.waiting is not None and p.waiting.request is rescale
+    [answer] = p.job_ended(JobStatus.CANCELED)
+    answer.deliver("j")
+    assert str(rescale.error) == "job 'j' ended CANCELED before it was rescaled"
+
+
 def test_a_job_failing_over_fails_its_stop_but_not_nothing():
     assert StopProtocol().job_failed(WeirError("boom")) is None
     p, request = stopping()
