@@ -109,7 +109,9 @@ def checkpoints(ctx: click.Context, job: str) -> None:
 @cli.command()
 @click.argument("job")
 @click.option(
-    "--path", default=None, help="Folder or pyarrow.fs URI for the savepoint (default: a retained checkpoint)."
+    "--path",
+    default=None,
+    help="Folder or pyarrow.fs URI for the savepoint (default: savepoints/ beside the job's checkpoint runs).",
 )
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Seconds to wait for it.")
 @click.pass_context

@@ -532,6 +532,7 @@ class JobCoordinator:
             MasterOptions(
                 recovering=recovering,
                 first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
+                incarnation=assignment.incarnation,
                 on_end=lambda status: self._ended(hosted),
                 deploy_io=OffLoopThread(graph.name, "task deployment"),
             ),

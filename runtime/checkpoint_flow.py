@@ -35,22 +35,20 @@ from weir.runtime.errors import (
     CheckpointDeclinedError,
     CheckpointFailureReason,
     CheckpointStorageError,
+    FencedError,
     JobRequestError,
     TooManyCheckpointFailuresError,
     WeirError,
 )
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
-from weir.runtime.failover import RestorePoint
 from weir.runtime.graph import JobGraph
-from weir.runtime.letters import Ack, Decline, MetadataWritten, Request, RescaleJob, StopJob, TriggerSavepoint
+from weir.runtime.letters import Ack, Decline, Fenced, MetadataWritten, Request, RescaleJob, StopJob, TriggerSavepoint
 from weir.runtime.off_loop import OffLoopThread, Work
-from weir.runtime.restore import RestorePoints
+from weir.runtime.restore import RestorePoints, StartingPoint
 from weir.runtime.shared_state import SharedFiles
 from weir.runtime.stopping import RESCALE_WAIT_S, Answer, Redeploying, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
-    delete_files,
-    discard,
     handle_to_json,
     parent,
     prepare_location,
@@ -93,13 +91,23 @@ class CheckpointFlow:
         self.restore = RestorePoints()
         self.shared = SharedFiles(shared_folder(storage.location(0)))
 
-    def start_from(self, points: list[RestorePoint]) -> None:
+    def start_from(self, start: StartingPoint) -> None:
         """The points the job may restore from; the run's own checkpoints among
-        them keep their shared files."""
-        self.restore = RestorePoints(points)
-        for _, metadata in points:
-            if metadata.get("kind") == CheckpointKind.CHECKPOINT.value:
-                self.shared.completed(metadata["checkpoint_id"], metadata)
+        them keep their shared files. A job master that took the run over keeps
+        its predecessor's checkpoints under the same retention rule as its own,
+        and deletes what no complete one names: folders that never completed, and
+        shared files of checkpoints that never completed."""
+        self.restore = RestorePoints(start.points)
+        for location, metadata in start.points:
+            if metadata.get("kind") != CheckpointKind.CHECKPOINT.value:
+                continue
+            self.shared.completed(metadata["checkpoint_id"], metadata)
+            if location.startswith(self._storage.root.rstrip("/") + "/"):
+                self.coordinator.recovered(location, metadata)
+        free = self._retain()
+        for location in start.incomplete:
+            self._io(functools.partial(self._storage.discard, location))
+        self._delete(free + self.shared.unnamed(start.shared))
 
     @property
     def graph(self) -> JobGraph:
@@ -152,15 +160,16 @@ class CheckpointFlow:
 
     def savepoint_requested(self, now: float, letter: TriggerSavepoint | StopJob) -> bool:
         """A client asked for a savepoint into a fresh folder under its location
-        (None: a retained checkpoint), or for a stop with one; True: a stop has
-        started. The request hears the savepoint's location once it completed."""
+        (None: under the job's default savepoint folder), or for a stop with one
+        (None: a final retained checkpoint); True: a stop has started. The request
+        hears the savepoint's location once it completed."""
         request, stop = letter.request, isinstance(letter, StopJob)
+        # Without a path, a savepoint goes to the job's default savepoint folder (a
+        # retained checkpoint would be discarded by the next completion); a stop
+        # takes a final retained checkpoint, which nothing discards once the job ended.
+        target = letter.location if letter.location is not None or stop else self._storage.savepoints
         try:
-            folder = (
-                savepoint_location(prepare_location(letter.location), self.graph.run_id)
-                if letter.location is not None
-                else None
-            )
+            folder = savepoint_location(prepare_location(target), self.graph.run_id) if target is not None else None
         except WeirError as exc:  # a location that cannot be written
             request.reply(error=exc)
             return False
@@ -264,9 +273,15 @@ class CheckpointFlow:
             return
         metadata = self.coordinator.metadata(checkpoint_id, self._tasks.exited, self._stop.stops_at(checkpoint_id))
         pending = self.coordinator.pending[checkpoint_id]
-        self.storage_io(
+        self._io(
             functools.partial(
-                _write, pending.location, metadata, dict(pending.coordinator_states), checkpoint_id, self._post
+                _write,
+                self._storage,
+                pending.location,
+                metadata,
+                dict(pending.coordinator_states),
+                checkpoint_id,
+                self._post,
             )
         )
 
@@ -300,17 +315,33 @@ class CheckpointFlow:
             self.restore.completed(location, letter.metadata)
         if pending.kind is CheckpointKind.CHECKPOINT:
             self.shared.completed(checkpoint_id, letter.metadata)
-        free = self.shared.built(pending.base)
-        discarded = self.coordinator.discard_beyond(self.graph.checkpointing.retained)  # keep the newest ``retained``
-        for _, old in discarded:
-            self.storage_io(functools.partial(discard, old))
-        self.restore.discarded([old for _, old in discarded])
-        self._delete(free + self.shared.discarded(cid for cid, _ in discarded))
+        self._delete(self.shared.built(pending.base) + self._retain())
         return pending.started if commits else None
+
+    def _retain(self) -> list[str]:
+        """Discard the completed checkpoints beyond the newest ``retained``; returns
+        the shared files no kept checkpoint names any more, for :meth:`_delete`."""
+        discarded = self.coordinator.discard_beyond(self.graph.checkpointing.retained)
+        for _, old in discarded:
+            self._io(functools.partial(self._storage.discard, old))
+        self.restore.discarded([old for _, old in discarded])
+        return self.shared.discarded(cid for cid, _ in discarded)
 
     def _delete(self, files: list[str]) -> None:
         if files:
-            self.storage_io(functools.partial(delete_files, files))
+            self._io(functools.partial(self._storage.delete, files))
+
+    def _io(self, work: Work) -> None:
+        """Storage work off the loop. A job master that was taken over finds out
+        there, writes nothing, and stands down (a :class:`Fenced` letter)."""
+
+        def fenced() -> None:
+            try:
+                work()
+            except FencedError as exc:
+                self._post(Fenced(exc))
+
+        self.storage_io(fenced)
 
     # ------------------------------------------------------------ aborting
     def abort_all(self, reason: CheckpointFailureReason, detail: str) -> None:
@@ -327,7 +358,7 @@ class CheckpointFlow:
         if pending is None:
             return
         self._log_abort(checkpoint_id, reason, detail)
-        self.storage_io(functools.partial(discard, pending.location))
+        self._io(functools.partial(self._storage.discard, pending.location))
         written = [handle for handle, _ in pending.acks.values()]
         self._delete(self.shared.built(pending.base) + self.shared.unreferenced(written))
         self._coordinators.checkpoint_ended(checkpoint_id, committed=False)
@@ -412,17 +443,27 @@ class CheckpointFlow:
 
 
 def _write(
-    location: str, metadata: dict[str, Any], states: dict[str, bytes], checkpoint_id: int, post: Callable[[Any], None]
+    storage: CheckpointStorage,
+    location: str,
+    metadata: dict[str, Any],
+    states: dict[str, bytes],
+    checkpoint_id: int,
+    post: Callable[[Any], None],
 ) -> None:
     """On the storage thread: write a checkpoint's coordinator states and its
-    metadata (which completes it on storage), and tell the loop how it went."""
+    metadata (which completes it on storage), and tell the loop how it went. A
+    job master that was taken over writes nothing (:class:`FencedError`): the
+    checkpoint stays pending until the job master stands down."""
     error = None
     try:
+        storage.check_fence()
         metadata["coordinators"] = {
             uid: handle_to_json(write_state(location, f"coordinator-{uid}", payload)) for uid, payload in states.items()
         }
         faults.point("checkpoint-before-metadata")
         write_metadata(location, metadata)
+    except FencedError:
+        raise
     except Exception as exc:
         error = str(exc) or type(exc).__name__
     post(MetadataWritten(checkpoint_id, metadata, error))

@@ -327,6 +327,19 @@ class CheckpointCoordinator:
         self.failures = self.failures.aborted(reason, now, interval_s)
         return p
 
+    def recovered(self, location: str, metadata: dict[str, Any]) -> None:
+        """A completed checkpoint of this run that a job master before this one
+        wrote: it counts towards the retained ones, and is discarded like them."""
+        cid = metadata["checkpoint_id"]
+        self.history[cid] = CheckpointStats(
+            cid,
+            CheckpointStatus.COMPLETED,
+            metadata.get("timestamp_ms", 0),
+            metadata.get("kind", CheckpointKind.CHECKPOINT.value),
+            full_size_bytes=metadata.get("size_bytes", 0),
+            location=location,
+        )
+
     def discard_beyond(self, retained: int) -> list[tuple[int, str]]:
         """Mark all but the newest ``retained`` completed checkpoints discarded and
         return their ids and locations, for the caller to delete; savepoints belong

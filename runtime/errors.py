@@ -200,6 +200,20 @@ class CheckpointStorageError(WeirError):
         super().__init__(f"checkpoint storage {location} {problem}", location=location)
 
 
+class FencedError(WeirError):
+    """A job master found that a newer one took its job over (a coordinator Ray
+    declared dead that still runs: a network partition): it stands down without
+    writing or deleting anything in the run's checkpoint storage (Flink's fencing
+    by leader session)."""
+
+    def __init__(self, job: str, root: str, mine: int, newer: int) -> None:
+        super().__init__(
+            f"job '{job}': its job master (incarnation {mine}) was taken over by incarnation {newer}, which owns "
+            f"checkpoint storage {root} now; this one stood down without writing there",
+            location=root,
+        )
+
+
 class SinkBacklogError(WeirError):
     """A two-phase-commit sink holds more output waiting for a completed checkpoint
     than its bound allows, because checkpoints keep failing. Names the operator,
@@ -309,3 +323,20 @@ class OutputInUseError(WeirError):
     """A sink's exclusive output (a FileSink's folder, a Kafka transactional-id
     prefix) is written by another running job; refused before anything is
     written. Names both jobs, the sink and the output."""
+
+
+class LocalDiskFullError(WeirError):
+    """A task's local disk ran full while it wrote its RocksDB state (ENOSPC): a
+    failure of the node, not of the job's code. Names the folder and operator.
+    The job restarts (with the restart strategy's backoff) at most
+    ``LOCAL_DISK_FULL_RESTARTS`` times within ``LOCAL_DISK_FULL_WINDOW_S``
+    (``weir.runtime.failover``); the next one fails it."""
+
+    def __init__(self, folder: str, operator: str, problem: str) -> None:
+        super().__init__(
+            f"local disk full: operator '{operator}' cannot write its RocksDB state in {folder} ({problem}); "
+            "free space on that disk or point EmbeddedRocksDBStateBackend.set_db_storage_paths at a larger one "
+            "(a job that keeps finding it full fails rather than restarting for ever)",
+            folder=folder,
+            operator=operator,
+        )

@@ -9,7 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from weir.runtime.errors import JobExecutionError, JobStatusError, RecordedFailureError
+from weir.runtime.errors import (
+    CheckpointStorageError,
+    FencedError,
+    JobExecutionError,
+    JobStatusError,
+    RecordedFailureError,
+)
 from weir.runtime.executor import JobExecutionResult, JobStatus
 from weir.runtime.failover import Restarts
 from weir.runtime.storage import CheckpointStorage
@@ -42,7 +48,9 @@ class JobLifecycle:
                 duration_s=round(self._clock() - self.started, 3),
                 completed_checkpoints=completed_checkpoints,
             )
-        except OSError as exc:
+        except FencedError as exc:  # the run is another job master's now: its end is that one's to record
+            log.warning("%s", exc)
+        except (OSError, CheckpointStorageError) as exc:
             log.warning(
                 "job %s: could not record its end (%s) in %s: %s", self._job, status.value, self._storage.root, exc
             )

@@ -58,6 +58,7 @@ from weir.runtime.letters import (
     EventAcknowledged,
     EventFromOperator,
     Failed,
+    Fenced,
     MetadataWritten,
     Request,
     RescaleJob,
@@ -92,7 +93,7 @@ class JobMaster:
         self.graph, self.gateway, self.clock, self.recovering = graph, gateway, o.clock, o.recovering
         self.mailbox = Mailbox(0)
         gateway.on_exit(lambda: self._post(TaskExited()))
-        self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id)
+        self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id, o.incarnation)
         self.life = JobLifecycle(graph.name, self.storage, o.clock)
         self.coordinators = OperatorCoordinators(
             graph.name, gateway.send, self._post, self._fail, o.event_valve, o.coordinator_io
@@ -160,7 +161,9 @@ class JobMaster:
     def start(self) -> None:
         """Restore (or recover) and deploy the first attempt; ``run`` does this first. A recovering
         job master whose run had ended (its result is in storage) deploys nothing: it never runs again."""
-        if not self.recovering:
+        if self.recovering:
+            self.storage.claim()  # from now on the job master it replaces writes nothing here
+        else:
             self.storage.mark_started()
         start = starting_point(self.storage, self.graph, self.recovering)
         if start.ended is not None:
@@ -169,7 +172,7 @@ class JobMaster:
             return
         if start.next_checkpoint_id is not None:
             self.coordinator.next_id = start.next_checkpoint_id
-        self.checkpoints.start_from(start.points)
+        self.checkpoints.start_from(start)
         self._deploy()
         self._settle()
 
@@ -232,6 +235,8 @@ class JobMaster:
             self.coordinators.on_call_done(letter, self.clock())
         elif isinstance(letter, TaskExited):
             pass  # the tick after this letter polls the exits
+        elif isinstance(letter, Fenced):
+            self._fail(letter.error, restartable=False, count=False)
         elif not self.tasks.is_current(letter.task, letter.attempt):
             return  # from a previous attempt of its task
         elif isinstance(letter, Ack):
@@ -389,7 +394,7 @@ class JobMaster:
         cancelling = self._cancel_requested is not None
         running = self.status is JobStatus.RUNNING
         decision = self.restarts.decide(
-            self.graph, failed.task, failed.restartable, failed.count, running, cancelling, self.clock()
+            self.graph, failed.error, failed.task, failed.restartable, failed.count, running, cancelling, self.clock()
         )
         if decision.action is FailoverAction.RESTART_REGION:
             if self._restart_region(decision, headline, failed.count):

@@ -79,6 +79,13 @@ class MetadataWritten:
 
 
 @dataclass(frozen=True)
+class Fenced:
+    """The storage thread found that a newer job master took the job over: this one stands down."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
 class Failed:
     """Something failed the job (a task, an operator coordinator, its checkpoints):
     the job master restarts it or ends it once the letter it is handling is done,

@@ -18,7 +18,10 @@ class MasterOptions:
     from the latest completed checkpoint in storage. ``event_valve=False`` switches
     off the FLINK-16986 protection of operator coordinators (tests only: it shows
     what the valve prevents). ``first_attempt``: attempts are numbered after it (a
-    coordinator taking a job over starts above its predecessor's). ``on_end``:
+    coordinator taking a job over starts above its predecessor's). ``incarnation``:
+    how often the job was taken over; a recovering job master claims the run's
+    storage with it, and one with a lower one stands down (see
+    :class:`~weir.runtime.storage.CheckpointStorage`). ``on_end``:
     records the job's end where a restarted job master would look, before the end
     is reported to anyone (an ended job never runs again). ``storage_io``,
     ``coordinator_io``, ``deploy_io``: where storage writes (default: an
@@ -31,6 +34,7 @@ class MasterOptions:
     recovering: bool = False
     event_valve: bool = True
     first_attempt: int = 0
+    incarnation: int = 0
     on_end: Callable[[JobStatus], None] | None = None
     storage_io: Callable[[Work], None] | None = None
     coordinator_io: Callable[[Work], None] | None = None

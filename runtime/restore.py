@@ -6,7 +6,7 @@ and what each of the job's operators restores from one.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from weir.runtime.errors import (
@@ -29,11 +29,16 @@ class StartingPoint:
     """Where a job master starts its job: the ``points`` it may restore from,
     oldest first; the id its next checkpoint takes (None: 1); or, for a run that
     had ended before its job master restarted, that end (``ended``: status and
-    detail), and the job is not run again."""
+    detail), and the job is not run again. A recovering job master also finds
+    what its predecessor left unfinished: checkpoint folders that never completed
+    (``incomplete``) and the files in the shared folder (``shared``), listed
+    before any task of its own writes there."""
 
     points: list[RestorePoint]
     next_checkpoint_id: int | None = None
     ended: tuple[JobStatus, str] | None = None
+    incomplete: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)
 
 
 class RestorePoints:
@@ -109,8 +114,14 @@ def _recovered(storage: CheckpointStorage, graph: JobGraph) -> StartingPoint:
             "holds no trace of this run, which had started: is it the storage the job wrote to, reachable from "
             "this node? (the default local storage is not shared between nodes; use s3://, hdfs:// or a shared mount)",
         )
-    start = StartingPoint([], max(storage.checkpoint_ids(completed_only=False), default=0) + 1)
+    folders = storage.checkpoint_ids(completed_only=False)
     done = storage.checkpoint_ids()
+    start = StartingPoint(
+        [],
+        max(folders, default=0) + 1,
+        incomplete=[storage.location(cid) for cid in folders if cid not in done],
+        shared=storage.shared_files(),
+    )
     for cid in done:
         location = storage.location(cid)
         try:

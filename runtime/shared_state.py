@@ -77,4 +77,8 @@ class SharedFiles:
 
     def unreferenced(self, handles: Iterable[StateHandle]) -> list[str]:
         """Of the files an aborted checkpoint's tasks wrote, those no checkpoint names."""
-        return [uri for h in handles for uri in h.uris if uri.startswith(self.folder) and uri not in self._refs]
+        return self.unnamed(uri for h in handles for uri in h.uris)
+
+    def unnamed(self, uris: Iterable[str]) -> list[str]:
+        """Of these files, those in this run's shared folder that no kept checkpoint names."""
+        return [uri for uri in uris if uri.startswith(self.folder) and uri not in self._refs]

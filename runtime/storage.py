@@ -3,8 +3,12 @@
 A run of a job (one submission) lives in ``<storage>/<job>/<run>/``::
 
     _job                        JSON, written before the first task is deployed
+    _incarnation                JSON, the job master that owns the run (see CheckpointStorage)
     chk-<N>/                    a checkpoint
+    shared/                     the task files checkpoints share (below)
     _result                     JSON, the run's terminal state, written before anyone hears of it
+
+A savepoint asked for without a path goes to ``<storage>/<job>/savepoints/``.
 
 A savepoint lives in a folder of its own, ``savepoint-<run>-<random>``, created
 under the path the user names (weir never writes beside it, nor deletes what it
@@ -54,6 +58,7 @@ from weir.runtime.config import claim_private_folder, private_folder_of, validat
 from weir.runtime.errors import (
     CheckpointStorageError,
     CorruptCheckpointError,
+    FencedError,
     InvalidConfigurationError,
     StateSerializationError,
 )
@@ -406,16 +411,75 @@ def discard(location: str) -> None:
 class CheckpointStorage:
     """A job's run: ``<storage>/<job>/<run>/``, with its checkpoints ``chk-<N>``, the
     mark that it started, and its result once it ended. Each submission is a run of
-    its own, so a new run never mistakes an old run's checkpoint for its own."""
+    its own, so a new run never mistakes an old run's checkpoint for its own.
+
+    Fencing: a job master that takes a run over from one that died (a standby
+    coordinator) has a higher ``incarnation`` and claims the run (``_incarnation``).
+    Before each write or delete in the run (a checkpoint's metadata, a discard, a
+    delete of shared files, the result) the writer checks that claim, and one
+    that was taken over raises :class:`FencedError` instead of writing: a
+    coordinator Ray declared dead that still runs cannot complete a checkpoint
+    the new one does not know, nor delete what the new one restores from. The
+    check is a read before the write, not an atomic compare: what slips through
+    is the one write already under way when the claim lands."""
 
     STARTED = "_job"
     RESULT = "_result"
+    INCARNATION = "_incarnation"
 
-    def __init__(self, uri: str, job_name: str, run_id: str = "") -> None:
-        self.root = join(validate_storage_uri(uri), _safe(job_name))
-        if run_id:
-            self.root = join(self.root, _safe(run_id))
+    def __init__(self, uri: str, job_name: str, run_id: str = "", incarnation: int = 0) -> None:
+        self.job_root = join(validate_storage_uri(uri), _safe(job_name))
+        self.root = join(self.job_root, _safe(run_id)) if run_id else self.job_root
         self.job_name = job_name
+        self.incarnation = incarnation
+
+    @property
+    def savepoints(self) -> str:
+        """Where a savepoint asked for without a path goes (Flink's
+        ``state.savepoints.dir``): beside the job's runs, so that it outlives
+        them; weir never deletes it."""
+        return join(self.job_root, "savepoints")
+
+    def claim(self) -> None:
+        """Take the run over (see the class's doc); raises :class:`FencedError` when
+        an even newer incarnation has claimed it already."""
+        self.check_fence()
+        _atomic_write(join(self.root, self.INCARNATION), json.dumps({"incarnation": self.incarnation}).encode())
+
+    def check_fence(self) -> None:
+        """Raise :class:`FencedError` when a newer incarnation has claimed the run."""
+        try:
+            claimed = json.loads(self._read(self.INCARNATION))
+        except FileNotFoundError:
+            return
+        except ValueError as exc:
+            raise CheckpointStorageError(self.root, f"holds a damaged {self.INCARNATION} ({exc})") from None
+        newer = claimed.get("incarnation", 0) if isinstance(claimed, dict) else 0
+        if isinstance(newer, int) and newer > self.incarnation:
+            raise FencedError(self.job_name, self.root, self.incarnation, newer)
+
+    def discard(self, location: str) -> None:
+        """Delete a checkpoint's or an aborted savepoint's folder, unless fenced."""
+        self.check_fence()
+        discard(location)
+
+    def delete(self, uris: list[str]) -> None:
+        """Delete shared files no kept checkpoint names, unless fenced."""
+        self.check_fence()
+        delete_files(uris)
+
+    def shared_files(self) -> list[str]:
+        """Every file in the run's shared folder, as URIs (a recovery sweeps those
+        no complete checkpoint names)."""
+        fs, root = _resolve(self.root)
+        try:
+            infos = _retrying(
+                lambda: fs.get_file_info(pafs.FileSelector(posixpath.join(root, SHARED), allow_not_found=True))
+            )
+        except OSError as exc:
+            raise CheckpointStorageError(self.root, f"cannot be listed ({exc})") from None
+        prefix = join(self.root, SHARED)
+        return [join(prefix, i.base_name) for i in infos if i.type == pafs.FileType.File]
 
     def location(self, checkpoint_id: int) -> str:
         return join(self.root, f"chk-{checkpoint_id}")
@@ -433,6 +497,7 @@ class CheckpointStorage:
     def record_result(self, status: str, detail: str, **numbers: float) -> None:
         """``numbers``: the result's figures (restarts, duration), for a client that
         asks after the job's record is gone."""
+        self.check_fence()
         record = {"status": status, "detail": detail, "ended_at": time.time(), **numbers}
         _atomic_write(join(self.root, self.RESULT), json.dumps(record).encode())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -161,9 +162,9 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
                 break
             assert time.monotonic() < deadline, chk.stderr
             time.sleep(0.3)
-        sp1 = json.loads(weir(ray_cluster, "--json", "savepoint", "cli-sp", "--path", str(tmp_path / "sp1")).stdout)
-        assert sp1["savepoint"].startswith(f"file://{tmp_path}/sp1/savepoint-")
-        assert (tmp_path / "sp1" / sp1["savepoint"].rsplit("/", 1)[1] / "_metadata").exists()
+        sp1 = json.loads(weir(ray_cluster, "--json", "savepoint", "cli-sp").stdout)  # no path: the job's default folder
+        assert sp1["savepoint"].startswith(f"{checkpoint_dir}/cli-sp/savepoints/savepoint-")
+        assert pathlib.Path(sp1["savepoint"].removeprefix("file://"), "_metadata").exists()
         stop = weir(ray_cluster, "--json", "stop", "cli-sp", "--savepoint-path", str(tmp_path / "sp2"))
         assert stop.returncode == 0, stop.stderr
         stopped = json.loads(stop.stdout)

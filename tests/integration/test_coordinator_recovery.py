@@ -5,6 +5,7 @@ stays exact, and clients follow the job there."""
 from __future__ import annotations
 
 import os
+import pathlib
 import threading
 import time
 
@@ -16,6 +17,8 @@ from weir import JobStatus, StreamExecutionEnvironment, WeirError
 from weir.actors.executor import RayJobClient
 from weir.actors.pool import get_pool
 from weir.connectors.files import FileSink, committed_files, read_committed
+from weir.runtime.shared_state import metadata_files
+from weir.runtime.storage import read_metadata
 
 pytestmark = pytest.mark.ray
 
@@ -83,6 +86,13 @@ def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_outpu
     assert min(c["checkpoint_id"] for c in client.checkpoints()) > last, "checkpoint ids go on after a recovery"
     v = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 50, i) for i in range(N)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
+    # One checkpoint retained (the default), whoever wrote it, and no file that no
+    # complete checkpoint names (before: every coordinator's last checkpoint stayed,
+    # and the files of checkpoints that were being written when it died).
+    (run,) = pathlib.Path(checkpoint_dir.removeprefix("file://"), "coordinator-kills").iterdir()
+    (kept,) = run.glob("chk-*/_metadata")
+    named = metadata_files(read_metadata("file://" + str(kept.parent)))
+    assert {"file://" + str(p) for p in (run / "shared").iterdir()} == named
 
 
 def test_a_savepoint_then_the_coordinator_dying_duplicates_nothing(ray_cluster, checkpoint_dir, out_dir, tmp_path):
