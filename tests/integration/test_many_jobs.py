@@ -331,6 +331,26 @@ def test_a_restarted_coordinator_keeps_the_last_completed_rescale(ray_cluster, c
     _exact(out_dir, n)
 
 
+def test_two_unnamed_jobs_of_a_notebook_run_side_by_side(ray_cluster, tmp_path):
+    """Two cells that execute_async() without a name: both were 'weir-job', and the
+    second was refused with JobAlreadyRunningError. Each now has a name of its own."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    clients = []
+    try:
+        for cell in range(2):
+            env.from_generator(lambda k: k, count=10_000_000, records_per_second=1000).sink_to(
+                FileSink(str(tmp_path / f"cell-{cell}"), format="jsonl")
+            )
+            clients.append(env.execute_async())
+        for client in clients:
+            client.wait_until(lambda c: c.status() is JobStatus.RUNNING)
+        assert clients[0].status() is clients[1].status() is JobStatus.RUNNING
+        assert clients[0].job_name != clients[1].job_name
+    finally:
+        for client in clients:
+            client.cancel()
+
+
 def test_a_job_submitted_from_another_thread_of_the_same_driver_is_refused_too(ray_cluster, tmp_path):
     """Two cells of one notebook (or two threads) submitting one name at once."""
     outcomes: list[str] = []
