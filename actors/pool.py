@@ -64,6 +64,7 @@ log = logging.getLogger("weir.pool")
 class SlotPool:
     REFILL_EVERY_S = 0.25
     CPU_RESERVE = 1.0
+    SWEEP_WAIT_S = 5.0  # for a retiring slot's sweep of its node (see _retire)
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
@@ -272,7 +273,7 @@ class SlotPool:
         with self._lock:
             leaving = self.ledger.forget_job(job, coordinator_id)
         if leaving:
-            self._retire([coordinator_id])
+            self._retire([], [coordinator_id])
 
     def rescaled(self, job: str, parallelism: dict[str, int]) -> None:
         """A rescale of ``job`` completed: a coordinator taking the job over keeps it."""
@@ -383,7 +384,7 @@ class SlotPool:
             gone, _ = ray.wait(list(watches.values()), num_returns=len(watches), timeout=0)
             for cid in [cid for cid, ref in watches.items() if ref in gone]:
                 self._coordinator_died(cid)
-        self._retire(plan.retire_slots + plan.retire_coordinators)
+        self._retire(plan.retire_slots, plan.retire_coordinators)
         if starting:  # up, or dead starting: either way no longer starting
             ready, _ = ray.wait(list(starting.values()), num_returns=len(starting), timeout=0)
             for aid, ref in starting.items():
@@ -399,7 +400,7 @@ class SlotPool:
                     app,
                     len(ended.retire_slots) + len(ended.retire_coordinators),
                 )
-                self._retire(ended.retire_slots + ended.retire_coordinators)
+                self._retire(ended.retire_slots, ended.retire_coordinators)
 
     def _came_up(self, aid: str, ref: Any) -> None:
         try:
@@ -416,13 +417,19 @@ class SlotPool:
             else:
                 self.ledger.slot_up(aid, node)
 
-    def _retire(self, ids: list[str]) -> None:
+    def _retire(self, slots: list[str], coordinators: list[str]) -> None:
+        """Kill these processes; each slot first sweeps its node of dead processes'
+        RocksDB folders (see :meth:`TaskActor.sweep`), for up to SWEEP_WAIT_S."""
+        ids = slots + coordinators
         with self._lock:
-            actors = [self._actors.pop(i) for i in ids if i in self._actors]
+            actors = {i: self._actors.pop(i) for i in ids if i in self._actors}
             for i in ids:
                 self._starting.pop(i, None)
                 self._watches.pop(i, None)
-        for a in actors:
+        sweeps = [actors[i].sweep.remote() for i in slots if i in actors]
+        if sweeps:
+            ray.wait(sweeps, num_returns=len(sweeps), timeout=self.SWEEP_WAIT_S)
+        for a in actors.values():
             ray.kill(a, no_restart=True)
 
 

@@ -28,6 +28,7 @@ from weir.runtime.checkpointing import TaskKey
 from weir.runtime.deployment import Deployment
 from weir.runtime.errors import SlotBusyError, TaskFailedError, WeirError
 from weir.runtime.letters import MasterPorts
+from weir.runtime.local_folders import sweep_known
 from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
 
 log = logging.getLogger("weir.task_actor")
@@ -92,6 +93,13 @@ class TaskActor:
         self._outbox: Outbox | None = None
         self._metrics = TaskMetrics()
         report_every_second(self._report_metrics, "metrics")
+        self.sweep()
+
+    def sweep(self) -> int:
+        """Delete the RocksDB folders of dead processes on this node (a killed task
+        deletes nothing): when the slot starts, and when the pool retires it.
+        Returns how many went."""
+        return len(sweep_known())
 
     def _report_metrics(self) -> None:
         task, key = self._task, self.key

@@ -13,11 +13,18 @@ from typing import Any
 
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import RestartStrategy
-from weir.runtime.errors import CorruptCheckpointError, NoRestorePointError
+from weir.runtime.errors import CorruptCheckpointError, LocalDiskFullError, NoRestorePointError
 from weir.runtime.graph import JobGraph
 from weir.runtime.restarts import RestartBackoff
 
 RestorePoint = tuple[str, dict[str, Any]]  # (location, metadata) of a complete checkpoint or savepoint
+
+# A full local disk (LocalDiskFullError) restarts the job at most this many times
+# within the window, each under the restart strategy's backoff; the next fails it.
+# A restart frees nothing there (a restore links the same files back), so a job
+# restarted for ever would hide a disk that stays full.
+LOCAL_DISK_FULL_RESTARTS = 3
+LOCAL_DISK_FULL_WINDOW_S = 3600.0
 
 
 class FailoverAction(enum.Enum):
@@ -124,6 +131,22 @@ def fall_back(restore_points: list[RestorePoint], error: CorruptCheckpointError,
     )
 
 
+@dataclass(frozen=True)
+class DiskFullFailures:
+    """When a job's latest local-disk-full failures came (those within the window,
+    at most one more than it restarts for). A frozen value: :meth:`failed` returns the next."""
+
+    times: tuple[float, ...] = ()
+
+    def failed(self, now: float) -> "DiskFullFailures":
+        recent = [t for t in self.times if now - t < LOCAL_DISK_FULL_WINDOW_S]
+        return DiskFullFailures((*recent[-LOCAL_DISK_FULL_RESTARTS:], now))
+
+    @property
+    def restartable(self) -> bool:
+        return len(self.times) <= LOCAL_DISK_FULL_RESTARTS
+
+
 class Restarts:
     """A job's restarts as the job master keeps them: the restart strategy's
     backoff, how many restarts there were (a region's included), and what waits
@@ -138,10 +161,12 @@ class Restarts:
         self.restart_at: float | None = None
         self.waiting: dict[frozenset[TaskKey], float] = {}
         self._regions: list[frozenset[TaskKey]] = []  # pipelined regions of the deployed graph
+        self.disk_full = DiskFullFailures()
 
     def decide(
         self,
         graph: JobGraph,
+        error: BaseException,
         task: TaskKey | None,
         restartable: bool,
         count: bool,
@@ -149,8 +174,13 @@ class Restarts:
         cancelling: bool,
         now: float,
     ) -> Failover:
-        """What a failure does (see :func:`decide_failover`); ``task``: the task that
-        failed, whose region alone may restart while the job is ``running``."""
+        """What ``error`` does (see :func:`decide_failover`); ``task``: the task that
+        failed, whose region alone may restart while the job is ``running``. A
+        full local disk counts in :attr:`disk_full` whatever is decided, and is
+        not restartable once it came too often (see ``LOCAL_DISK_FULL_RESTARTS``)."""
+        if isinstance(error, LocalDiskFullError):
+            self.disk_full = self.disk_full.failed(now)
+            restartable = restartable and self.disk_full.restartable
         backoff = self.backoff.failed(now, self._jitter.random(), count)
         region = region_of(task, self._regions, graph.execution.failover_strategy, running, len(graph.task_names()))
         return decide_failover(backoff, restartable, region, cancelling)

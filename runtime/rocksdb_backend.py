@@ -2,7 +2,14 @@
 state larger than the heap, and checkpoints that upload only new files.
 
 One RocksDB per operator subtask, in a folder of its own on the local disk
-(created fresh, deleted when the task closes; weir deletes nothing else there).
+(created fresh, deleted when the task closes). The folder carries an owner file
+(``weir.runtime.local_folders``): when it makes its own folder and when it closes,
+a backend sweeps the folders of dead processes from the parent; weir deletes
+nothing else there. The local disk running full while the database, its logs
+or its checkpoint links are written is a :class:`LocalDiskFullError` naming the
+folder, not an error of the job's code: the job master restarts it a few times,
+then fails the job.
+
 A key is stored under ``key group (2 bytes, big-endian) + state id (4 bytes) +
 the key's stable bytes``, so a key group's entries are one contiguous range
 (a rescale takes ranges); the value is the pickled ``(key, value)``, so
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -66,17 +74,24 @@ from rocksdict import (
     WriteOptions,
 )
 
-from weir.runtime.errors import CorruptCheckpointError, InvalidConfigurationError, StateSerializationError
+from weir.runtime.errors import (
+    CorruptCheckpointError,
+    InvalidConfigurationError,
+    LocalDiskFullError,
+    StateSerializationError,
+)
 from weir.runtime.incremental import FileKeyed, Keyed, restore_into
 from weir.runtime.keygroups import KeyGroupRange, prefixed_keys
+from weir.runtime.local_folders import ROCKSDB_PREFIX, OwnedFolder, sweep
 from weir.runtime.serialization import dumps_each, dumps_state, loads, loads_each
 from weir.runtime.state import KeyedStateBackend
-from weir.runtime.storage import DbFile, _safe, download_file, join, read_file, upload_file
+from weir.runtime.storage import DbFile, _safe, download_file, join, read_file, upload_file, within
 
 _META = b"\xff\xff"  # + state id -> state name; sorts after every key group (at most 32768 of them)
 _COPY_BATCH = 10_000  # entries per WriteBatch when a restore copies ranges
 _LOG = "weir-changes-"  # + checkpoint id: a change log file (RocksDB's own names start with a digit or capital)
 _MAX_LOGS = 32  # change logs a checkpoint names before the next one materializes
+_NO_SPACE = "No space left on device"  # in RocksDB's IO errors, which rocksdict raises as plain Exceptions
 
 
 class _Gone:
@@ -172,6 +187,20 @@ class Changes:
         """The changes :meth:`dumps` wrote one after another into ``log`` (weir's own file)."""
         for keys, values, deletes in loads_each(log):
             yield cls(keys, values, deletes)
+
+
+@contextlib.contextmanager
+def _on_local_disk(folder: str, operator: str) -> Iterator[None]:
+    """The disk running full at ``folder`` is a :class:`LocalDiskFullError` naming
+    it, not whatever RocksDB or the OS raised."""
+    try:
+        yield
+    except LocalDiskFullError:
+        raise  # from a nested write: named already
+    except Exception as exc:
+        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or _NO_SPACE in str(exc):
+            raise LocalDiskFullError(folder, operator, str(exc)) from exc
+        raise
 
 
 def _scan(db: Rdict, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -282,11 +311,7 @@ class _Table(MutableMapping[Any, Any]):
 
     def clear(self) -> None:
         self.cache.clear()
-        db = self._backend.db
-        for group in self._backend.key_groups:
-            prefix = _group(group) + self._sid
-            db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
-        self._backend.stop_logging()  # a range delete is not logged: the next checkpoint materializes
+        self._backend.delete_state(self._sid)
 
     def drain(self, changes: Changes) -> None:
         """The cache's entries into ``changes``; the cache is emptied. Without a
@@ -330,13 +355,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._cache_bound = config.cache_entries
         self._entries_held = 0  # at least the cache's entries: counted since the last count, once per record and table
         paths = config.storage_paths or (tempfile.gettempdir(),)
-        parent = paths[key_groups.start % len(paths)]
-        os.makedirs(parent, 0o700, exist_ok=True)
-        self.folder = tempfile.mkdtemp(prefix=f"weir-rocksdb-{_safe(folder_name)}-", dir=parent)
-        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.folder, True)
+        self._parent = parent = paths[key_groups.start % len(paths)]
+        sweep(parent)  # a killed task's folder, with hard links to files storage freed long ago
+        with _on_local_disk(parent, operator):
+            owned = OwnedFolder(parent, f"{ROCKSDB_PREFIX}{_safe(folder_name)}-")
+        self.folder = owned.path
+        self._remove_folder = weakref.finalize(self, owned.remove)
         self._options = _options(config)
         self._db_path = os.path.join(self.folder, "db")
-        self.db = _open(self._db_path, self._options)
+        with self._local_disk():
+            self.db = _open(self._db_path, self._options)
         self._tables: dict[str, _Table] = {}
         self._names: dict[bytes, str] = {}
         self._uploads: dict[int, RocksDBUpload] = {}  # checkpoint id -> its upload
@@ -411,13 +439,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _apply(self, changes: Changes) -> None:
         """Write ``changes`` into the database, and into the change log while logging."""
-        changes.write(self.db)
-        if self._log is not None:
-            data = changes.dumps()
-            self._log.write(data)
-            self._logged += len(data)
-            if self._logged > self._config.write_buffer_bytes:  # the memtable is about full: materialize
-                self.stop_logging()
+        with self._local_disk():
+            changes.write(self.db)
+            if self._log is not None:
+                data = changes.dumps()
+                self._log.write(data)
+                self._logged += len(data)
+                if self._logged > self._config.write_buffer_bytes:  # the memtable is about full: materialize
+                    self.stop_logging()
+
+    def _local_disk(self) -> "contextlib.AbstractContextManager[None]":
+        """Around what writes the folder (see :func:`_on_local_disk`)."""
+        return _on_local_disk(self.folder, self._operator)
 
     def stop_logging(self) -> None:
         """The logs no longer hold every change since the materialization: the
@@ -426,6 +459,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._log.close()
             os.remove(self._log_path)
             self._log = None
+
+    def delete_state(self, sid: bytes) -> None:
+        """Every stored entry of one state."""
+        with self._local_disk():
+            for group in self.key_groups:
+                prefix = _group(group) + sid
+                self.db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
+            self.stop_logging()  # a range delete is not logged: the next checkpoint materializes
 
     def scan(self, sid: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The stored entries of one state, key group by key group."""
@@ -438,6 +479,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """The synchronous part: write the cache, then close the change log or
         materialize, and hard-link the files into a folder of this checkpoint's;
         :meth:`take_uploads` hands over the upload."""
+        with self._local_disk():
+            return self._snapshot(checkpoint_id)
+
+    def _snapshot(self, checkpoint_id: int) -> "RocksDBSnapshot":
         self.drop_expired()
         self.touched = set()  # the heap's delta bookkeeping: RocksDB's increments are its files
         self.write_back()
@@ -492,6 +537,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         subtask's database. Otherwise (a rescale, or a heap snapshot) the entries
         in this subtask's key groups are copied in. An old subtask's snapshot
         without any of them is not even downloaded."""
+        with self._local_disk():
+            self._restore(snapshots, checkpoint_id)
+
+    def _restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]], checkpoint_id: int | None) -> None:
         snapshots = [(held, keyed) for held, keyed in snapshots if held.overlaps(self.key_groups)]
         if len(snapshots) == 1 and isinstance(snapshots[0][1], RocksDBSnapshot) and snapshots[0][0] == self.key_groups:
             self.db.close()
@@ -530,10 +579,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self.db.write(batch)
 
     def close(self) -> None:
-        """Close the database and delete its folder (which this backend created)."""
-        self.stop_logging()
-        self.db.close()
-        self._remove_folder()
+        """Close the database and delete its folder (which this backend created),
+        even when the disk is too full to close the change log; then sweep the
+        parent again (a task killed since this one started, whose job ends now)."""
+        try:
+            self.stop_logging()
+            self.db.close()
+        finally:
+            self._remove_folder()
+            sweep(self._parent)
 
 
 def _names(db: Rdict) -> dict[bytes, str]:
@@ -573,7 +627,7 @@ class RocksDBUpload:
         try:
             for f in self.files:
                 kept = self.reusable.get(self.reuse_key(f)) if shared else None
-                if kept is None or not kept.handle.uri.startswith(folder.rstrip("/") + "/"):  # another run's may go
+                if kept is None or not within(kept.handle.uri, folder):  # another run's may go
                     uri = join(folder, _safe(f"{prefix}-{self.owner}-{f}"))
                     kept = DbFile(f"{self.owner}/{f}", upload_file(os.path.join(self.local, f), uri))
                 out.append(kept)
@@ -622,13 +676,17 @@ class RocksDBSnapshot(FileKeyed):
 
     @contextlib.contextmanager
     def opened(self) -> Iterator[Rdict]:
-        """The database, rebuilt in a temporary folder, open to read."""
-        with tempfile.TemporaryDirectory(prefix="weir-rocksdb-restore-") as tmp:
-            db = self.rebuilt(os.path.join(tmp, "db"), Options(raw_mode=True))
+        """The database, rebuilt in a temporary folder (owned: a sweep deletes it
+        if this process dies), open to read."""
+        tmp = OwnedFolder(tempfile.gettempdir(), f"{ROCKSDB_PREFIX}restore-")
+        try:
+            db = self.rebuilt(os.path.join(tmp.path, "db"), Options(raw_mode=True))
             try:
                 yield db
             finally:
                 db.close()
+        finally:
+            tmp.remove()
 
     def tables_in(self, owned: KeyGroupRange) -> dict[str, dict[Any, Any]]:
         tables: dict[str, dict[Any, Any]] = {}

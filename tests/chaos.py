@@ -36,10 +36,11 @@ class ChaosRun:
     recovery_s: list[float] = field(default_factory=list)
 
 
-def kill_random_task(client, rng: random.Random) -> str | None:
-    """Kill one task actor of the running job: half the time ``ray.kill``, half
-    the time SIGKILL of its worker process (this machine's cluster)."""
-    names = client.tasks()
+def kill_random_task(client, rng: random.Random, vertex: str | None = None) -> str | None:
+    """Kill one task actor of the running job (of ``vertex``, a vertex id, if
+    given): half the time ``ray.kill``, half the time SIGKILL of its worker
+    process (this machine's cluster)."""
+    names = [n for n in client.tasks() if vertex is None or n.rsplit("/", 2)[1] == vertex]
     if not names or client.status() is not JobStatus.RUNNING:
         return None
     name = rng.choice(names)

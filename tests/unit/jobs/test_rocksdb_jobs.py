@@ -1,13 +1,19 @@
 """Jobs on the RocksDB state backend: a keyed running sum is exact through a
 restore from a retained checkpoint; the run's shared folder holds exactly the
 files (state files and SSTs) its retained checkpoints name; a job on the heap
-restores what a RocksDB job checkpointed, and the reverse; docs/state.md's
-RocksDB examples run."""
+restores what a RocksDB job checkpointed, and the reverse; a local disk that
+runs full fails the job naming the RocksDB folder after a few restarts, instead
+of restarting it for ever; docs/state.md's RocksDB examples run."""
 
 from __future__ import annotations
 
+import errno
+import os
 import pathlib
 import re
+import threading
+
+import pytest
 
 from tests.checker import check_running_sums, shared_folder_problems
 from tests.unit.jobs.test_incremental_checkpoints import _metadata, keyed_sum_job
@@ -18,6 +24,9 @@ from weir import (
     read_keyed_state_dict,
 )
 from weir.connectors.files import read_committed
+from weir.runtime.errors import JobExecutionError, LocalDiskFullError
+from weir.runtime.failover import LOCAL_DISK_FULL_RESTARTS
+from weir.runtime.rocksdb_backend import Changes
 from weir.runtime.shared_state import metadata_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -80,6 +89,39 @@ def test_a_heap_job_restores_a_rocksdb_checkpoint_and_a_rocksdb_job_a_heap_one(c
         )
         assert resumed.status is JobStatus.FINISHED
         _exact(out_dir)
+
+
+def test_a_full_local_disk_fails_the_job_naming_the_rocksdb_folder_instead_of_restarting_for_ever(
+    checkpoint_dir, out_dir, tmp_path, monkeypatch
+):
+    full = threading.Event()  # from now on the local disk has no room left
+    real = Changes.write
+
+    def write(changes, db):
+        if full.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(changes, db)
+
+    monkeypatch.setattr(Changes, "write", write)
+    rocks_dir = tmp_path / "rocks"
+    backend = rocks()
+    backend.set_db_storage_path(str(rocks_dir))
+    client = _job(backend, checkpoint_dir, out_dir).execute_async("disk-full", executor="local")
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()), 120)
+    full.set()
+    with pytest.raises(JobExecutionError) as failed:
+        client.wait(60)  # before: restarted for ever, each attempt failing on the first write
+    cause = failed.value.__cause__
+    assert isinstance(cause, LocalDiskFullError)
+    assert os.path.dirname(cause.folder) == str(rocks_dir) and cause.operator == "Reduce"
+    assert str(failed.value) == (
+        f"job 'disk-full' failed after {LOCAL_DISK_FULL_RESTARTS} restart(s) (restart strategy allows unlimited "
+        f"restarts): local disk full: operator 'Reduce' cannot write its RocksDB state in {cause.folder} ([Errno 28] "
+        "No space left on device); free space on that disk or point EmbeddedRocksDBStateBackend.set_db_storage_paths "
+        "at a larger one (a job that keeps finding it full fails rather than restarting for ever)"
+    )
+    assert client.restarts() == LOCAL_DISK_FULL_RESTARTS
+    assert os.listdir(rocks_dir) == []  # every attempt's folder deleted as its task closed
 
 
 def test_the_rocksdb_examples_in_docs_state_md_run(tmp_path, monkeypatch):

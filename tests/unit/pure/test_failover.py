@@ -1,11 +1,15 @@
 """Failover decisions, tested by calling them: which tasks restart, whether the
-job restarts at all, what the coordinators do, and which checkpoint is next."""
+job restarts at all (a full local disk only a few times), what the coordinators
+do, and which checkpoint is next."""
 
 from __future__ import annotations
 
 from weir.runtime.config import RestartStrategy
 from weir.runtime.errors import CorruptCheckpointError
 from weir.runtime.failover import (
+    LOCAL_DISK_FULL_RESTARTS,
+    LOCAL_DISK_FULL_WINDOW_S,
+    DiskFullFailures,
     Failover,
     FailoverAction,
     Restarts,
@@ -82,3 +86,15 @@ def test_with_no_earlier_checkpoint_left_the_job_fails_rather_than_start_from_sc
     decision = fall_back([("/cp/2", {})], CorruptCheckpointError("/cp/2/_metadata", "truncated"), "j")
     assert decision.restore_points == [] and not decision.restartable
     assert "job 'j' cannot restore" in str(decision.error) and "no earlier complete checkpoint" in str(decision.error)
+
+
+def test_a_full_local_disk_restarts_the_job_a_few_times_within_the_window_then_fails_it():
+    failures = DiskFullFailures()
+    for n in range(LOCAL_DISK_FULL_RESTARTS):
+        failures = failures.failed(now=10.0 * n)
+        assert failures.restartable
+    assert not failures.failed(now=100.0).restartable
+    spread = DiskFullFailures()
+    for n in range(10 * LOCAL_DISK_FULL_RESTARTS):  # each a window after the one before: never too often
+        spread = spread.failed(now=n * LOCAL_DISK_FULL_WINDOW_S)
+        assert spread.restartable and len(spread.times) == 1

@@ -1,7 +1,7 @@
 """The RocksDB keyed state backend: every state type on both backends, its
 checkpoints (files uploaded once, named again), rescaling 2 -> 3 -> 1 from its
 snapshots, restores across backends both ways, which uploaded files a discard
-may delete, and the settings it refuses."""
+may delete, the settings it refuses, and a full local disk named as such."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 
 from tests.unit.pure.test_incremental import MAX_P, _descriptors, _owner, _touch_everything
 from weir import EmbeddedRocksDBStateBackend, InvalidConfigurationError, StreamExecutionEnvironment
+from weir.runtime.errors import LocalDiskFullError
 from weir.runtime.incremental import Keyed, KeyedSnapshot, merged
 from weir.runtime.keygroups import KeyGroupRange
-from weir.runtime.rocksdb_backend import RocksDBKeyedStateBackend, RocksDBSettings, RocksDBSnapshot
+from weir.runtime.rocksdb_backend import Changes, RocksDBKeyedStateBackend, RocksDBSettings, RocksDBSnapshot
 from weir.runtime.serialization import dumps, loads
 from weir.runtime.shared_state import SharedFiles
 from weir.runtime.state import KeyedStateBackend, ListStateDescriptor, ValueStateDescriptor, keyed_state
@@ -375,3 +376,32 @@ def test_after_a_restore_from_a_checkpoint_the_next_one_names_its_ssts_again_in_
         assert (restored_ssts <= ssts) is same_run and len(ssts - restored_ssts) >= 1
         new.close()
     old.close()
+
+
+def test_rocksdbs_no_space_error_is_a_local_disk_full_error_naming_the_folder_and_other_errors_stay_as_they_are(
+    monkeypatch, tmp_path
+):
+    b = _rocks(1, 0, RocksDBSettings(storage_paths=(str(tmp_path),)))
+    values = keyed_state(b, ValueStateDescriptor("value"))
+    raised: list[Exception] = []
+    monkeypatch.setattr(Changes, "write", lambda changes, db: (_ for _ in ()).throw(raised[-1]))
+    b.touch(1)
+    values.update("one")
+    # What rocksdict raises when RocksDB's write finds the disk full: a plain Exception.
+    raised.append(Exception(f"IO error: No space left on device: While appending to file: {b.folder}/db/000047.log"))
+    with pytest.raises(LocalDiskFullError) as full:
+        b.snapshot(1)
+    assert str(full.value) == (
+        f"local disk full: operator 'op' cannot write its RocksDB state in {b.folder} (IO error: No space left on "
+        f"device: While appending to file: {b.folder}/db/000047.log); free space on that disk or point "
+        "EmbeddedRocksDBStateBackend.set_db_storage_paths at a larger one (a job that keeps finding it full fails "
+        "rather than restarting for ever)"
+    )
+    raised.append(Exception("IO error: Corruption: block checksum mismatch"))
+    b.touch(2)
+    values.update("two")
+    with pytest.raises(Exception, match="Corruption") as other:
+        b.write_back()
+    assert type(other.value) is Exception
+    b.close()
+    assert os.listdir(tmp_path) == []
