@@ -12,13 +12,16 @@ never holds more than about twice the state, and a restore reads no more.
 Entries are kept per state name, not per key group: grouping costs a hash per
 key at every checkpoint. A restore that takes over a key-group range whole (the
 same parallelism) takes the entries as they are; a rescale hashes each key once.
+
+What a backend remembers for later deltas (:class:`PossibleBases`) is bounded by
+the snapshots that may still become a base, however many checkpoints fail.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, Union
+from typing import Any, Callable, Generic, Iterable, Protocol, TypeVar, Union
 
 from weir.runtime.keygroups import KeyGroupRange, key_group_for
 from weir.runtime.storage import DbFile
@@ -94,6 +97,79 @@ class ChainSize:
         since the deltas would outweigh the full one (a restore reads them all)."""
         deltas = self.deltas + entries
         return ChainSize(self.full, deltas) if deltas <= self.full else None
+
+
+T = TypeVar("T")
+
+# Snapshots kept as possible bases besides the latest completed one: the newest, as
+# many as a job usually has checkpoints in flight (more in flight: a snapshot whose
+# base was dropped is written whole).
+NEWEST_KEPT = 2
+
+
+class PossibleBases(Generic[T]):
+    """What a keyed backend keeps, per snapshot that a later one may still name as
+    its base, for a snapshot on it (``T``), in snapshot order. A barrier names the
+    job's latest completed checkpoint, so later ones name it or a newer one.
+
+    Bounded by what a restore can need, whatever fails (a store that hangs for an
+    hour fails every checkpoint): an entry goes once its snapshot cannot be a
+    base. That is when it was aborted, when a newer one completed (a notification,
+    or a barrier naming it), or, should no word come, when it is neither the latest
+    completed one nor among the ``NEWEST_KEPT`` newest: so it never holds more than
+    ``NEWEST_KEPT + 1`` entries, and two when every abort is told. An entry that goes
+    from after another is merged into it (``merge(before, gone)``), since what it
+    kept about the time after its own snapshot is about the time after that one's
+    too; one with none before it goes whole. A snapshot whose base has no entry is
+    written whole, which is always exact.
+
+    Threads: the task's loop thread only."""
+
+    def __init__(self, merge: Callable[[T, T], T] | None = None) -> None:
+        self._entries: dict[int, T] = {}  # snapshot id -> its entry, in snapshot order
+        self._completed: int | None = None
+        self._merge = merge
+
+    def ids(self) -> list[int]:
+        """The snapshots kept, oldest first."""
+        return list(self._entries)
+
+    def get(self, checkpoint_id: int) -> T | None:
+        return self._entries.get(checkpoint_id)
+
+    def newest(self) -> T | None:
+        return self._entries[next(reversed(self._entries))] if self._entries else None
+
+    def since(self, base: int) -> list[T]:
+        """For a snapshot whose barrier names ``base`` (so it completed): the entries
+        from ``base`` on, oldest first; none when ``base`` is not kept."""
+        self.completed(base)
+        return list(self._entries.values()) if base in self._entries else []
+
+    def add(self, checkpoint_id: int, entry: T) -> None:
+        """A snapshot was taken: the newest entry."""
+        self._entries[checkpoint_id] = entry
+        for cid in list(self._entries)[:-NEWEST_KEPT]:
+            if cid != self._completed:
+                self._remove(cid)
+
+    def completed(self, checkpoint_id: int) -> None:
+        """``checkpoint_id`` completed: no older one can be a base any more."""
+        if self._completed is not None and checkpoint_id <= self._completed:
+            return
+        self._completed = checkpoint_id
+        for cid in [c for c in self._entries if c < checkpoint_id]:
+            del self._entries[cid]  # the oldest: none before them is left to merge into
+
+    def aborted(self, checkpoint_id: int) -> None:
+        """``checkpoint_id`` will never complete, so never be a base."""
+        self._remove(checkpoint_id)
+
+    def _remove(self, checkpoint_id: int) -> None:
+        gone = self._entries.pop(checkpoint_id, None)
+        before = [c for c in self._entries if c < checkpoint_id]
+        if gone is not None and before and self._merge is not None:
+            self._entries[before[-1]] = self._merge(self._entries[before[-1]], gone)
 
 
 def delta_of(tables: dict[str, dict[Any, Any]], keys: Iterable[Any]) -> dict[str, dict[Any, Any]]:

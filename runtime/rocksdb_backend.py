@@ -80,7 +80,7 @@ from weir.runtime.errors import (
     LocalDiskFullError,
     StateSerializationError,
 )
-from weir.runtime.incremental import FileKeyed, Keyed, restore_into
+from weir.runtime.incremental import FileKeyed, Keyed, PossibleBases, restore_into
 from weir.runtime.keygroups import KeyGroupRange, prefixed_keys
 from weir.runtime.local_folders import ROCKSDB_PREFIX, OwnedFolder, sweep
 from weir.runtime.serialization import dumps_each, dumps_state, loads, loads_each
@@ -367,7 +367,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self.db = _open(self._db_path, self._options)
         self._tables: dict[str, _Table] = {}
         self._names: dict[bytes, str] = {}
-        self._uploads: dict[int, RocksDBUpload] = {}  # checkpoint id -> its upload
+        # Uploads of snapshots a later one may name as its base, to name their files
+        # again: none without incremental checkpoints.
+        self._uploads: PossibleBases[RocksDBUpload] = PossibleBases()
         self._pending: list[RocksDBUpload] = []
         self._materialized = ""  # local folder: the last materialization's RocksDB checkpoint and the logs since
         self._materialization = 0  # its checkpoint id
@@ -503,14 +505,22 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         base = self.incremental_base
         reusable: dict[str, DbFile] = {}
         if base is not None and self._config.incremental:
-            prior = self._uploads.get(base)
-            reusable = dict(prior.uploaded) if prior is not None else {}
-            for cid in [c for c in self._uploads if c < base]:
-                del self._uploads[cid]  # later barriers name this base or a newer one
+            prior = self._uploads.since(base)
+            reusable = dict(prior[0].uploaded) if prior else {}
         upload = RocksDBUpload(local, self._owner, sorted(os.listdir(local)), reusable, self._materialization)
-        self._uploads[checkpoint_id] = upload
+        if self._config.incremental:
+            self._uploads.add(checkpoint_id, upload)
         self._pending.append(upload)
         return RocksDBSnapshot(self._owner, tuple(upload.names), self._live_estimate())
+
+    def checkpoint_completed(self, checkpoint_id: int) -> None:
+        self._uploads.completed(checkpoint_id)
+
+    def checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._uploads.aborted(checkpoint_id)
+
+    def kept_bases(self) -> list[int]:
+        return self._uploads.ids()
 
     def _materialize(self, checkpoint_id: int) -> None:
         """Flush the memtable and hard-link a RocksDB checkpoint, in place of the
@@ -548,9 +558,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             restored = snapshots[0][1]
             self.db = restored.rebuilt(self._db_path, self._options)
             self._names.update(_names(self.db))
-            if checkpoint_id is not None:  # as if uploaded: a checkpoint built on it names its SSTs again
+            if checkpoint_id is not None and self._config.incremental:
+                # As if uploaded: a checkpoint built on it names its SSTs again.
                 ssts = {f.name.rsplit("/", 1)[1]: f for f in restored.files if f.name.endswith(".sst")}
-                self._uploads[checkpoint_id] = RocksDBUpload("", self._owner, [], {}, uploaded=ssts)
+                self._uploads.add(checkpoint_id, RocksDBUpload("", self._owner, [], {}, uploaded=ssts))
             return
         for held, keyed in snapshots:
             if isinstance(keyed, RocksDBSnapshot):

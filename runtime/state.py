@@ -31,7 +31,15 @@ from typing import (
 )
 
 from weir.runtime.errors import InvalidConfigurationError
-from weir.runtime.incremental import ChainSize, FileUpload, Keyed, KeyedSnapshot, delta_of, restore_into
+from weir.runtime.incremental import (
+    ChainSize,
+    FileUpload,
+    Keyed,
+    KeyedSnapshot,
+    PossibleBases,
+    delta_of,
+    restore_into,
+)
 from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.typeinfo import BasicTypeInfo, TypeInformation, type_arg
 
@@ -360,8 +368,7 @@ class KeyedStateBackend:
         self.clock = clock or processing_time_ms
         self._swept: dict[str, _Ttl] = {}  # TTL states whose expired entries go at each snapshot
         self.touched: set[Any] = set()  # keys whose state may have changed since the last snapshot
-        self._touched_before: dict[int, set[Any]] = {}  # snapshot id -> keys touched since the one before
-        self._chains: dict[int, ChainSize] = {}  # checkpoint id -> the entries of its chain
+        self._bases: PossibleBases[_Since] = PossibleBases(_Since.merged)
         self.incremental_base: int | None = None  # the checkpoint the next snapshot may write changes against
 
     def touch(self, key: Any) -> None:
@@ -419,29 +426,38 @@ class KeyedStateBackend:
 
     def snapshot(self, checkpoint_id: int) -> KeyedSnapshot:
         """Every entry, or (when :attr:`incremental_base` names a checkpoint this
-        backend snapshotted, and its chain is not due for a full one) the entries
-        of the keys touched since it."""
+        backend snapshotted and still keeps as a base, and its chain is not due
+        for a full one) the entries of the keys touched since it."""
         self.drop_expired()
-        self._touched_before[checkpoint_id], self.touched = self.touched, set()
         live = sum(len(t) for t in self.tables.values())
         base = self.incremental_base
-        chain = None if base is None else self._chains.get(base)
-        if base is not None and chain is not None:
-            self._forget_through(base)
-            keys = set().union(*self._touched_before.values())
-            grown = chain.with_delta(len(keys))
-            if grown is not None:
-                self._chains[checkpoint_id] = grown
-                return KeyedSnapshot(delta_of(self.tables, keys), delta=True, live_keys=live)
-        self._chains[checkpoint_id] = ChainSize(live, 0)
+        since = [] if base is None else self._bases.since(base)
+        keys: set[Any] = set()
+        grown = None
+        if since:  # the newest entry's keys are self.touched: keys touched since base, up to now
+            keys = set().union(*(s.keys for s in since))
+            grown = since[0].chain.with_delta(len(keys))
+        self.touched = set()
+        self._bases.add(checkpoint_id, _Since(grown or ChainSize(live, 0), self.touched))
+        if grown is not None:
+            return KeyedSnapshot(delta_of(self.tables, keys), delta=True, live_keys=live)
         return KeyedSnapshot({name: t for name, t in self.tables.items() if t}, live_keys=live)
 
-    def _forget_through(self, base: int) -> None:
-        """Later snapshots are based on ``base`` or newer: what came before is not needed."""
-        for cid in [c for c in self._touched_before if c <= base]:
-            del self._touched_before[cid]
-        for cid in [c for c in self._chains if c < base]:
-            del self._chains[cid]
+    def checkpoint_completed(self, checkpoint_id: int) -> None:
+        """No snapshot older than ``checkpoint_id`` is a base any more."""
+        self._bases.completed(checkpoint_id)
+
+    def checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """``checkpoint_id`` will never be a base: the keys touched after it count
+        from the snapshot before it."""
+        self._bases.aborted(checkpoint_id)
+        newest = self._bases.newest()
+        if newest is not None:
+            self.touched = newest.keys  # the aborted one's, or the one its keys were merged into
+
+    def kept_bases(self) -> list[int]:
+        """The snapshots kept as possible bases of a delta, oldest first."""
+        return self._bases.ids()
 
     def restore(self, snapshots: Iterable[tuple[KeyGroupRange, Keyed]], checkpoint_id: int | None = None) -> None:
         """Take the entries in this subtask's key groups from each old subtask's
@@ -449,6 +465,23 @@ class KeyedStateBackend:
         checkpoint they come from (None: a savepoint)."""
         for held, keyed in snapshots:
             restore_into(self.tables, keyed, self.key_groups, held, self.max_parallelism)
+
+
+@dataclass
+class _Since:
+    """A heap snapshot as a possible base: its chain's size, and the keys touched
+    from it until the next snapshot kept (the newest's: until now, ``touched``)."""
+
+    chain: ChainSize
+    keys: set[Any]
+
+    @staticmethod
+    def merged(before: "_Since", gone: "_Since") -> "_Since":
+        """``before``, now also standing for the time after ``gone`` (the smaller set
+        goes into the larger: a hot key set is not copied per checkpoint)."""
+        small, large = sorted((before.keys, gone.keys), key=len)
+        large |= small
+        return _Since(before.chain, large)
 
 
 class TtlValue(NamedTuple):

@@ -440,6 +440,8 @@ class StreamTask:
         elif isinstance(letter, NotifyCheckpointAborted):
             for op in self._opened():
                 op.notify_checkpoint_aborted(letter.checkpoint_id)
+                if op.keyed_backend is not None:
+                    op.keyed_backend.checkpoint_aborted(letter.checkpoint_id)
         elif isinstance(letter, Cancel):
             raise _Cancelled()
         else:
@@ -563,6 +565,8 @@ class StreamTask:
     def _on_complete(self, checkpoint_id: int) -> None:
         faults.point("task-committing")
         for op in self._opened():
+            if op.keyed_backend is not None:
+                op.keyed_backend.checkpoint_completed(checkpoint_id)
             op.notify_checkpoint_complete(checkpoint_id)
         self.life.on_complete(checkpoint_id)
         self._maybe_exit()

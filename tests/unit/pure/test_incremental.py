@@ -1,12 +1,15 @@
 """Incremental keyed snapshots: what a delta holds, how a chain restores (every
-state type, at any parallelism), when a chain writes everything again, and which
-shared files a discard may delete."""
+state type, at any parallelism), when a chain writes everything again, what a
+backend keeps for later deltas however many checkpoints fail, and which shared
+files a discard may delete."""
 
 from __future__ import annotations
 
 import random
 
-from weir.runtime.incremental import REMOVED, KeyedSnapshot, merged
+import pytest
+
+from weir.runtime.incremental import NEWEST_KEPT, REMOVED, KeyedSnapshot, merged
 from weir.runtime.keygroups import KeyGroupRange, key_group_for, operator_index_for_key_group
 from weir.runtime.serialization import dumps, loads
 from weir.runtime.shared_state import SharedFiles
@@ -67,6 +70,58 @@ def test_without_a_base_it_wrote_itself_a_backend_writes_everything():
     assert not _snapshot(b, 1, base=None).delta
     b.touch("a")
     assert not _snapshot(b, 2, base=7).delta  # 7: a checkpoint of another attempt
+
+
+HOT, COLD = 1_000, 10
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["aborts-told", "no-word"])
+def test_a_thousand_failed_checkpoints_on_hot_keys_keep_at_most_three_bases_and_the_next_delta_restores_exactly(told):
+    """A store that hangs fails every checkpoint after the first for an hour. Before,
+    the backend kept each failed snapshot's touched keys (here 1,000 sets of 1,000
+    keys) and unioned them all at every snapshot."""
+    b = _backend(1, 0)
+    total = keyed_state(b, ValueStateDescriptor("total", default=0))
+    for key in range(HOT + COLD):
+        b.touch(key)
+        total.update(0)
+    first = _snapshot(b, 1, None)
+    b.checkpoint_completed(1)
+    for cid in range(2, 1002):
+        for key in range(HOT):
+            b.touch(key)
+            total.update(total.value() + 1)
+        if cid == 2:  # keys touched in the first failed interval only: the next delta must still hold them
+            for key in range(HOT, HOT + COLD):
+                b.touch(key)
+                total.clear()
+        assert _snapshot(b, cid, base=1).delta
+        if told:
+            b.checkpoint_aborted(cid)
+        assert len(b.kept_bases()) <= (2 if told else 1 + NEWEST_KEPT), b.kept_bases()
+    last = _snapshot(b, 1002, base=1)
+    assert last.delta and b.kept_bases()[0] == 1
+    restored = _backend(1, 0)
+    restored.restore([(b.key_groups, merged([first, last]))])
+    assert _live(restored) == {"total": {k: 1000 for k in range(HOT)}}
+
+
+def test_with_two_checkpoints_in_flight_the_older_is_still_a_base_once_it_completes():
+    b = _backend(1, 0)
+    for key in range(100):
+        b.touch(key)
+        b.table("v")[key] = 0
+    _snapshot(b, 1, None)
+    b.checkpoint_completed(1)
+    b.touch(1)
+    _snapshot(b, 2, base=1)
+    b.touch(2)
+    _snapshot(b, 3, base=1)  # taken while 2 is still pending
+    b.checkpoint_completed(2)
+    b.touch(3)
+    fourth = _snapshot(b, 4, base=2)
+    assert fourth.delta and set(fourth.tables["v"]) == {2, 3}
+    assert b.kept_bases() == [2, 3, 4]
 
 
 def _touch_everything(backends, p, rnd, step):

@@ -405,3 +405,42 @@ def test_rocksdbs_no_space_error_is_a_local_disk_full_error_naming_the_folder_an
     assert type(other.value) is Exception
     b.close()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "full"])
+def test_a_thousand_checkpoints_keep_bounded_bookkeeping_and_a_restore_from_the_last_completed_is_exact(
+    tmp_path, incremental
+):
+    """Incremental: 1,000 checkpoints on hot keys all fail; full uploads (PyFlink
+    ports' ``incremental=False``): 1,000 all complete. Before, the backend kept an
+    upload per checkpoint for ever in both (incremental ones: all after the last
+    completed base)."""
+    storage = _Storage(tmp_path)
+    b = _rocks(1, 0, RocksDBSettings(cache_entries=7, incremental=incremental))
+    values = keyed_state(b, ValueStateDescriptor("value"))
+
+    def interval(step: int) -> None:
+        for key in range(20):
+            b.touch(key)
+            values.update(step)
+
+    interval(0)
+    storage.checkpoint(b, 0, 1, None)
+    b.checkpoint_completed(1)
+    for cid in range(2, 1002):
+        interval(cid)
+        if incremental:
+            storage.checkpoint(b, 0, cid, base=1)
+            b.checkpoint_aborted(cid)
+        else:
+            storage.checkpoint(b, 0, cid, base=cid - 1)
+            b.checkpoint_completed(cid)
+        assert len(b.kept_bases()) <= (2 if incremental else 0), b.kept_bases()
+    assert b.kept_bases() == ([1] if incremental else [])  # the completed base, its SSTs named again
+    interval(1002)
+    last = storage.checkpoint(b, 0, 1002, base=1 if incremental else 1001)
+    b.checkpoint_completed(1002)
+    restored = _rocks(1, 0)
+    restored.restore([(b.key_groups, last)], checkpoint_id=1002)
+    assert _contents([restored]) == {"value": {k: 1002 for k in range(20)}}
+    _close([b, restored])
