@@ -54,6 +54,7 @@ from weir.runtime.storage import (
     prepare_location,
     savepoint_location,
     shared_folder,
+    within,
     write_metadata,
     write_state,
 )
@@ -102,7 +103,7 @@ class CheckpointFlow:
             if metadata.get("kind") != CheckpointKind.CHECKPOINT.value:
                 continue
             self.shared.completed(metadata["checkpoint_id"], metadata)
-            if location.startswith(self._storage.root.rstrip("/") + "/"):
+            if within(location, self._storage.root):
                 self.coordinator.recovered(location, metadata)
         free = self._retain()
         for location in start.incomplete:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-from weir.runtime.storage import StateHandle, handle_from_json
+from weir.runtime.storage import StateHandle, handle_from_json, within
 
 
 def metadata_files(metadata: dict[str, Any]) -> set[str]:
@@ -31,7 +31,7 @@ def metadata_files(metadata: dict[str, Any]) -> set[str]:
 
 class SharedFiles:
     def __init__(self, folder: str) -> None:
-        self.folder = folder.rstrip("/") + "/"
+        self.folder = folder
         self._refs: Counter[str] = Counter()
         self._files: dict[int, set[str]] = {}  # kept checkpoint id -> the files it names
         self._bases: Counter[int] = Counter()  # checkpoint -> pending checkpoints built on it
@@ -39,7 +39,7 @@ class SharedFiles:
         self.latest: int | None = None  # the newest completed checkpoint: the next one's base
 
     def completed(self, checkpoint_id: int, metadata: dict[str, Any]) -> None:
-        files = {uri for uri in metadata_files(metadata) if uri.startswith(self.folder)}
+        files = {uri for uri in metadata_files(metadata) if within(uri, self.folder)}
         self._files[checkpoint_id] = files
         self._refs.update(files)
         if self.latest is None or checkpoint_id > self.latest:
@@ -81,4 +81,4 @@ class SharedFiles:
 
     def unnamed(self, uris: Iterable[str]) -> list[str]:
         """Of these files, those in this run's shared folder that no kept checkpoint names."""
-        return [uri for uri in uris if uri.startswith(self.folder) and uri not in self._refs]
+        return [uri for uri in uris if within(uri, self.folder) and uri not in self._refs]

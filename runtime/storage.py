@@ -135,17 +135,45 @@ def _make_dirs(fs: pafs.FileSystem, path: str) -> None:
             pass
 
 
+def _split(uri: str) -> tuple[str, str]:
+    """A URI's path part and its query (``?endpoint_override=...&region=...``:
+    pyarrow's options for the file system, which every URI under it keeps)."""
+    base, mark, query = uri.partition("?")
+    return base.rstrip("/"), mark + query
+
+
 def join(location: str, name: str) -> str:
-    return location.rstrip("/") + "/" + name
+    base, query = _split(location)
+    return f"{base}/{name}{query}"
 
 
 def parent(location: str) -> str:
-    return location.rstrip("/").rsplit("/", 1)[0]
+    base, query = _split(location)
+    return base.rsplit("/", 1)[0] + query
+
+
+def within(uri: str, folder: str) -> bool:
+    """Whether ``uri`` lies inside ``folder`` (queries aside)."""
+    return _split(uri)[0].startswith(_split(folder)[0] + "/")
+
+
+def relative_to(uri: str, folder: str) -> str:
+    """``uri``'s path inside ``folder`` (see :func:`within`), without the query."""
+    return _split(uri)[0][len(_split(folder)[0]) + 1 :]
+
+
+# Object stores, where an object appears whole when its upload completes (and a
+# rename is a copy): a write goes straight to its name.
+_ATOMIC_PUT = ("s3", "gcs")
 
 
 def _atomic_write(uri: str, data: bytes) -> None:
     fs, path = _resolve(uri)
     _make_dirs(fs, posixpath.dirname(path))
+    if fs.type_name in _ATOMIC_PUT:
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     if isinstance(fs, pafs.LocalFileSystem):
         # Created 0600 before a byte is in it (writing into it keeps the mode):
@@ -304,8 +332,7 @@ def read_state(handle: StateHandle) -> Any:
 def write_metadata(location: str, metadata: dict[str, Any]) -> None:
     """Written last: a checkpoint or savepoint exists once its metadata does.
     Handles of files inside ``location`` are stored relative to it."""
-    prefix = location.rstrip("/") + "/"
-    relative = _map_handles(metadata, lambda uri: uri[len(prefix) :] if uri.startswith(prefix) else uri)
+    relative = _map_handles(metadata, lambda uri: relative_to(uri, location) if within(uri, location) else uri)
     _atomic_write(join(location, METADATA), json.dumps(relative, indent=1, sort_keys=True).encode())
 
 

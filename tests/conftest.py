@@ -21,6 +21,11 @@ os.environ.setdefault("WEIR_JOB_LINGER_S", "20")
 # instead of 11, with a third less CPU. weir adds its own flags to these
 # (docs/spark.md).
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Credentials for the S3 endpoint the tests start (moto accepts any), in the
+# environment as a user's would be, never on a real account; the session's Ray
+# actors get them through its runtime env.
+S3_ENV = {"AWS_ACCESS_KEY_ID": "weir-tests", "AWS_SECRET_ACCESS_KEY": "weir-tests", "AWS_EC2_METADATA_DISABLED": "true"}
+os.environ.update(S3_ENV)
 # The slot pool runs with its defaults, as users get it: idle task actors never
 # take the cluster's last CPU, so Spark and Ray Data tasks still find room.
 
@@ -60,10 +65,20 @@ def ray_cluster():
         from weir.actors.cluster import java_env
 
         os.environ.update(java_env())
-        ray.init(include_dashboard=False, runtime_env={"env_vars": java_env()})
+        ray.init(include_dashboard=False, runtime_env={"env_vars": {**java_env(), **S3_ENV}})
     ensure_ray()
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server for this test process (tests/s3.py), started on first use."""
+    from tests.s3 import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
