@@ -5,7 +5,9 @@ pyarrow.fs, and (from :mod:`weir.connectors.file_source`) the file source: PyFli
 Exactly-once when checkpointing is on (a bounded job also commits its last data
 through its final checkpoint). A subtask writes into a hidden in-progress part
 file; a checkpoint closes it and renames it to a hidden pending file, kept in the
-checkpoint's state (a rolling policy's ``part_size`` also rolls a file to pending
+checkpoint's state (on an object store, S3 or GCS, where an upload is invisible
+until it completes and a rename is a copy, it is written under its pending name
+from the start) (a rolling policy's ``part_size`` also rolls a file to pending
 between checkpoints); when the checkpoint completes its pending files are renamed
 to their visible names. A restore publishes what the restored checkpoint had
 pending, and the first checkpoint after it removes the hidden leftovers of earlier
@@ -44,6 +46,7 @@ from weir.connectors.file_source import (
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.operators import OperatorContext
 from weir.runtime.sinks import Sink, SinkWriter
+from weir.runtime.storage import appears_whole
 
 _FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
 _PARQUET_ROW_GROUP = 65536
@@ -373,6 +376,9 @@ class _FileWriter(SinkWriter):
         self._size = 0  # bytes of the part file being written, row formats
         self._rolled: list[tuple[str, str]] = []  # (pending, final) of the files closed since the last checkpoint
         self._cleaned = False
+        # On an object store an unfinished upload is invisible and a rename is a
+        # copy: a part file is written under its pending name from the start.
+        self._writing = "pending" if appears_whole(fs) else "inprogress"
 
     # ---------------------------------------------------------------- writing
     def write(self, records: list[Any]) -> None:
@@ -400,7 +406,7 @@ class _FileWriter(SinkWriter):
         c = self._config
         self._name = f"{c.part_prefix}-{self._ctx.attempt_id}-{self._ctx.subtask}-{self._counter}{c.part_suffix}"
         self._counter += 1
-        self._stream = self._fs.open_output_stream(self._hidden_path("inprogress"))
+        self._stream = self._fs.open_output_stream(self._hidden_path(self._writing))
         if self._bulk is not None:
             self._bulk.start(self._stream)
         return self._stream
@@ -413,7 +419,8 @@ class _FileWriter(SinkWriter):
         self._stream = None
         self._size = 0
         pending = self._hidden_path("pending")
-        self._fs.move(self._hidden_path("inprogress"), pending)
+        if self._writing != "pending":
+            self._fs.move(self._hidden_path(self._writing), pending)
         self._rolled.append((pending, self._path(self._name)))
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:

@@ -162,18 +162,20 @@ def relative_to(uri: str, folder: str) -> str:
     return _split(uri)[0][len(_split(folder)[0]) + 1 :]
 
 
-# Object stores, where an object appears whole when its upload completes (and a
-# rename is a copy): a write goes straight to its name.
-_ATOMIC_PUT = ("s3", "gcs")
+def appears_whole(fs: pafs.FileSystem) -> bool:
+    """An object store (S3, GCS): a file appears whole when its upload completes,
+    a rename is a copy, and folders are only prefixes of names. A write there goes
+    straight to its name."""
+    return fs.type_name in ("s3", "gcs")
 
 
 def _atomic_write(uri: str, data: bytes) -> None:
     fs, path = _resolve(uri)
-    _make_dirs(fs, posixpath.dirname(path))
-    if fs.type_name in _ATOMIC_PUT:
+    if appears_whole(fs):
         with fs.open_output_stream(path) as out:
             out.write(data)
         return
+    _make_dirs(fs, posixpath.dirname(path))
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     if isinstance(fs, pafs.LocalFileSystem):
         # Created 0600 before a byte is in it (writing into it keeps the mode):
