@@ -47,8 +47,11 @@ def test_readme_has_examples():
 
 
 @pytest.mark.ray
-def test_readme_examples_run(ray_cluster, spark, kafka_broker, monkeypatch):
+def test_readme_examples_run(ray_cluster, spark, kafka_broker, s3_server, monkeypatch):
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka_broker.bootstrap)  # the Kafka page's blocks read it
+    bucket, options = s3_server.uri().split("?")  # the S3 page's blocks read these
+    monkeypatch.setenv("S3_BUCKET", bucket)
+    monkeypatch.setenv("S3_OPTIONS", "?" + options)
     namespace: dict = {"__name__": "readme"}
     for i, (page, block) in enumerate(readme_python_blocks()):
         exec(compile(block, f"{page} python block {i + 1}", "exec"), namespace)
