@@ -63,6 +63,7 @@ from weir.runtime.operators import (
 )
 from weir.runtime.row import Row, _make_row
 from weir.runtime.sinks import PrintSink, Sink, SinkOperator
+from weir.runtime.slicing import AlignedWindowOperator, aligned
 from weir.runtime.sources import (
     CollectionSource,
     GeneratorSource,
@@ -1482,9 +1483,13 @@ class WindowedStream:
             raise InvalidConfigurationError(
                 "aggregate function", contents.fn, "session windows merge: implement merge()"
             )
+        call = WindowCall(window_function, self._takes_key, where)
+        if self._keep_last is None and aligned(assigner, trigger, lateness, contents):
+            return self._keyed._then(
+                name, lambda n, u: AlignedWindowOperator(n, u, contents, call, ks, assigner, late), output_type
+            )
         if self._keep_last is not None:
             contents = LastElements(contents, self._keep_last)
-        call = WindowCall(window_function, self._takes_key, where)
         return self._keyed._then(
             name, lambda n, u: WindowOperator(n, u, contents, call, ks, assigner, trigger, lateness, late), output_type
         )
