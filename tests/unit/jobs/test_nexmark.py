@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from bench.nexmark import generator
+from bench.nexmark import generator, queries, reference
 from bench.nexmark.generator import GeneratorConfig
 
 SLOW = GeneratorConfig(seed=7, events_per_second=500)  # 20,000 events span 40 s of event time: several windows
@@ -142,3 +142,39 @@ def test_the_command_writes_the_folder_and_reuses_it(tmp_path, monkeypatch, caps
     monkeypatch.setattr(sys, "argv", argv[:-2])  # another part size: written again, the same events
     generator.main()
     assert len(parts(out, "bid")) == 1 and pq.read_table(f"{out}/bid").to_pylist() == first
+
+
+# ---------------------------------------------------------------------- the queries, exact
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q11", "q20"])
+def test_a_query_on_weir_gives_exactly_what_its_reference_computes(query, data, tmp_path):
+    expected = reference.QUERIES[query](data)
+    run = queries.run(query, queries.ParquetInput(data), 2, str(tmp_path / "out"), executor="local")
+    reference.check(query, run.output, expected)  # raises OutputMismatch, saying what differs
+    assert run.output, f"{query} found nothing in the test data: it checks nothing"
+
+
+def test_the_window_queries_have_several_windows_and_ties_to_check(data):
+    assert len({end for _, _, end in reference.q5(data)}) > 15  # 40 s of event time, a window every 2 s
+    assert len({t - t % 10_000 for *_, t, _ in reference.q7(data)}) >= 4
+    sessions = collections.Counter(bidder for bidder, *_ in reference.q11(data))
+    assert max(sessions.values()) > 1  # some bidders have more than one session
+
+
+def test_processing_time_windows_add_up_to_no_more_than_the_bids(data, tmp_path):
+    run = queries.run("q12", queries.ParquetInput(data), 2, str(tmp_path / "out"), executor="local", window_ms=20)
+    verdict = reference.check("q12", run.output, reference.q12(data), window_ms=20)
+    assert run.output and verdict.startswith("consistent")
+
+
+def test_the_in_process_generator_is_a_source_of_the_same_events(data, tmp_path):
+    source = queries.GeneratedInput(20_000, SLOW)
+    run = queries.run("q7", source, 2, str(tmp_path / "out"), executor="local")
+    reference.check("q7", run.output, reference.q7(data))
+
+
+def test_a_wrong_output_fails_the_check_saying_what_differs(data):
+    expected = reference.q8(data)
+    with pytest.raises(reference.OutputMismatch, match=r"1 missing .* 1 unexpected"):
+        reference.check("q8", [*expected[1:], (1, "nobody", 0)], expected)
+    with pytest.raises(reference.OutputMismatch, match="q4"):
+        reference.check("q4", [(10, 1.0)], reference.q4(data))
