@@ -212,10 +212,13 @@ class AlignedWindowOperator(TimerOperator):
         """Every key's window ``[end - size, end)``; then drop what no later window reads."""
         backend = self.keyed_backend
         assert backend is not None
+        touch, panes_of, contents = backend.touch, self._panes, self.contents
         window = TimeWindow(end - self.size, end)
-        watermark = self.timers.watermark
-        merge = self.contents.merge
+        stamp = window.max_timestamp()
+        emit = self.window_function.emitter(window, self.timers.watermark)
+        clears = self.window_function.clears
         if self.slicing:
+            agg = contents.fn
             parts = range(end - self.size + self.slide, end + 1, self.slide)
             keys: set[Any] = set().union(*(self._index.get(s, ()) for s in parts))
             gone = parts[0]  # the oldest slice: no later window reads it
@@ -223,38 +226,44 @@ class AlignedWindowOperator(TimerOperator):
             keys = self._index.get(end, set())
             gone = end
         for k in keys:
-            backend.touch(k)
-            panes = self._panes[k]
-            if not self.slicing:
-                acc = panes[end]
-            elif panes.get(_FIRED, end - 1) >= end:
-                continue  # fired before a restore: a key remembers how far its windows fired
-            else:
-                acc = _EMPTY
-                try:
+            touch(k)
+            panes = panes_of[k]
+            try:
+                if not self.slicing:
+                    result = contents.result(panes[end])
+                elif panes.get(_FIRED, end - 1) >= end:
+                    continue  # fired before a restore: a key remembers how far its windows fired
+                else:
+                    # Into a fresh accumulator: merge() may reuse its first argument, and
+                    # a slice's accumulator is read again by the windows after this one.
+                    acc = agg.create_accumulator()
                     for s in parts:
-                        acc = merge(acc, panes.get(s, _EMPTY))
-                except Exception as exc:
-                    raise self.fail(self.contents.role, exc) from exc
-                panes[_FIRED] = end
-            self._emit(k, window, watermark, acc, emitted)
+                        part = panes.get(s, _EMPTY)
+                        if part is not _EMPTY:
+                            acc = agg.merge(acc, part)
+                    panes[_FIRED] = end
+                    result = [agg.get_result(acc)]
+            except Exception as exc:
+                raise self.fail(contents.role, exc) from exc
+            try:
+                emitted.add(emit(k, result), stamp)
+            except Exception as exc:
+                raise self.fail(self.window_function.role, exc) from exc
+            if clears:
+                self._clear(window)
         for k in self._index.pop(gone, ()):
-            backend.touch(k)
-            panes = self._panes[k]
+            touch(k)
+            panes = panes_of[k]
             del panes[gone]
             if len(panes) == (_FIRED in panes):
-                del self._panes[k]
+                del panes_of[k]
 
-    def _emit(self, key: Any, window: TimeWindow, watermark: int, acc: Any, emitted: Emitted) -> None:
+    def _clear(self, window: TimeWindow) -> None:
+        """A process window function's ``clear()``: a key's window is gone, as the general operator calls it."""
         try:
-            elements = self.contents.result(acc)
+            self.window_function.clear(window, self.timers.watermark)
         except Exception as exc:
-            raise self.fail(self.contents.role, exc) from exc
-        try:
-            emitted.add(self.window_function.emit(key, window, watermark, elements), window.max_timestamp())
-            self.window_function.clear(window, watermark)
-        except Exception as exc:
-            raise self.fail(self.window_function.role, exc) from exc
+            raise self.fail("clear()", exc) from exc
 
 
 # A key's entry in its panes that says how far its sliced windows have fired:

@@ -546,10 +546,22 @@ class WindowCall:
         self.role = "window function" if self._with_window else "process window function"
 
     def emit(self, key: Any, window: TimeWindow, watermark: int, elements: list[Any]) -> Iterable[Any] | None:
-        if self._call is None:
-            return elements
+        return self.emitter(window, watermark)(key, elements)
+
+    def emitter(self, window: TimeWindow, watermark: int) -> Callable[[Any, list[Any]], Iterable[Any] | None]:
+        """:meth:`emit` for one window, every key of it: its context is made once."""
+        call = self._call
+        if call is None:
+            return lambda key, elements: elements
         where: Any = window if self._with_window else ProcessWindowFunction.Context(window, watermark)
-        return self._call(key, where, elements) if self.keyed else self._call(where, elements)
+        if self.keyed:
+            return lambda key, elements: call(key, where, elements)
+        return lambda key, elements: call(where, elements)
+
+    @property
+    def clears(self) -> bool:
+        """A process window function with ``clear()``, to call as each key's window goes."""
+        return self._clear is not None
 
     def clear(self, window: TimeWindow, watermark: int) -> None:
         if self._clear is not None:

@@ -54,6 +54,27 @@ class CountAndSumNoMerge(CountAndSum):
     merge = AggregateFunction.merge
 
 
+class MutableCountAndSum(CountAndSum):
+    """A list accumulator changed in place, as PyFlink's examples write them: a
+    window's merge must not change the slices later windows read."""
+
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, value, acc):
+        acc[0] += 1
+        acc[1] += value[2]
+        return acc
+
+    def get_result(self, acc):
+        return tuple(acc)
+
+    def merge(self, a, b):
+        a[0] += b[0]
+        a[1] += b[1]
+        return a
+
+
 def with_window(key, ctx, inputs):
     (result,) = inputs
     yield key, ctx.window().start, ctx.window().end, result
@@ -72,6 +93,7 @@ ASSIGNERS = {
 AGGREGATES = {
     "aggregate": lambda w: w.aggregate(CountAndSum(), window_function=with_window),
     "aggregate-no-merge": lambda w: w.aggregate(CountAndSumNoMerge(), window_function=with_window),
+    "aggregate-in-place": lambda w: w.aggregate(MutableCountAndSum(), window_function=with_window),
     "reduce": lambda w: w.reduce(lambda a, b: (a[0], max(a[1], b[1]), a[2] + b[2]), window_function=with_window),
     "process": lambda w: w.process(lambda key, ctx, els: [(key, ctx.window().start, ctx.window().end, len(els))]),
 }
