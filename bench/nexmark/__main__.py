@@ -15,7 +15,8 @@ For each query:
   steady rate: from the first record any task saw to the last one.
 - **Flink p=N**: ``<flink python> -m bench.nexmark.flink_sql --data DIR --query qN
   --parallelism N`` in a subprocess, which prints one JSON line ``{"query",
-  "parallelism", "events", "seconds"}``. ``--flink-python`` defaults to
+  "parallelism", "events", "seconds"}`` (its seconds: from submitting the
+  ``INSERT`` to the job's end; the JVM's start is not in them). ``--flink-python`` defaults to
   ``bench/.flink-venv/bin/python`` when it exists; otherwise the columns say "not run".
 
 A rate is all the dataset's events (persons, auctions and bids) over the job's
@@ -64,7 +65,9 @@ class Cell:
 
 
 def flink_run(python: str, data: str, query: str, parallelism: int, timeout_s: float) -> tuple[float | None, str]:
-    """One Flink run: (events/s, "") or (None, why not)."""
+    """One Flink run: (its seconds, "") or (None, why not). Its JSON's ``events``
+    counts the rows of the tables the query reads; the table's rate divides all
+    the dataset's events by the seconds, as for the floor and weir."""
     cmd = [python, "-m", "bench.nexmark.flink_sql", "--data", data, "--query", query, "--parallelism", str(parallelism)]
     try:
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
@@ -74,8 +77,7 @@ def flink_run(python: str, data: str, query: str, parallelism: int, timeout_s: f
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"failed (exit {done.returncode}): {last[:80]}"
-    answer = json.loads(lines[-1])
-    return answer["events"] / answer["seconds"], ""
+    return float(json.loads(lines[-1])["seconds"]), ""
 
 
 def profile(query: str, data: str, events: int, top: int = 30) -> None:
@@ -200,11 +202,11 @@ def main() -> None:
                 fl.note = "not run"
                 continue
             for _ in range(args.repeat):
-                rate, why = flink_run(args.flink_python, data, q, p, args.flink_timeout_s)
-                if rate is None:
+                seconds, why = flink_run(args.flink_python, data, q, p, args.flink_timeout_s)
+                if seconds is None:
                     fl.note = why
                     break
-                fl.rates.append(rate)
+                fl.rates.append(args.events / seconds)
         row = " | ".join(f"{e} {table[q][e].text()}" for e in engines)
         print(f"  {q}: {row} | {verdicts.get(q, '')}", flush=True)  # as it comes: a cut-off run keeps its rows
 
