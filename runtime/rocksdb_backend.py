@@ -470,6 +470,31 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 self.db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
             self.stop_logging()  # a range delete is not logged: the next checkpoint materializes
 
+    def sweep(self, name: str, budget: int) -> list[tuple[Any, Any]]:
+        """The next ``budget`` entries of state ``name`` for the TTL sweep (see
+        :meth:`KeyedStateBackend.sweep`), read by a RocksDB iterator from the key
+        after the last one the previous sweep read: nothing more is read, and
+        nothing is listed. An entry changed since the last write-back is seen as
+        the cache holds it."""
+        table = self.table(name)
+        groups = list(self.key_groups)
+        group, after = self._sweeping.get(name, (0, None))
+        out: list[tuple[Any, Any]] = []
+        for _ in range(len(groups)):
+            prefix = _group(groups[group]) + table._sid
+            for raw_key, raw in _scan(self.db, prefix if after is None else after + b"\x00", prefix + b"\xff"):
+                key, value = loads(raw)
+                cached = table.cache.get(key, _MISSING)
+                if cached is not _GONE:
+                    out.append((key, value if cached is _MISSING else cached))
+                after = raw_key
+                if len(out) >= budget:
+                    self._sweeping[name] = (group, after)
+                    return out
+            group, after = (group + 1) % len(groups), None
+        self._sweeping[name] = (group, None)
+        return out
+
     def scan(self, sid: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The stored entries of one state, key group by key group."""
         for group in self.key_groups:

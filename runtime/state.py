@@ -64,9 +64,11 @@ class StateTtlConfig:
     kind Flink has for TTL.
 
     Cleanup: an expired entry is removed when it is read, and (unless
-    ``disable_cleanup_in_background()`` without ``cleanup_full_snapshot()``) at
-    every checkpoint, which leaves it out of the snapshot and out of the state
-    the job keeps. That sweep is weir's background cleanup: Flink's heap backend
+    ``disable_cleanup_in_background()`` without ``cleanup_full_snapshot()``) by a
+    sweep at every checkpoint over the next ``TTL_SWEEP_BUDGET`` entries of the
+    state (see :meth:`KeyedStateBackend.drop_expired`), which leaves it out of
+    the snapshot and out of the state the job keeps. That sweep is weir's
+    background cleanup: Flink's heap backend
     checks a few entries per access instead (``cleanup_incrementally``), which
     weir accepts and serves with the sweep; ``cleanup_in_rocksdb_compact_filter``
     has no effect (the sweep serves weir's RocksDB backend too)."""
@@ -367,6 +369,7 @@ class KeyedStateBackend:
         self.current_key: Any = None
         self.clock = clock or processing_time_ms
         self._swept: dict[str, _Ttl] = {}  # TTL states whose expired entries go at each snapshot
+        self._sweeping: dict[str, tuple[Any, int]] = {}  # TTL state -> its sweep's pass: (keys, position)
         self.touched: set[Any] = set()  # keys whose state may have changed since the last snapshot
         self._bases: PossibleBases[_Since] = PossibleBases(_Since.merged)
         self.incremental_base: int | None = None  # the checkpoint the next snapshot may write changes against
@@ -409,12 +412,20 @@ class KeyedStateBackend:
             self._swept[descriptor.name] = ttl
         return ttl
 
+    # Entries of each TTL state a snapshot checks for expiry (or as many as keys
+    # changed since the last one, if more): a sweep goes on where the last one
+    # stopped, so a snapshot's cleanup costs what changed or this budget, never a
+    # pass over all state; a pass over a state of n keys takes n / budget snapshots.
+    TTL_SWEEP_BUDGET = 10_000
+
     def drop_expired(self) -> None:
-        """Remove the expired entries of the TTL states that clean up at snapshots."""
+        """Remove expired entries of the TTL states that clean up at snapshots: a
+        sweep of a bounded number of them (see ``TTL_SWEEP_BUDGET``)."""
         now = self.clock()
+        budget = max(self.TTL_SWEEP_BUDGET, len(self.touched))
         for name, ttl in self._swept.items():
             table = self.table(name)
-            for key, stored in list(table.items()):
+            for key, stored in self.sweep(name, budget):
                 kept = ttl.unexpired(stored, now)
                 if kept is stored:
                     continue
@@ -423,6 +434,18 @@ class KeyedStateBackend:
                     del table[key]
                 else:
                     table[key] = kept
+
+    def sweep(self, name: str, budget: int) -> list[tuple[Any, Any]]:
+        """The next ``budget`` entries of state ``name`` in a pass over it that goes
+        on where the last call stopped, and starts again after its end. The heap
+        lists a state's keys once a pass (references only)."""
+        table = self.table(name)
+        keys, at = self._sweeping.get(name, ((), 0))
+        if at >= len(keys):
+            keys, at = list(table), 0
+        batch = keys[at : at + budget]
+        self._sweeping[name] = (keys, at + len(batch))
+        return [(k, table[k]) for k in batch if k in table]
 
     def snapshot(self, checkpoint_id: int) -> KeyedSnapshot:
         """Every entry, or (when :attr:`incremental_base` names a checkpoint this

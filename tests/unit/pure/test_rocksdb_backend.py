@@ -18,7 +18,15 @@ from weir.runtime.keygroups import KeyGroupRange
 from weir.runtime.rocksdb_backend import Changes, RocksDBKeyedStateBackend, RocksDBSettings, RocksDBSnapshot
 from weir.runtime.serialization import dumps, loads
 from weir.runtime.shared_state import SharedFiles
-from weir.runtime.state import KeyedStateBackend, ListStateDescriptor, ValueStateDescriptor, keyed_state
+from weir.runtime.state import (
+    KeyedStateBackend,
+    ListStateDescriptor,
+    StateTtlConfig,
+    TtlValue,
+    ValueStateDescriptor,
+    _Ttl,
+    keyed_state,
+)
 from weir.runtime.storage import StateHandle, handle_to_json
 
 STATES = ["value", "list", "map", "reducing", "aggregating", "ttl", "_timers/event"]
@@ -444,3 +452,34 @@ def test_a_thousand_checkpoints_keep_bounded_bookkeeping_and_a_restore_from_the_
     restored.restore([(b.key_groups, last)], checkpoint_id=1002)
     assert _contents([restored]) == {"value": {k: 1002 for k in range(20)}}
     _close([b, restored])
+
+
+@pytest.mark.parametrize("kind", sorted(BACKENDS))
+def test_a_snapshots_ttl_cleanup_checks_a_bounded_number_of_entries_and_a_few_snapshots_clean_everything(
+    kind, monkeypatch
+):
+    """Before, each snapshot read every entry of a TTL state into a list (on RocksDB
+    5.3 s and +72 MB a checkpoint at 200,000 keys): the cleanup cost grew with
+    the state, not with what changed."""
+    monkeypatch.setattr(KeyedStateBackend, "TTL_SWEEP_BUDGET", 1_000, raising=False)
+    backend = BACKENDS[kind](1, 0)
+    ttl = ValueStateDescriptor("s")
+    ttl.enable_time_to_live(StateTtlConfig.new_builder(500).build())
+    assert backend.ttl(ttl) is not None
+    table = backend.table("s")
+    n = 4_500
+    for k in range(n):  # written at 0 (the odd ones) and at 900 (the even ones)
+        backend.touch(k)
+        table[k] = TtlValue(k, 900 if k % 2 == 0 else 0)
+    backend.touched = set()
+    backend.write_back() if kind == "rocksdb" else None
+    calls = [0]
+    real = _Ttl.unexpired
+    monkeypatch.setattr(_Ttl, "unexpired", lambda self, *a: calls.__setitem__(0, calls[0] + 1) or real(self, *a))
+    checked = []
+    for cid in range(1, 6):  # at 1,000 the odd ones have expired
+        calls[0] = 0
+        backend.snapshot(cid)
+        checked.append(calls[0])
+    assert max(checked) <= 1_000 and sum(checked) >= n, checked
+    assert sorted(k for k, _ in backend.table("s").items()) == list(range(0, n, 2))
