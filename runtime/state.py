@@ -181,7 +181,8 @@ class StateTtlConfig:
             self, cleanup_size: int, run_cleanup_for_every_record: bool
         ) -> "StateTtlConfig.Builder":
             """Flink's heap backend checks ``cleanup_size`` entries per access; weir
-            sweeps every expired entry at each checkpoint instead."""
+            checks a bounded number of entries at each checkpoint instead
+            (``KeyedStateBackend.TTL_SWEEP_BUDGET``)."""
             self._at_snapshot = True
             return self
 
