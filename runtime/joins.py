@@ -21,13 +21,14 @@ failover and rescaling.
 
 from __future__ import annotations
 
+import bisect
 from abc import abstractmethod
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.functions import Function, KeyedCoProcessFunction, RuntimeContext, as_callable
 from weir.runtime.operators import Stamped
-from weir.runtime.state import MapStateDescriptor
+from weir.runtime.state import MapStateDescriptor, ValueStateDescriptor
 from weir.runtime.windows import ProcessWindowFunction
 
 IN1 = TypeVar("IN1")
@@ -103,10 +104,13 @@ class ProcessJoinFunction(Function, Generic[IN1, IN2, OUT]):
 
 
 class IntervalJoinFunction(KeyedCoProcessFunction):
-    """Keeps each side's records per key by timestamp (map state), joins a new
-    record with the other side's within the bounds, and drops a record once the
-    watermark passes the last time a record of the other side could join it. A
-    record behind the watermark is late and dropped, as in Flink."""
+    """Keeps each side's records per key by timestamp (map state: timestamp ->
+    its records, appended to in place) and the sorted timestamps it holds (value
+    state), joins a new record with the other side's records at the timestamps
+    within the bounds (found by bisection: nothing else of the other side is
+    read), and drops a side's oldest timestamps once the watermark passes the last
+    time a record of the other side could join them. A record behind the
+    watermark is late and dropped, as in Flink."""
 
     def __init__(self, user_function: Any, lower: int, upper: int) -> None:
         self.user_function = user_function
@@ -116,6 +120,9 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.sides = tuple(
             runtime_context.get_map_state(MapStateDescriptor(f"interval-join-{side}")) for side in ("left", "right")
+        )
+        self.times = tuple(
+            runtime_context.get_state(ValueStateDescriptor(f"interval-join-{side}-times")) for side in ("left", "right")
         )
         if isinstance(self.user_function, Function):
             self.user_function.open(runtime_context)
@@ -142,17 +149,25 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
         if t < ctx.timer_service().current_watermark():
             return joined
         own, other = self.sides[side], self.sides[1 - side]
-        own[t] = (own[t] or []) + [value]
-        for other_t, others in other.items():
+        records = own.get(t)
+        if records is None:
+            own.put(t, [value])
+            times = self.times[side].value() or []
+            bisect.insort(times, t)
+            self.times[side].update(times)
+            ctx.timer_service().register_event_time_timer(self._last_join_time(side, t))
+        else:
+            records.append(value)
+            own.put(t, records)  # the same list: a put marks it changed for the next checkpoint
+        lo, hi = (t + self.lower, t + self.upper) if side == 0 else (t - self.upper, t - self.lower)
+        other_times = self.times[1 - side].value() or []
+        for other_t in other_times[bisect.bisect_left(other_times, lo) : bisect.bisect_right(other_times, hi)]:
             left_t, right_t = (t, other_t) if side == 0 else (other_t, t)
-            if not self.lower <= right_t - left_t <= self.upper:
-                continue
-            for o in others:
+            for o in other.get(other_t) or ():
                 left, right = (value, o) if side == 0 else (o, value)
                 results = list(self.join(left, right, ProcessJoinFunction.Context(left_t, right_t)) or ())
                 joined.records.extend(results)
                 joined.timestamps.extend([max(left_t, right_t)] * len(results))
-        ctx.timer_service().register_event_time_timer(self._last_join_time(side, t))
         return joined
 
     def _last_join_time(self, side: int, t: int) -> int:
@@ -160,9 +175,18 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
         return t + max(self.upper, 0) if side == 0 else t - min(self.lower, 0)
 
     def on_timer(self, timestamp: int, ctx: Any) -> None:
+        """Drop each side's timestamps no record of the other side can join any more: its oldest ones."""
         for side, records in enumerate(self.sides):
-            for t in [t for t in records.keys() if self._last_join_time(side, t) <= timestamp]:
+            times = self.times[side].value() or []
+            # _last_join_time rises with t: the timestamps to drop are a prefix.
+            cut = bisect.bisect_right(times, timestamp - (max(self.upper, 0) if side == 0 else -min(self.lower, 0)))
+            for t in times[:cut]:
                 records.remove(t)
+            if cut:
+                if cut == len(times):
+                    self.times[side].clear()
+                else:
+                    self.times[side].update(times[cut:])
 
 
 def pairing(function: Any) -> Callable[[list[Any], list[Any]], Iterable[Any]]:

@@ -644,6 +644,34 @@ def test_an_interval_join_pairs_records_of_a_key_within_the_bounds():
     assert sorted(collect(joined)) == [("ann", 1, 3, 3), ("ann", 4, 3, 4), ("ann", 4, 5, 5), ("ann", 12, 11, 12)]
 
 
+def test_an_interval_join_of_many_records_a_key_finds_every_pair_without_reading_the_other_sides_whole_state(
+    monkeypatch,
+):
+    """Before, each record copied its timestamp's list and read every entry of the
+    other side's buffer for its key (``MapState.items``, once a record)."""
+    import random
+
+    import weir.runtime.state
+
+    scans = []
+    real = weir.runtime.state.MapState.items
+    monkeypatch.setattr(weir.runtime.state.MapState, "items", lambda self: scans.append(1) or real(self))
+    rng = random.Random(7)
+    lefts = [(f"k{rng.randrange(5)}", t) for t in range(0, 3_000, 3)]
+    rights = [(f"k{rng.randrange(5)}", t) for t in range(1, 3_000, 4)]
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    joined = (
+        stamped(env, lefts)
+        .key_by(lambda o: o[0])
+        .interval_join(stamped(env, rights).key_by(lambda p: p[0]))
+        .between(-40, 25)
+        .process(Within())
+    )
+    expected = [(k, lt, rt, max(lt, rt)) for k, lt in lefts for rk, rt in rights if k == rk and -40 <= rt - lt <= 25]
+    assert sorted(collect(joined)) == sorted(expected) and len(expected) > 1_000
+    assert scans == []
+
+
 def test_exclusive_bounds_leave_the_bounds_out():
     orders, payments = two_streams()
     joined = (
