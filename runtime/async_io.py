@@ -4,14 +4,17 @@ many records at once, instead of one after another.
 
     AsyncDataStream.unordered_wait(stream, Lookup(), timeout=Duration.of_seconds(5), capacity=100)
 
-The operator runs the calls for the records of a batch on an event loop of its
-own, at most ``capacity`` at a time, and finishes the batch only when every
-call has: no call is in flight when the task takes a checkpoint, so a restore
-neither loses nor repeats one (Flink keeps in-flight records in state instead;
-weir's batches are small, so a checkpoint waits at most one batch's calls).
-``ordered_wait`` emits each batch's results in its records' order,
-``unordered_wait`` as the calls complete; either way a result keeps its
-record's timestamp and never passes a watermark. A call that takes longer than
+As Flink's ``AsyncWaitOperator``: the operator keeps a queue of at most
+``capacity`` records whose calls are in flight, on an event loop of its own in a
+thread of its own, and the queue stays full across batches: a record waits
+only when the queue is full (backpressure), and the task's loop goes on taking
+records, watermarks and barriers while the calls run. Results go out as the
+task looks (at each batch, and about every millisecond while calls are in
+flight): ``ordered_wait`` in its records' order, ``unordered_wait`` as the
+calls complete, but never past a watermark that came after their record
+(watermarks wait in the queue). A checkpoint stores the records still in the
+queue, and a restore calls them again; the end of input waits for every call.
+A result keeps its record's timestamp. A call that takes longer than
 ``timeout`` (attempts and backoffs included) gives ``timeout(value)``'s
 records, by default a ``TimeoutError`` that fails the task. An
 :class:`AsyncRetryStrategy` calls again after a failure or a result its
@@ -21,13 +24,19 @@ predicates accept.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import inspect
+import threading
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from weir.runtime.errors import InvalidConfigurationError
+from weir.runtime.events import Watermark
 from weir.runtime.functions import Function
-from weir.runtime.operators import UdfOperator
+from weir.runtime.operators import UdfOperator, now_ms
+from weir.runtime.state import OperatorSnapshot
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -122,12 +131,24 @@ class _Failed(Exception):
     """An attempt's error, carried past the timeout (the user's own TimeoutError is not a time-out)."""
 
 
+@dataclass
+class _InFlight:
+    """A record whose call runs (``future``), or a watermark waiting its turn (``future`` None)."""
+
+    record: Any
+    timestamp: int | None
+    future: concurrent.futures.Future[Any] | None = None
+
+
 class AsyncWaitOperator(UdfOperator):
-    """Runs an :class:`AsyncFunction` (see the module docstring); one event loop
-    per subtask, used only by the task's loop thread. A call that fails leaves
-    its batch's other calls in flight (``gather`` does not stop them); ``close()``,
-    which follows every failure and cancel, cancels and awaits whatever is still
-    in flight, so ``async_invoke`` sees ``CancelledError`` and must let it through."""
+    """Runs an :class:`AsyncFunction` (see the module docstring). The calls run
+    on an event loop in a thread of the operator's own; everything else (the
+    queue, emitting, snapshots) on the task's loop thread. ``close()``, which
+    follows every failure and cancel, cancels and awaits whatever is still in
+    flight, so ``async_invoke`` sees ``CancelledError`` and must let it through."""
+
+    IN_FLIGHT = "async-in-flight"
+    POLL_MS = 1  # while calls run, the task looks for results this often
 
     def __init__(
         self,
@@ -141,10 +162,17 @@ class AsyncWaitOperator(UdfOperator):
     ) -> None:
         super().__init__(name, uid, function, function.async_invoke)
         self.timeout_ms, self.capacity, self.retry, self.ordered = timeout_ms, capacity, retry, ordered
+        self._queue: collections.deque[_InFlight] = collections.deque()
+        self._calls = 0  # entries of the queue with a call
 
     def open(self) -> None:
         self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"async-{self.name}", daemon=True)
+        self._thread.start()
         super().open()
+        restored = self.operator_state.lists.pop(self.IN_FLIGHT, [])
+        for record, timestamp in restored:  # called again: their results had not gone out
+            self._submit(record, timestamp)
 
     def close(self) -> None:
         if not hasattr(self, "_loop"):  # never opened
@@ -154,38 +182,108 @@ class AsyncWaitOperator(UdfOperator):
             # Before the function's close(), which may release what the calls use.
             # Left pending, a closed loop's calls were destroyed later by the garbage
             # collector, inside unrelated code (an ast.parse raised SystemError).
-            in_flight = asyncio.all_tasks(self._loop)
-            for call in in_flight:
-                call.cancel()
-            if in_flight:  # gather() of nothing looks for the thread's loop, and a task's thread has none
-                self._loop.run_until_complete(asyncio.gather(*in_flight, return_exceptions=True))
+            asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result()
             super().close()
         finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
-        done = self._loop.run_until_complete(self._calls(records))
+        for i, r in enumerate(records):
+            while self._calls >= self.capacity:  # full: wait for room, as the results allow
+                self._wait_for_a_result()
+            self._submit(r, None if timestamps is None else timestamps[i])
+        self._emit_done()
+
+    def _submit(self, record: Any, timestamp: int | None) -> None:
+        future = asyncio.run_coroutine_threadsafe(self._call(record), self._loop)
+        self._queue.append(_InFlight(record, timestamp, future))
+        self._calls += 1
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        """It waits behind the records before it (see the module docstring)."""
+        if not self._queue:
+            self.output.emit_watermark(watermark)
+            return
+        self._queue.append(_InFlight(watermark, None))
+
+    def next_processing_timer(self) -> int | None:
+        return now_ms() + self.POLL_MS if self._calls else None
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._emit_done()
+
+    def snapshot_state(self, checkpoint_id: int) -> OperatorSnapshot:
+        """The records still in the queue: a restore calls them again."""
+        self._emit_done()
+        snap = super().snapshot_state(checkpoint_id)
+        snap.lists[self.IN_FLIGHT] = [(e.record, e.timestamp) for e in self._queue if e.future is not None]
+        return snap
+
+    def finish(self) -> None:
+        """The end of input: every call completes and its results go out."""
+        while self._queue:
+            self._wait_for_a_result()
+        super().finish()
+
+    def _wait_for_a_result(self) -> None:
+        """Block until a result can go out (the head's, if ordered), then emit what can."""
+        if self.ordered or self._queue[0].future is None:
+            head = next(e for e in self._queue if e.future is not None) if self._calls else None
+            if head is not None:
+                concurrent.futures.wait([head.future])  # type: ignore[list-item]
+        else:
+            segment = [e.future for e in self._segment()]
+            concurrent.futures.wait(segment, return_when=concurrent.futures.FIRST_COMPLETED)  # type: ignore[arg-type]
+        self._emit_done()
+
+    def _segment(self) -> list[_InFlight]:
+        """The records before the first waiting watermark."""
+        out = []
+        for e in self._queue:
+            if e.future is None:
+                break
+            out.append(e)
+        return out
+
+    def _emit_done(self) -> None:
+        """Emit the results that may go out now, and the watermarks they let through."""
         out: list[Any] = []
-        stamps: list[int] | None = None if timestamps is None else []
-        for i, produced in done:
-            before = len(out)
-            out.extend(produced or ())
-            if stamps is not None:
-                stamps.extend([timestamps[i]] * (len(out) - before))  # type: ignore[index]
-        self.output.collect(out, stamps)
+        stamps: list[int | None] = []
+        queue = self._queue
+        while queue:
+            if queue[0].future is None:  # a watermark: every record before it is out
+                self._flush(out, stamps)
+                out, stamps = [], []
+                self.output.emit_watermark(queue.popleft().record)
+                continue
+            if self.ordered:
+                if not queue[0].future.done():
+                    break
+                self._take(queue.popleft(), out, stamps)
+                continue
+            done = [e for e in self._segment() if e.future.done()]  # type: ignore[union-attr]
+            if not done:
+                break
+            for e in done:
+                queue.remove(e)
+                self._take(e, out, stamps)
+            if queue and queue[0].future is not None:
+                break  # the rest of the segment still runs
+        self._flush(out, stamps)
 
-    async def _calls(self, records: list[Any]) -> list[tuple[int, Iterable[Any] | None]]:
-        """(index of the record, its results), in record order when ordered, else as the calls complete."""
-        slots = asyncio.Semaphore(self.capacity)
-        done: list[tuple[int, Iterable[Any] | None]] = []
+    def _take(self, entry: _InFlight, out: list[Any], stamps: list[int | None]) -> None:
+        self._calls -= 1
+        produced = entry.future.result()  # type: ignore[union-attr]  # a failed call raises here, naming its record
+        before = len(out)
+        out.extend(produced or ())
+        stamps.extend([entry.timestamp] * (len(out) - before))
 
-        async def call(i: int, value: Any) -> None:
-            async with slots:
-                done.append((i, await self._call(value)))
-
-        await asyncio.gather(*(call(i, r) for i, r in enumerate(records)))
-        return sorted(done, key=lambda d: d[0]) if self.ordered else done
+    def _flush(self, out: list[Any], stamps: list[int | None]) -> None:
+        if out:
+            self.output.collect(out, stamps if any(t is not None for t in stamps) else None)
 
     async def _call(self, value: Any) -> Iterable[Any] | None:
         function: AsyncFunction[Any, Any] = self.function
@@ -213,6 +311,14 @@ class AsyncWaitOperator(UdfOperator):
                 return result
             await asyncio.sleep(self.retry.backoff_ms(attempt) / 1000)
             attempt += 1
+
+
+async def _cancel_all() -> None:
+    """On the operator's loop: cancel every call in flight and wait until each has ended."""
+    calls = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
 
 
 def checked(async_function: Any, timeout_ms: int, capacity: int, retry: AsyncRetryStrategy) -> None:
