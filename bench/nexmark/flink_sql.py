@@ -76,11 +76,12 @@ keeps each operator's counters when its task closes; this module reads the sink 
 nothing per record.
 
 **--out FILE** writes the result as JSON lines for a comparison with weir's: the same query, with
-its ``INSERT INTO nexmark_qN`` replaced by a collect of ``SELECT CAST(c AS <the sink column's
-type>) AS <the sink column's name>, ... FROM (<the query's SELECT>)``, the changelog applied
-(an update or delete takes back an equal earlier row), and the rows left sorted. Timestamps
-are written as epoch milliseconds (UTC), decimals as floats. The time of such a run includes
-shipping every row to Python, so time the blackhole run.
+its ``INSERT INTO nexmark_qN`` replaced by ``SELECT CAST(c AS <the sink column's type>) AS <the
+sink column's name>, ... FROM (<the query's SELECT>)`` into Flink's filesystem sink as JSON (in
+a temporary folder; or, for q4, whose result updates, or with checkpoints off, collected into
+this process, a few hundred rows a second), the changelog applied (an update or delete takes
+back an equal earlier row), and the rows left sorted. Timestamps are written as epoch
+milliseconds (UTC), decimals as floats. Time the blackhole run, not this one.
 
 **q6 does not run.** It is in ``NEXMARK_SQL`` as Nexmark has it, where Nexmark marks it "not
 supported yet in Flink SQL, because the OVER WINDOW operator doesn't support to consume
@@ -682,11 +683,12 @@ def _jsonable(value):
     return value
 
 
-def _collect(t_env, insert: str, sink: str, out: str) -> tuple[int, object]:
-    """Runs the INSERT's SELECT into a collect, cast to the sink's columns; writes the final rows.
-    Returns the records received and the job's client."""
-    from pyflink.common import RowKind
-
+def _collect(t_env, insert: str, sink: str, out: str, files: str | None) -> tuple[int, object]:
+    """Runs the INSERT's SELECT cast to the sink's columns, and writes the final rows to ``out``.
+    An append-only result goes through Flink's filesystem sink as JSON into the folder ``files``
+    (its files are committed by the checkpoints, so only with checkpoints on); one that updates
+    (q4), or any without ``files``, through a collect to this process, which is far slower (a
+    few hundred rows a second). Returns the records received and the job's client."""
     select = re.sub(rf"^\s*INSERT\s+INTO\s+{re.escape(sink)}\s+", "", insert, flags=re.IGNORECASE)
     described = list(t_env.execute_sql(f"DESCRIBE {sink}").collect())
     sink_columns = [(str(r[0]), str(r[1])) for r in described]
@@ -695,20 +697,48 @@ def _collect(t_env, insert: str, sink: str, out: str) -> tuple[int, object]:
     inner = ", ".join(f"c{i}" for i in range(width))
     casts = ",\n    ".join(f"CAST(c{i} AS {kind}) AS `{name}`" for i, (name, kind) in enumerate(sink_columns))
     table = t_env.sql_query(f"SELECT\n    {casts}\nFROM (\n{select}\n) AS q ({inner})")
+    names = [name for name, _ in sink_columns]
     live: Counter = Counter()
     received = 0
-    result = table.execute()
-    with result.collect() as results:
-        for row in results:
-            received += 1
-            key = json.dumps([_jsonable(v) for v in row])
-            if row.get_row_kind() in (RowKind.INSERT, RowKind.UPDATE_AFTER):
-                live[key] += 1
-            else:
-                live[key] -= 1
-                if live[key] == 0:
-                    del live[key]
-    names = [name for name, _ in sink_columns]
+    result = None
+    if files is not None:
+        columns = ", ".join(f"`{name}` {kind}" for name, kind in sink_columns)
+        t_env.execute_sql(
+            f"CREATE TEMPORARY TABLE weir_out ({columns}) WITH ('connector' = 'filesystem', "
+            f"'path' = 'file://{os.path.abspath(files)}', 'format' = 'json', "
+            "'json.timestamp-format.standard' = 'ISO-8601', 'json.encode.decimal-as-plain-number' = 'true')"
+        )
+        try:
+            result = table.execute_insert("weir_out")
+        except Exception as e:  # the planner's refusal of updates into an append-only sink
+            if "update" not in _java_message(e).lower():
+                raise
+    if result is not None:
+        result.get_job_client().get_job_execution_result().result()
+        timestamps = [name for name, kind in sink_columns if kind.startswith("TIMESTAMP")]
+        for path in sorted(glob.glob(os.path.join(files, "**", "part-*"), recursive=True)):
+            with open(path) as f:
+                for line in f:
+                    row = json.loads(line)
+                    for name in timestamps:
+                        if row.get(name) is not None:
+                            row[name] = _jsonable(datetime.datetime.fromisoformat(row[name]))
+                    live[json.dumps([row.get(name) for name in names])] += 1
+                    received += 1
+    else:
+        from pyflink.common import RowKind
+
+        result = table.execute()
+        with result.collect() as results:
+            for row in results:
+                received += 1
+                key = json.dumps([_jsonable(v) for v in row])
+                if row.get_row_kind() in (RowKind.INSERT, RowKind.UPDATE_AFTER):
+                    live[key] += 1
+                else:
+                    live[key] -= 1
+                    if live[key] == 0:
+                        del live[key]
     lines = sorted(key for key, n in live.items() for _ in range(n))
     with open(out, "w") as f:
         for key in lines:
@@ -740,14 +770,19 @@ def run(
             t_env.execute_sql(statement)
         get_gateway().jvm.weir.bench.FinalCountsReporter.reset()
         sink = f"nexmark_{query}"
+        checkpoints_on = checkpoint_interval not in ("", "0", "off")
         started = time.perf_counter()
         if out:
-            received, client = _collect(t_env, insert, sink, out)
+            files = tempfile.mkdtemp(prefix="flink-nexmark-out-") if checkpoints_on else None
+            try:
+                received, client = _collect(t_env, insert, sink, out, files)
+            finally:
+                if files is not None:
+                    shutil.rmtree(files, ignore_errors=True)
         else:
             client = t_env.execute_sql(insert).get_job_client()
         job = client.get_job_execution_result().result()
         seconds = time.perf_counter() - started
-        checkpoints_on = checkpoint_interval not in ("", "0", "off")
         counts = final_counts(None if out else sink, checkpoints_on)
         if not out:
             received = _sink_rows(counts, sink)
