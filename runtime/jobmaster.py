@@ -237,6 +237,8 @@ class JobMaster:
             pass  # the tick after this letter polls the exits
         elif isinstance(letter, Fenced):
             self._fail(letter.error, restartable=False, count=False)
+        elif not isinstance(letter, (Ack, Decline, EndOfInput, EventFromOperator, EventAcknowledged)):
+            raise TypeError(f"job master of '{self.graph.name}' got a letter it does not know: {letter!r}")
         elif not self.tasks.is_current(letter.task, letter.attempt):
             return  # from a previous attempt of its task
         elif isinstance(letter, Ack):
@@ -247,7 +249,7 @@ class JobMaster:
             self.tasks.ended_input.add(letter.task)
         elif isinstance(letter, EventFromOperator):
             self.coordinators.on_event(letter)
-        elif isinstance(letter, EventAcknowledged):
+        else:
             self.coordinators.on_event_acknowledged(letter)
 
     def _fail(

@@ -444,3 +444,15 @@ def test_a_job_whose_end_cannot_be_recorded_still_ends_for_its_clients(caplog):
     result = LocalJobClient(master, gateway).wait(10)
     assert result.status is JobStatus.FINISHED
     assert "could not record the end (FINISHED) of job 'end-unrecorded': the pool is unreachable" in caplog.text
+
+
+def test_a_letter_the_job_master_does_not_know_fails_the_job_loudly_naming_it(checkpoint_dir, out_dir):
+    """Before, a letter no branch took was dropped without a word."""
+    graph = _job(checkpoint_dir, out_dir, rate=1_000).get_job_graph("unknown-letter")
+    master, gateway = _master(graph)
+    threading.Thread(target=master.run, daemon=True).start()
+    master.mailbox.put_control(("a", "stray", "letter"))
+    assert master.wait(30) and master.status is JobStatus.FAILED
+    assert "job master of 'unknown-letter' got a letter it does not know: ('a', 'stray', 'letter')" in str(
+        master.life.failure
+    )
