@@ -2,7 +2,9 @@
 
 Prints records/s at each parallelism (1 and 2 by default), with checkpoints off
 and every 1 s, the ratio to the same computation as a plain Python loop in one
-process, the scaling curve (records/s against the lowest parallelism), and
+process (inlined; and calling each of the job's functions once a record, the
+floor a whole execute() is held to: ``--min-ratio`` fails the run under a ratio
+to it), the scaling curve (records/s against the lowest parallelism), and
 p50/p99 source-to-sink latency with the source limited to 100,000 records/s.
 
     python3 -m bench.w1 [--records 4000000] [--latency-records 1000000] [--parallelism 1 2] [--repeat 3]
@@ -38,6 +40,20 @@ def plain_python(n: int) -> float:
         kv = (i % 1000, 2 * i)
         prev = sums.get(kv[0])
         sums[kv[0]] = kv if prev is None else (prev[0], prev[1] + kv[1])
+    return n / (time.perf_counter() - started)
+
+
+def one_call_per_operator(n: int) -> float:
+    """The job as a plain Python loop that calls each of its functions once per
+    record, as weir's operators do: the floor a whole ``execute()`` is held to."""
+    to_pair, key_of, add = (lambda i: (i % 1000, 2 * i)), (lambda kv: kv[0]), (lambda a, b: (a[0], a[1] + b[1]))
+    started = time.perf_counter()
+    sums: dict[int, tuple[int, int]] = {}
+    for i in range(n):
+        kv = to_pair(i)
+        k = key_of(kv)
+        prev = sums.get(k)
+        sums[k] = kv if prev is None else add(prev, kv)
     return n / (time.perf_counter() - started)
 
 
@@ -147,9 +163,17 @@ def main() -> None:
     ap.add_argument(
         "--checkpoints", choices=["both", "on"], default="both", help="also without checkpoints, or only every 1 s"
     )
+    ap.add_argument(
+        "--min-ratio",
+        type=float,
+        default=None,
+        help="exit 1 when a whole execute() at the highest parallelism (median) runs under this ratio to the "
+        "one-call-per-operator loop: a regression check",
+    )
     args = ap.parse_args()
     console = Console()
     baseline = plain_python(args.records)
+    floor = one_call_per_operator(args.records)
     table = Table(title=f"W1 keyed running sum, {args.records:,} records ({os.cpu_count()} cores)")
     for col in (
         "parallelism",
@@ -158,9 +182,12 @@ def main() -> None:
         "vs plain Python loop",
         "execute() wall (s)",
         "records/s whole execute()",
+        "whole vs one-call loop",
     ):
         table.add_column(col, justify="right")
-    table.add_row("-", "-", f"{baseline:,.0f}", "1.00", "-", "-")
+    table.add_row("-", "-", f"{baseline:,.0f}", "1.00", "-", "-", "-")
+    table.add_row("one call per operator", "-", f"{floor:,.0f}", f"{floor / baseline:.2f}", "-", "-", "1.00")
+    whole_ratio: dict[int, float] = {}
     checkpointed: dict[int, tuple[float, float]] = {}
     for p in args.parallelism:
         w1(min(args.records, 100_000), p, 1000)  # warm-up: fills the slot pool for this parallelism
@@ -175,12 +202,21 @@ def main() -> None:
                 f"{rate / baseline:.2f}",
                 f"{wall:.2f}",
                 f"{args.records / wall:,.0f}",
+                f"{args.records / wall / floor:.2f}",
             )
+            whole_ratio[p] = args.records / wall / floor
             table.add_row(*row)
             print("  row:", " | ".join(row), flush=True)  # as it comes: a long run that is cut off keeps its rows
             if cp:
                 checkpointed[p] = (rate, args.records / wall)
     console.print(table)
+    top = max(args.parallelism)
+    if args.min_ratio is not None and whole_ratio[top] < args.min_ratio:
+        console.print(
+            f"REGRESSION: a whole execute() at parallelism {top} ran at {whole_ratio[top]:.2f}x the one-call-per-"
+            f"operator loop, under the {args.min_ratio:.2f}x this check holds it to"
+        )
+        raise SystemExit(1)
     low = min(checkpointed)
     console.print(
         f"scaling, checkpoints every 1 s, against parallelism {low} ({os.cpu_count()} cores): steady | whole execute()"
