@@ -11,29 +11,10 @@ import pytest
 
 from tests.checker import check_running_sums
 from tests.kills import kill_each_after_checkpoints
-from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment
-from weir.connectors.files import FileSink, read_committed
-
-N = 20_000
-
-
-def _keyed_sum(checkpoints: str, out: str, savepoint: str | None = None, rate: float | None = 8_000):
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.enable_checkpointing(300)
-    env.get_checkpoint_config().set_checkpoint_storage(checkpoints)
-    env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.05))
-    if savepoint is not None:
-        env.restore_from_savepoint(savepoint)
-    (
-        env.from_generator(lambda i: (i % 50, i), count=N, records_per_second=rate)
-        .uid("gen")
-        .key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .uid("sums")
-        .sink_to(FileSink(out))
-        .uid("out")
-    )
-    return env
+from tests.unit.jobs.test_exactly_once_edges import N
+from tests.unit.jobs.test_exactly_once_edges import _job as _keyed_sum
+from weir import JobStatus
+from weir.connectors.files import read_committed
 
 
 @pytest.fixture
@@ -43,7 +24,7 @@ def s3(s3_server):
 
 def test_a_keyed_sum_on_s3_storage_into_an_s3_file_sink_is_exact_with_tasks_killed(s3):
     checkpoints, out = s3
-    client = _keyed_sum(checkpoints, out).execute_async("s3-kills", executor="local")
+    client = _keyed_sum(checkpoints, out, rate=8_000, interval_ms=300).execute_async("s3-kills", executor="local")
     kill_each_after_checkpoints(client, "reduce", checkpoints=2)
     result = client.wait(120)
     assert result.status is JobStatus.FINISHED and result.restarts == 2
@@ -53,7 +34,7 @@ def test_a_keyed_sum_on_s3_storage_into_an_s3_file_sink_is_exact_with_tasks_kill
 
 def test_a_savepoint_without_a_path_lands_on_s3_and_restores(s3):
     checkpoints, out = s3
-    client = _keyed_sum(checkpoints, out).execute_async("s3-savepoint", executor="local")
+    client = _keyed_sum(checkpoints, out, rate=8_000, interval_ms=300).execute_async("s3-savepoint", executor="local")
     client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()), 60)
     location = client.savepoint()
     path, query = checkpoints.split("?")
