@@ -30,7 +30,7 @@ import inspect
 import threading
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, TypeVar, cast
 
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.events import Watermark
@@ -283,7 +283,7 @@ class AsyncWaitOperator(UdfOperator):
 
     def _flush(self, out: list[Any], stamps: list[int | None]) -> None:
         if out:
-            self.output.collect(out, stamps if any(t is not None for t in stamps) else None)
+            self.output.collect(out, cast(list[int], stamps) if any(t is not None for t in stamps) else None)
 
     async def _call(self, value: Any) -> Iterable[Any] | None:
         function: AsyncFunction[Any, Any] = self.function

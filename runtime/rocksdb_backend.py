@@ -478,6 +478,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         the cache holds it."""
         table = self.table(name)
         groups = list(self.key_groups)
+        group: int
+        after: bytes | None
         group, after = self._sweeping.get(name, (0, None))
         out: list[tuple[Any, Any]] = []
         for _ in range(len(groups)):

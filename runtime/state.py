@@ -370,7 +370,7 @@ class KeyedStateBackend:
         self.current_key: Any = None
         self.clock = clock or processing_time_ms
         self._swept: dict[str, _Ttl] = {}  # TTL states whose expired entries go at each snapshot
-        self._sweeping: dict[str, tuple[Any, int]] = {}  # TTL state -> its sweep's pass: (keys, position)
+        self._sweeping: dict[str, tuple[Any, Any]] = {}  # TTL state -> where its sweep stands (per backend)
         self.touched: set[Any] = set()  # keys whose state may have changed since the last snapshot
         self._bases: PossibleBases[_Since] = PossibleBases(_Since.merged)
         self.incremental_base: int | None = None  # the checkpoint the next snapshot may write changes against
