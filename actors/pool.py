@@ -56,7 +56,7 @@ from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger,
 from weir.actors.slots import CANCEL_GRACE_S, POOL_NAME, actor_id, find_pool
 from weir.actors.task_actor import RemoteTaskActor
 from weir.runtime.errors import WeirError
-from weir.runtime.executor import JobStatus
+from weir.runtime.job_lifecycle import JobStatus
 
 log = logging.getLogger("weir.pool")
 

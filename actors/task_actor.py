@@ -25,9 +25,9 @@ from weir.actors.exchange import DeliveryError, Endpoint, Inbox, Outbox, Route
 from weir.actors.metrics import TaskMetrics, report_every_second
 from weir.actors.slots import JobScope
 from weir.runtime.checkpointing import TaskKey
-from weir.runtime.deployment import Deployment
+from weir.runtime.deployment import Deployment, MasterPorts
 from weir.runtime.errors import SlotBusyError, TaskFailedError, WeirError
-from weir.runtime.letters import MasterPorts
+from weir.runtime.letters import TaskReport
 from weir.runtime.local_folders import sweep_known
 from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
 
@@ -63,7 +63,7 @@ class _RayPorts(MasterPorts):
                 f"{vertex} (channel {exc.channel} of {self._d.task.name})", f"a delivery to it failed: {exc}"
             ) from None
 
-    def post(self, letter: Any) -> None:
+    def post(self, letter: TaskReport) -> None:
         self._coordinator.post.remote(self._run_id, letter)
 
 

@@ -44,7 +44,7 @@ from weir.runtime.errors import (
     WeirError,
 )
 from weir.runtime.eventtime import Duration, Time, TimestampAssigner, WatermarkGenerator, WatermarkStrategy
-from weir.runtime.executor import JobClient, JobExecutionResult, JobStatus
+from weir.runtime.executor import JobClient
 from weir.runtime.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -62,6 +62,7 @@ from weir.runtime.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from weir.runtime.job_lifecycle import JobExecutionResult, JobStatus
 from weir.runtime.joins import CoGroupFunction, FlatJoinFunction, JoinFunction, ProcessJoinFunction
 from weir.runtime.row import Row, RowKind
 from weir.runtime.sinks import DiscardingSink, PrintSink, Sink, SinkWriter

@@ -42,7 +42,17 @@ from weir.runtime.errors import (
 )
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.graph import JobGraph
-from weir.runtime.letters import Ack, Decline, Fenced, MetadataWritten, Request, RescaleJob, StopJob, TriggerSavepoint
+from weir.runtime.letters import (
+    Ack,
+    Decline,
+    Fenced,
+    MasterLetter,
+    MetadataWritten,
+    Request,
+    RescaleJob,
+    StopJob,
+    TriggerSavepoint,
+)
 from weir.runtime.off_loop import OffLoopThread, Work
 from weir.runtime.restore import RestorePoints, StartingPoint
 from weir.runtime.shared_state import SharedFiles
@@ -82,7 +92,7 @@ class CheckpointFlow:
         storage_io: Callable[[Work], None],
         clock: Callable[[], float],
         fail: Fail,
-        post: Callable[[Any], None],
+        post: Callable[[MasterLetter], None],
     ) -> None:
         self.coordinator = CheckpointCoordinator(graph)
         self._tasks, self._coordinators, self._stop, self._storage = tasks, coordinators, stop, storage
@@ -98,6 +108,8 @@ class CheckpointFlow:
         its predecessor's checkpoints under the same retention rule as its own,
         and deletes what no complete one names: folders that never completed, and
         shared files of checkpoints that never completed."""
+        if start.next_checkpoint_id is not None:
+            self.coordinator.continue_from(start.next_checkpoint_id)
         self.restore = RestorePoints(start.points)
         for location, metadata in start.points:
             if metadata.get("kind") != CheckpointKind.CHECKPOINT.value:
@@ -113,6 +125,17 @@ class CheckpointFlow:
     @property
     def graph(self) -> JobGraph:
         return self.coordinator.graph
+
+    def deploying(self, now: float) -> None:
+        """Tasks are being deployed, the job's or a failed-over region's: the
+        final checkpoint, if any, is theirs to take again. The first checkpoint
+        comes one interval after the first deploy, as in Flink."""
+        self.final = None
+        self.coordinator.first_due_after(now)
+
+    def rescaled_to(self, graph: JobGraph) -> None:
+        """The job redeploys as ``graph``: its checkpoints from now on are of it."""
+        self.coordinator.rescaled(graph)
 
     # ------------------------------------------------------------ triggering
     def tick(self, now: float, may_trigger: bool) -> None:
@@ -449,7 +472,7 @@ def _write(
     metadata: dict[str, Any],
     states: dict[str, bytes],
     checkpoint_id: int,
-    post: Callable[[Any], None],
+    post: Callable[[MasterLetter], None],
 ) -> None:
     """On the storage thread: write a checkpoint's coordinator states and its
     metadata (which completes it on storage), and tell the loop how it went. A

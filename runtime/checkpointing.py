@@ -191,6 +191,19 @@ class CheckpointCoordinator:
         self.failures = FailedCheckpoints()
         self._last_named: set[str] = set()  # the files the latest completed checkpoint names
 
+    def continue_from(self, next_id: int) -> None:
+        """The run's earlier job master took checkpoints up to ``next_id - 1``: ids are never reused."""
+        self.next_id = next_id
+
+    def first_due_after(self, now: float) -> None:
+        """The job's first deploy: the first checkpoint comes one interval after it, as in Flink."""
+        if self.last_trigger is None:
+            self.last_trigger = now
+
+    def rescaled(self, graph: JobGraph) -> None:
+        """Checkpoints from now on are of the rescaled ``graph``."""
+        self.graph = graph
+
     def due(self, now: float) -> bool:
         """A periodic checkpoint is due at ``now``."""
         c = self.config

@@ -20,7 +20,7 @@ from weir.runtime.errors import CorruptCheckpointError, UserFunctionError
 from weir.runtime.events import CheckpointBarrier
 from weir.runtime.failover import coordinator_resets
 from weir.runtime.graph import JobGraph
-from weir.runtime.letters import CoordinatorCallDone, EventAcknowledged, EventFromOperator
+from weir.runtime.letters import CoordinatorCallDone, EventAcknowledged, EventFromOperator, MasterLetter
 from weir.runtime.off_loop import Work
 from weir.runtime.storage import handle_from_json, pickle_state, read_state
 from weir.runtime.task import OperatorEvent, TaskLetter, TriggerCheckpoint
@@ -40,7 +40,7 @@ class OperatorCoordinators:
         self,
         job: str,
         send: Callable[[TaskKey, TaskLetter], None],
-        post: Callable[[Any], None],
+        post: Callable[[MasterLetter], None],
         fail: Callable[[BaseException], None],
         valve: bool = True,
         io: Callable[[Work], None] | None = None,

@@ -9,12 +9,25 @@ import dataclasses
 import functools
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from weir.runtime.checkpointing import TaskKey
+from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.graph import JobGraph, JobVertex
+from weir.runtime.letters import (
+    Ack,
+    Decline,
+    Deployed,
+    EndOfInput,
+    EventAcknowledged,
+    EventFromOperator,
+    MasterLetter,
+    TaskReport,
+)
 from weir.runtime.off_loop import OffLoopThread, inline
+from weir.runtime.state import SnapshotSummary
 from weir.runtime.state_backend import HashMapStateBackend
+from weir.runtime.storage import StateHandle
 from weir.runtime.task import OperatorRestore, TaskDeployment, TaskLetter, TaskResult
 
 Route = tuple[TaskKey, int]  # (target task, channel index at the target)
@@ -28,16 +41,6 @@ class Deployment:
     attempt: int
     task: TaskDeployment
     routes: list[list[Route]]  # output edge -> channel -> where it goes
-
-
-@dataclass(frozen=True)
-class Deployed:
-    """A letter to the job master: the gateway deployed an attempt's tasks
-    (``error``: or failed to); ``region``: a failed-over region's only."""
-
-    attempt: int
-    region: frozenset[TaskKey] | None
-    error: BaseException | None
 
 
 class TaskGateway(Protocol):
@@ -122,6 +125,34 @@ def _task(
     )
 
 
+class MasterPorts:
+    """The half of a task's ports that reports to the job master: each report is
+    a letter, and an executor only says how a letter gets there (``post``)."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self._attempt, self._key = deployment.attempt, deployment.key
+
+    def post(self, letter: TaskReport) -> None:
+        raise NotImplementedError
+
+    def acknowledge_checkpoint(
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+    ) -> None:
+        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
+
+    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))
+
+    def report_end_of_input(self) -> None:
+        self.post(EndOfInput(self._attempt, self._key))
+
+    def send_operator_event(self, operator_uid: str, event: Any) -> None:
+        self.post(EventFromOperator(self._attempt, self._key, operator_uid, event))
+
+    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
+        self.post(EventAcknowledged(self._attempt, self._key, operator_uid, event_id))
+
+
 class DeployedTasks:
     """The tasks of the job's current deployment as the job master knows them: the
     attempt each one's letters must carry (a letter of an earlier attempt is
@@ -142,7 +173,7 @@ class DeployedTasks:
         attempt: int,
         restore: dict[str, OperatorRestore],
         region: frozenset[TaskKey] | None,
-        post: Callable[[Any], None],
+        post: Callable[[MasterLetter], None],
     ) -> None:
         """Deploy ``attempt``: every task of ``graph`` (``region`` None) or a
         failed-over region's, each restoring its share of ``restore``; their letters
@@ -156,6 +187,29 @@ class DeployedTasks:
         self.attempts.update({d.key: d.attempt for d in deployments})
         self.in_flight = True
         self._io(functools.partial(_deploy, self._gateway, deployments, Deployed(attempt, region, None), post))
+
+    def deploy_done(self) -> None:
+        """The deploy's :class:`Deployed` letter came: the gateway may be touched again."""
+        self.in_flight = False
+
+    def exits(self, polled: Iterable[tuple[TaskKey, TaskResult]]) -> Iterator[tuple[TaskKey, TaskResult]]:
+        """The exits the gateway ``polled``, but those of tasks killed while the
+        earlier ones were handled (an exit may fail the job, or a region, over:
+        the tasks that kills report nothing more, as the gateway promises)."""
+        self.killed = set()
+        for key, result in polled:
+            if key not in self.killed:
+                yield key, result
+
+    def exited_task(self, task: TaskKey) -> None:
+        self.exited.add(task)
+
+    def never_deployed(self, regions: Iterable[frozenset[TaskKey]]) -> None:
+        """Failed-over ``regions`` that were not redeployed when the job was cancelled count as exited."""
+        self.exited.update(*regions)
+
+    def input_ended(self, task: TaskKey) -> None:
+        self.ended_input.add(task)
 
     def close(self) -> None:
         """The job has ended: a deploy still running gives up, and its thread ends."""
@@ -198,7 +252,7 @@ class DeployedTasks:
 
 
 def _deploy(
-    gateway: TaskGateway, deployments: list[Deployment], deployed: Deployed, post: Callable[[Any], None]
+    gateway: TaskGateway, deployments: list[Deployment], deployed: Deployed, post: Callable[[MasterLetter], None]
 ) -> None:
     try:
         gateway.deploy(deployments)

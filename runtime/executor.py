@@ -7,17 +7,16 @@ in-process executor), so importing ``weir.runtime`` never loads Ray.
 
 from __future__ import annotations
 
-import enum
 import importlib
 import os
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol
 
 from weir.runtime.errors import InvalidConfigurationError, WeirError
 from weir.runtime.graph import JobGraph
+from weir.runtime.job_lifecycle import JobExecutionResult, JobStatus
 
 # What travels on a channel: (committable id, records).
 Committed = tuple[str, list[Any]]
@@ -47,73 +46,6 @@ class CollectChannel(ABC):
 
 
 _BUILTIN = {"ray": "weir.actors.executor:RayExecutor", "local": "weir.runtime.local:LocalExecutor"}
-
-
-class JobStatus(enum.Enum):
-    CREATED = "CREATED"
-    RUNNING = "RUNNING"
-    RESTARTING = "RESTARTING"
-    CANCELLING = "CANCELLING"
-    STOPPING = "STOPPING"
-    FINISHED = "FINISHED"
-    FAILED = "FAILED"
-    CANCELED = "CANCELED"
-    SUSPENDED = "SUSPENDED"  # stopped without drain: resume it from its savepoint
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.SUSPENDED)
-
-    def can_become(self, status: "JobStatus") -> bool:
-        return status in _NEXT[self]
-
-
-# What may follow each job status (Flink's JobStatus, plus STOPPING and SUSPENDED
-# for stop-with-savepoint). A job master that tries any other change has a bug:
-# it raises and the status stays as it was. Any live status may become FAILED
-# (a bug in weir fails the job loudly).
-_NEXT: dict[JobStatus, frozenset[JobStatus]] = {
-    # The first deployment; a job master recovering a run whose end is recorded takes that end over.
-    JobStatus.CREATED: frozenset(
-        {JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.SUSPENDED, JobStatus.FAILED}
-    ),
-    # A stop, savepoint-and-stop or rescale; a failure; a cancel; every task finished.
-    JobStatus.RUNNING: frozenset(
-        {JobStatus.STOPPING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.FAILED}
-    ),
-    # A rescale redeploys; a failed stop restarts; a cancel overtakes; drained or suspended.
-    JobStatus.STOPPING: frozenset(
-        {
-            JobStatus.RUNNING,
-            JobStatus.RESTARTING,
-            JobStatus.CANCELLING,
-            JobStatus.FINISHED,
-            JobStatus.SUSPENDED,
-            JobStatus.FAILED,
-        }
-    ),
-    # Redeployed after the restart delay; cancelled while waiting; out of attempts.
-    JobStatus.RESTARTING: frozenset({JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}),
-    JobStatus.CANCELLING: frozenset({JobStatus.CANCELED, JobStatus.FAILED}),
-    JobStatus.FINISHED: frozenset(),
-    JobStatus.FAILED: frozenset(),
-    JobStatus.CANCELED: frozenset(),
-    JobStatus.SUSPENDED: frozenset(),
-}
-
-
-@dataclass
-class JobExecutionResult:
-    job_name: str
-    status: JobStatus
-    duration_s: float
-    restarts: int
-    completed_checkpoints: int
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-
-    def get_net_runtime(self) -> float:
-        """PyFlink's name: seconds the job ran."""
-        return self.duration_s
 
 
 class JobClient(ABC):
@@ -232,12 +164,3 @@ def find_executor(name: str | None = None) -> Executor:
         raise InvalidConfigurationError("executor", name, f"known executors: {', '.join(sorted(_BUILTIN))}")
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)()
-
-
-@dataclass(frozen=True)
-class JobView:
-    """What clients may read of a running job from other threads: a copy its job
-    master publishes after each tick, never its live state."""
-
-    restarting_tasks: list[str]
-    checkpoints: list[dict[str, Any]]

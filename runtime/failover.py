@@ -195,6 +195,13 @@ class Restarts:
         else:
             self.waiting[decision.region] = decision.backoff.restart_at
 
+    def stop_waiting(self) -> list[frozenset[TaskKey]]:
+        """The job fails over whole, fails or is cancelled: the regions that waited
+        for their restart will not be redeployed on their own; returns them."""
+        regions = list(self.waiting)
+        self.waiting.clear()
+        return regions
+
     def job_due(self, now: float) -> bool:
         return self.restart_at is not None and now >= self.restart_at
 

@@ -1,12 +1,15 @@
-"""A job's status, changed only along its transition table
-(:data:`weir.runtime.executor._NEXT`), and how the job ended: when, why, and the
-record a job master that restarts reads before anything else (an ended job
-never runs again).
+"""A job's status (:class:`JobStatus`), changed only along its transition table
+(:data:`_NEXT`), and how the job ended: when, why, the result its clients get,
+and the record a job master that restarts reads before anything else (an ended
+job never runs again). Clients name the status through
+:mod:`weir.runtime.executor`, which takes it from here.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from weir.runtime.errors import (
@@ -16,11 +19,76 @@ from weir.runtime.errors import (
     JobStatusError,
     RecordedFailureError,
 )
-from weir.runtime.executor import JobExecutionResult, JobStatus
-from weir.runtime.failover import Restarts
 from weir.runtime.storage import CheckpointStorage
 
 log = logging.getLogger("weir.jobmaster")
+
+
+class JobStatus(enum.Enum):
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    CANCELLING = "CANCELLING"
+    STOPPING = "STOPPING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+    SUSPENDED = "SUSPENDED"  # stopped without drain: resume it from its savepoint
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.SUSPENDED)
+
+    def can_become(self, status: "JobStatus") -> bool:
+        return status in _NEXT[self]
+
+
+# What may follow each job status (Flink's JobStatus, plus STOPPING and SUSPENDED
+# for stop-with-savepoint). A job master that tries any other change has a bug:
+# it raises and the status stays as it was. Any live status may become FAILED
+# (a bug in weir fails the job loudly).
+_NEXT: dict[JobStatus, frozenset[JobStatus]] = {
+    # The first deployment; a job master recovering a run whose end is recorded takes that end over.
+    JobStatus.CREATED: frozenset(
+        {JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.SUSPENDED, JobStatus.FAILED}
+    ),
+    # A stop, savepoint-and-stop or rescale; a failure; a cancel; every task finished.
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.STOPPING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.FINISHED, JobStatus.FAILED}
+    ),
+    # A rescale redeploys; a failed stop restarts; a cancel overtakes; drained or suspended.
+    JobStatus.STOPPING: frozenset(
+        {
+            JobStatus.RUNNING,
+            JobStatus.RESTARTING,
+            JobStatus.CANCELLING,
+            JobStatus.FINISHED,
+            JobStatus.SUSPENDED,
+            JobStatus.FAILED,
+        }
+    ),
+    # Redeployed after the restart delay; cancelled while waiting; out of attempts.
+    JobStatus.RESTARTING: frozenset({JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}),
+    JobStatus.CANCELLING: frozenset({JobStatus.CANCELED, JobStatus.FAILED}),
+    JobStatus.FINISHED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.CANCELED: frozenset(),
+    JobStatus.SUSPENDED: frozenset(),
+}
+
+
+@dataclass
+class JobExecutionResult:
+    job_name: str
+    status: JobStatus
+    duration_s: float
+    restarts: int
+    completed_checkpoints: int
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    def get_net_runtime(self) -> float:
+        """PyFlink's name: seconds the job ran."""
+        return self.duration_s
 
 
 class JobLifecycle:
@@ -30,6 +98,10 @@ class JobLifecycle:
         self.started: float = clock()
         self.ended: float | None = None
         self.failure: BaseException | None = None  # the latest, whether the job restarted or not
+
+    def failed(self, error: BaseException) -> None:
+        """``error`` failed the job, which restarts or ends."""
+        self.failure = error
 
     def become(self, status: JobStatus) -> None:
         """Any change off the table is a bug in weir, refused before anything changes."""
@@ -64,21 +136,19 @@ class JobLifecycle:
             self.failure = RecordedFailureError(detail)
 
     def result(
-        self, restarts: Restarts, completed_checkpoints: int, metrics: list[dict[str, Any]]
+        self, restarts: int, allowed: str, completed_checkpoints: int, metrics: list[dict[str, Any]]
     ) -> JobExecutionResult:
-        """The outcome; raises :class:`JobExecutionError` for a failed job."""
+        """The outcome after ``restarts`` restarts of the ``allowed`` (the restart
+        strategy's allowance); raises :class:`JobExecutionError` for a failed job."""
         if self.status is JobStatus.FAILED:
-            raise self.failure_error(restarts)
+            raise self._failure_error(restarts, allowed)
         end = self.ended if self.ended is not None else self._clock()
-        return JobExecutionResult(
-            self._job, self.status, end - self.started, restarts.count, completed_checkpoints, metrics
-        )
+        return JobExecutionResult(self._job, self.status, end - self.started, restarts, completed_checkpoints, metrics)
 
-    def failure_error(self, restarts: Restarts) -> JobExecutionError:
+    def _failure_error(self, restarts: int, allowed: str) -> JobExecutionError:
         cause = self.failure
-        allowed = restarts.backoff.strategy.allowance()
         err = JobExecutionError(
-            f"job '{self._job}' failed after {restarts.count} restart(s) ({allowed}): {cause}", cause=cause
+            f"job '{self._job}' failed after {restarts} restart(s) ({allowed}): {cause}", cause=cause
         )
         err.__cause__ = cause
         return err

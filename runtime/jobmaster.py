@@ -29,13 +29,14 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from weir.runtime.checkpoint_flow import CheckpointFlow
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.config import restart_strategy_for
 from weir.runtime.coordinators import OperatorCoordinators
-from weir.runtime.deployment import Deployed, DeployedTasks, TaskGateway
+from weir.runtime.deployment import DeployedTasks, TaskGateway
 from weir.runtime.errors import (
     CheckpointFailureReason,
     CorruptCheckpointError,
@@ -44,21 +45,22 @@ from weir.runtime.errors import (
     TaskFailedError,
     WeirError,
 )
-from weir.runtime.executor import JobExecutionResult, JobStatus, JobView
 from weir.runtime.failover import Failover, FailoverAction, Restarts, decide_failover
 from weir.runtime.graph import JobGraph
-from weir.runtime.job_lifecycle import JobLifecycle
+from weir.runtime.job_lifecycle import JobExecutionResult, JobLifecycle, JobStatus
 from weir.runtime.letters import (
     Ack,
     AskLetter,
     CancelJob,
     CoordinatorCallDone,
     Decline,
+    Deployed,
     EndOfInput,
     EventAcknowledged,
     EventFromOperator,
     Failed,
     Fenced,
+    MasterLetter,
     MetadataWritten,
     Request,
     RescaleJob,
@@ -69,7 +71,7 @@ from weir.runtime.letters import (
     close_refusing,
     post,
 )
-from weir.runtime.mailbox import Mailbox
+from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.restore import starting_point
@@ -78,6 +80,15 @@ from weir.runtime.storage import CheckpointStorage
 from weir.runtime.task import Cancel, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What clients may read of a running job from other threads: a copy its job
+    master publishes after each tick, never its live state."""
+
+    restarting_tasks: list[str]
+    checkpoints: list[dict[str, Any]]
 
 
 class JobMaster:
@@ -91,7 +102,7 @@ class JobMaster:
     def __init__(self, graph: JobGraph, gateway: TaskGateway, options: MasterOptions | None = None) -> None:
         o = options or MasterOptions()
         self.graph, self.gateway, self.clock, self.recovering = graph, gateway, o.clock, o.recovering
-        self.mailbox = Mailbox(0)
+        self.mailbox: Mailbox[MasterLetter] = Mailbox(0)
         gateway.on_exit(lambda: self._post(TaskExited()))
         self.storage = CheckpointStorage(graph.checkpointing.storage, graph.name, graph.run_id, o.incarnation)
         self.life = JobLifecycle(graph.name, self.storage, o.clock)
@@ -112,7 +123,7 @@ class JobMaster:
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
         self._on_end = o.on_end
-        self._held: list[Any] = []  # letters that came while a deploy ran
+        self._held: list[MasterLetter] = []  # letters that came while a deploy ran
         self.final_metrics: list[dict[str, Any]] = []
         self.view = JobView([], [])
 
@@ -131,7 +142,7 @@ class JobMaster:
             if not isinstance(exc, WeirError):
                 log.exception("job master of %s failed", self.graph.name)
             if not self.status.is_terminal:
-                self.life.failure = exc
+                self.life.failed(exc)
                 self._end(JobStatus.FAILED)
         finally:
             self._close()
@@ -170,8 +181,6 @@ class JobMaster:
             status, detail = start.ended
             self.life.had_ended(status, detail if status is JobStatus.FAILED else "")
             return
-        if start.next_checkpoint_id is not None:
-            self.coordinator.next_id = start.next_checkpoint_id
         self.checkpoints.start_from(start)
         self._deploy()
         self._settle()
@@ -192,7 +201,7 @@ class JobMaster:
         """Send a savepoint, stop or rescale request and wait for its answer (any thread)."""
         return ask(self.mailbox, letter, timeout_s, self._refuse)
 
-    def _post(self, letter: Any) -> None:
+    def _post(self, letter: MasterLetter) -> None:
         post(self.mailbox, letter)
 
     def _refuse(self, request: Request) -> None:
@@ -212,15 +221,21 @@ class JobMaster:
 
     def result(self) -> JobExecutionResult:
         """The outcome; raises :class:`JobExecutionError` for a failed job."""
-        return self.life.result(self.restarts, self.coordinator.completed, self.final_metrics)
+        return self.life.result(
+            self.restarts.count,
+            self.restarts.backoff.strategy.allowance(),
+            self.coordinator.completed,
+            self.final_metrics,
+        )
 
     # ------------------------------------------------------------ letters
-    def _handle(self, letter: Any) -> None:
+    def _handle(self, letter: MasterLetter | DataLetter) -> None:
         self._take(letter)
         self._settle()
 
-    def _take(self, letter: Any) -> None:
-        if self.tasks.in_flight and not isinstance(letter, Deployed):
+    def _take(self, letter: MasterLetter | DataLetter) -> None:
+        """Act on ``letter``; one that is no :data:`MasterLetter` (its mailbox has no data channels) raises."""
+        if self.tasks.in_flight and not isinstance(letter, (Deployed, DataLetter)):
             self._held.append(letter)  # handled once the deploy is done and its coordinators run
             return
         if isinstance(letter, Deployed):
@@ -246,7 +261,7 @@ class JobMaster:
         elif isinstance(letter, Decline):
             self.checkpoints.on_decline(letter)
         elif isinstance(letter, EndOfInput):
-            self.tasks.ended_input.add(letter.task)
+            self.tasks.input_ended(letter.task)
         elif isinstance(letter, EventFromOperator):
             self.coordinators.on_event(letter)
         else:
@@ -272,13 +287,9 @@ class JobMaster:
     def _advance(self, now: float) -> None:
         """Exits, due restarts and deploys, the cancel's deadline, the rescale,
         coordinators' calls, checkpoints: what time and the gateway bring."""
-        self.tasks.killed = set()
-        for key, result in self.gateway.poll_exits():
-            # An earlier exit of this batch may have failed the job (or a region)
-            # over: the tasks it killed report nothing more, as the gateway promises.
-            if key not in self.tasks.killed:
-                self._on_exit(key, result)
-                self._settle()
+        for key, result in self.tasks.exits(self.gateway.poll_exits()):
+            self._on_exit(key, result)
+            self._settle()
         if self.status is JobStatus.RESTARTING and self.restarts.job_due(now):
             self._deploy()
         for region in self.restarts.regions_due(now)[:1]:  # one deploy at a time
@@ -334,7 +345,8 @@ class JobMaster:
     def _finish_rescale(self, graph: JobGraph) -> None:
         """Every task stopped at the rescale checkpoint: deploy the new graph from it."""
         self.tasks.kill()
-        self.graph = self.coordinator.graph = graph
+        self.graph = graph
+        self.checkpoints.rescaled_to(graph)
         self._deploy()
 
     def _deliver(self, answer: Answer | None) -> None:
@@ -344,14 +356,14 @@ class JobMaster:
     # ------------------------------------------------------------ tasks ending
     def _on_exit(self, key: TaskKey, result: TaskResult) -> None:
         if result.state is TaskState.FINISHED:
-            self.tasks.exited.add(key)
+            self.tasks.exited_task(key)
             self.coordinators.subtask_gone(key)
             if self.tasks.all_exited(self.graph):
                 self._all_finished()
                 return
             self.checkpoints.task_finished(key)
         elif self.status is JobStatus.CANCELLING:
-            self.tasks.exited.add(key)
+            self.tasks.exited_task(key)
             if self.tasks.all_exited(self.graph):
                 self._end(JobStatus.CANCELED)
         elif isinstance(result.error, CorruptCheckpointError) and self.checkpoints.restore.points:
@@ -391,7 +403,8 @@ class JobMaster:
         failure restarts only its pipelined region where that is possible."""
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
-        error = self.life.failure = failed.error
+        error = failed.error
+        self.life.failed(error)
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         cancelling = self._cancel_requested is not None
         running = self.status is JobStatus.RUNNING
@@ -409,7 +422,7 @@ class JobMaster:
         self.coordinators.close()
         self._deliver(self._stop.job_failed(error))
         self.tasks.kill()
-        self.restarts.waiting.clear()
+        self.restarts.stop_waiting()
         if decision.action is FailoverAction.CANCEL:
             self._end(JobStatus.CANCELED)
         elif decision.action is FailoverAction.FAIL:
@@ -428,7 +441,7 @@ class JobMaster:
         log.warning("job %s: %s; restarting its region of %d task(s)", self.graph.name, headline, len(region))
         self.checkpoints.abort_all(CheckpointFailureReason.TASK_FAILURE, headline)
         self.tasks.restart(region)
-        self.checkpoints.final = None
+        self.checkpoints.deploying(self.clock())
         if not self.coordinators.reset(region):
             return False
         self.restarts.go_ahead(decision, count)
@@ -446,8 +459,7 @@ class JobMaster:
             self._end(JobStatus.CANCELED)
             return
         self.life.become(JobStatus.CANCELLING)
-        self.tasks.exited.update(*self.restarts.waiting)  # regions not deployed: nothing to cancel there
-        self.restarts.waiting.clear()
+        self.tasks.never_deployed(self.restarts.stop_waiting())  # nothing to cancel there
         if self.tasks.all_exited(self.graph):
             self._end(JobStatus.CANCELED)
             return
@@ -468,11 +480,7 @@ class JobMaster:
         or only a failed-over ``region``'s while the others keep running."""
         self.attempt += 1
         self.restarts.deploying(self.graph, region)
-        self.checkpoints.final = None
-        if (
-            self.coordinator.last_trigger is None
-        ):  # the first checkpoint comes one interval after the start, as in Flink
-            self.coordinator.last_trigger = self.clock()
+        self.checkpoints.deploying(self.clock())
         if region is None:
             self.life.become(JobStatus.RUNNING)
         self.tasks.deploy(self.graph, self.attempt, self.checkpoints.restore.plan(self.graph), region, self._post)
@@ -480,7 +488,7 @@ class JobMaster:
     def _on_deployed(self, letter: Deployed) -> None:
         """The deploy is done: start its coordinators, or fail over (a cancel that
         stopped it waiting for room ends the job); then take the letters held meanwhile."""
-        self.tasks.in_flight = False
+        self.tasks.deploy_done()
         if isinstance(letter.error, JobCancelledError):
             self._cancel_requested = self.clock()
             self._fail(JobCancelledError("cancelled while deploying"), count=False)

@@ -1,7 +1,8 @@
-"""Letters to the job master: what its tasks report (through :class:`MasterPorts`),
-what its own off-loop work answers, and what clients ask (each carries the
+"""Letters to the job master, one typed union (:data:`MasterLetter`): what its
+tasks report (:data:`TaskReport`, through a task's ``MasterPorts``), what its own
+off-loop work answers, and what clients ask (:data:`AskLetter`, each carrying the
 :class:`Request` its answer goes to). They are plain values; only the loop
-thread acts on them.
+thread acts on them, and it refuses any other letter.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any, Callable
 
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.coordination import AsyncCall, CoordinatorHolder
-from weir.runtime.deployment import Deployment
 from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.state import SnapshotSummary
@@ -57,6 +57,20 @@ class EventAcknowledged:
     task: TaskKey
     operator_uid: str
     event_id: int
+
+
+# What a task reports to the job master.
+TaskReport = Ack | Decline | EndOfInput | EventFromOperator | EventAcknowledged
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """The gateway deployed an attempt's tasks (``error``: or failed to);
+    ``region``: a failed-over region's only."""
+
+    attempt: int
+    region: frozenset[TaskKey] | None
+    error: BaseException | None
 
 
 @dataclass(frozen=True)
@@ -107,34 +121,6 @@ class CoordinatorCallDone:
     call: AsyncCall
     result: Any
     error: BaseException | None
-
-
-class MasterPorts:
-    """The half of a task's ports that reports to the job master: each report is
-    a letter, and an executor only says how a letter gets there (``post``)."""
-
-    def __init__(self, deployment: Deployment) -> None:
-        self._attempt, self._key = deployment.attempt, deployment.key
-
-    def post(self, letter: Any) -> None:
-        raise NotImplementedError
-
-    def acknowledge_checkpoint(
-        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
-    ) -> None:
-        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
-
-    def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
-        self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))
-
-    def report_end_of_input(self) -> None:
-        self.post(EndOfInput(self._attempt, self._key))
-
-    def send_operator_event(self, operator_uid: str, event: Any) -> None:
-        self.post(EventFromOperator(self._attempt, self._key, operator_uid, event))
-
-    def acknowledge_operator_event(self, operator_uid: str, event_id: int) -> None:
-        self.post(EventAcknowledged(self._attempt, self._key, operator_uid, event_id))
 
 
 class Request:
@@ -188,8 +174,13 @@ class RescaleJob:
 
 AskLetter = TriggerSavepoint | StopJob | RescaleJob
 
+# Every letter the job master's mailbox takes.
+MasterLetter = (
+    TaskReport | AskLetter | Deployed | CancelJob | TaskExited | MetadataWritten | Fenced | CoordinatorCallDone
+)
 
-def post(mailbox: Mailbox, letter: Any) -> None:
+
+def post(mailbox: Mailbox[MasterLetter], letter: MasterLetter) -> None:
     """A letter from off the job master's loop (any thread); dropped once the job has ended."""
     try:
         mailbox.put_control(letter)
@@ -197,7 +188,7 @@ def post(mailbox: Mailbox, letter: Any) -> None:
         pass
 
 
-def ask(mailbox: Mailbox, letter: AskLetter, timeout_s: float, refuse: Callable[[Request], None]) -> Any:
+def ask(mailbox: Mailbox[MasterLetter], letter: AskLetter, timeout_s: float, refuse: Callable[[Request], None]) -> Any:
     """Send a client's request and wait for its answer (any thread); ``refuse``
     answers it at once if the job has ended."""
     try:
@@ -207,7 +198,7 @@ def ask(mailbox: Mailbox, letter: AskLetter, timeout_s: float, refuse: Callable[
     return letter.request.wait(timeout_s)
 
 
-def close_refusing(mailbox: Mailbox, refuse: Callable[[Request], None]) -> None:
+def close_refusing(mailbox: Mailbox[MasterLetter], refuse: Callable[[Request], None]) -> None:
     """The job has ended: close its mailbox, and refuse the requests still in it."""
     mailbox.close()
     while True:

@@ -21,12 +21,13 @@ import cloudpickle
 from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.collect import LocalCollectChannel
-from weir.runtime.deployment import Deployment
+from weir.runtime.deployment import Deployment, MasterPorts
 from weir.runtime.errors import JobCancelledError, TaskFailedError, UnknownTaskError
-from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
+from weir.runtime.executor import Executor, JobClient
 from weir.runtime.graph import JobGraph
+from weir.runtime.job_lifecycle import JobExecutionResult, JobStatus
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import MasterPorts, Request, RescaleJob, StopJob, TriggerSavepoint
+from weir.runtime.letters import Request, RescaleJob, StopJob, TaskReport, TriggerSavepoint
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
@@ -39,7 +40,7 @@ class _Ports(MasterPorts):
         self._d = d
         self.backpressured_s = 0.0
 
-    def post(self, letter: Any) -> None:
+    def post(self, letter: TaskReport) -> None:
         self._gw.master.mailbox.put_control(letter)
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:

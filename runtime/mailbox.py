@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Collection
+from typing import Any, Collection, Generic, TypeVar
 
 
 class MailboxClosedError(Exception):
@@ -29,10 +29,14 @@ class DataLetter:
         self.payload = payload
 
 
-class Mailbox:
+# The control letters a mailbox takes (a task's, or a job master's: see letters.py).
+L = TypeVar("L")
+
+
+class Mailbox(Generic[L]):
     def __init__(self, channels: int, capacity: int = 4) -> None:
         self._cond = threading.Condition()
-        self._control: collections.deque[Any] = collections.deque()
+        self._control: collections.deque[L] = collections.deque()
         self._pending: list[dict[int, Any]] = [{} for _ in range(channels)]
         self._next_seq = [0] * channels
         self._capacity = capacity
@@ -44,7 +48,7 @@ class Mailbox:
         """How many input channels it takes data on: 0 to ``channels - 1``."""
         return len(self._pending)
 
-    def put_control(self, letter: Any) -> None:
+    def put_control(self, letter: L) -> None:
         with self._cond:
             if self._closed:
                 raise MailboxClosedError("mailbox closed")
@@ -65,7 +69,7 @@ class Mailbox:
             pending[seq] = payload
             self._cond.notify_all()
 
-    def take(self, timeout_s: float | None, blocked: Collection[int] = ()) -> Any:
+    def take(self, timeout_s: float | None, blocked: Collection[int] = ()) -> L | DataLetter | None:
         """The next letter, or ``None`` after ``timeout_s`` (``None``: wait forever)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from weir.runtime.executor import JobStatus
+from weir.runtime.job_lifecycle import JobStatus
 from weir.runtime.off_loop import Work, inline
 
 

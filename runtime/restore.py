@@ -15,9 +15,9 @@ from weir.runtime.errors import (
     InvalidJobGraphError,
     NoRestorePointError,
 )
-from weir.runtime.executor import JobStatus
 from weir.runtime.failover import FallBack, RestorePoint, fall_back
 from weir.runtime.graph import JobGraph
+from weir.runtime.job_lifecycle import JobStatus
 from weir.runtime.storage import CheckpointStorage, find_restore_point, handle_from_json, read_metadata
 from weir.runtime.task import OperatorRestore
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from weir.runtime.errors import JobRequestError, WeirError
-from weir.runtime.executor import JobStatus
 from weir.runtime.graph import JobGraph
+from weir.runtime.job_lifecycle import JobStatus
 
 # A rescale lets the job run on this long while the processes of its new tasks
 # start; then it stops the job anyway, and the deploy waits for them (a cluster

@@ -219,7 +219,7 @@ class StreamTask:
         self.ports = ports
         self._clock = clock
         self.name = f"{d.vertex.name} ({d.subtask + 1}/{d.vertex.parallelism})"
-        self.mailbox = Mailbox(len(d.input_channels), d.transport.mailbox_capacity)
+        self.mailbox: Mailbox[TaskLetter] = Mailbox(len(d.input_channels), d.transport.mailbox_capacity)
         self.operators: list[StreamOperator] = [spec.create() for spec in d.vertex.operators]
         self.head = self.operators[0]
         self.is_source = isinstance(self.head, SourceOperator)
@@ -424,7 +424,7 @@ class StreamTask:
         return [op for op in self.operators if op.uid not in self._never_opened]
 
     # ------------------------------------------------------------------ letters
-    def _handle(self, letter: Any) -> None:
+    def _handle(self, letter: TaskLetter | DataLetter) -> None:
         if type(letter) is DataLetter:
             self._on_delivery(letter.channel, decode_delivery(letter.payload, letter.channel, self.deployment))
         elif isinstance(letter, TriggerCheckpoint):
@@ -610,7 +610,7 @@ class StreamTask:
         if self.life.phase is Phase.CLOSING:
             self.life.to(Phase.ENDED)
 
-    def put_letter(self, letter: Any) -> None:
+    def put_letter(self, letter: TaskLetter) -> None:
         self.mailbox.put_control(letter)
 
 

@@ -31,14 +31,15 @@ from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.clock import ManualClock
 from weir.runtime.collect import CollectSink
 from weir.runtime.config import RuntimeExecutionMode
-from weir.runtime.deployment import Deployment
+from weir.runtime.deployment import Deployment, MasterPorts
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError, WeirError
 from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
-from weir.runtime.executor import Committed, JobStatus
+from weir.runtime.executor import Committed
 from weir.runtime.functions import as_callable
 from weir.runtime.graph import JobEdge, JobGraph, JobVertex, OperatorSpec, PartitionSpec, topological
+from weir.runtime.job_lifecycle import JobStatus
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import MasterPorts
+from weir.runtime.letters import TaskReport
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.network import decode, encode
@@ -399,7 +400,7 @@ class _SimPorts(MasterPorts):
         self._sim, self._d = sim, d
         self.backpressured_s = 0.0
 
-    def post(self, letter: Any) -> None:
+    def post(self, letter: TaskReport) -> None:
         self._sim.net.post("to-master", None, lambda: self._sim.master.mailbox.put_control(letter))
 
     def send(self, output: int, channel: int, seq: int, payload: bytes) -> None:

@@ -1,0 +1,140 @@
+"""The control plane's rooms, read from the code with ``ast`` (beside
+:mod:`tests.unit.pure.test_layers`, whose import graph it reuses):
+
+- the job master changes no other object's state: it writes no attribute of
+  another object, and calls no mutating method on another object's field
+  (``self.tasks.exited.add(...)``); each room changes its own state through
+  named methods;
+- the job's status lives with the job's lifecycle, not in the client's module,
+  and the job master does not import the client's module;
+- letters are typed: no function of ``weir.runtime`` takes or returns a letter typed ``Any``.
+
+Each check is also run on a small piece of code that breaks it, so that it is
+seen to fail."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.unit.pure.test_layers import GRAPH, MODULES
+
+MUTATORS = frozenset(
+    {"add", "update", "clear", "append", "extend", "pop", "popleft", "remove", "discard", "setdefault"}
+)
+
+
+def _class(path_or_source: str, name: str) -> ast.ClassDef:
+    tree = ast.parse(path_or_source)
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def writes_to_others(cls: ast.ClassDef) -> list[str]:
+    """Every place ``cls`` changes another object's state: ``x.field = ...`` or
+    ``x.field += ...`` where ``x`` is not ``self``, and ``self.a.b.add(...)``
+    (a mutating call on a field of another object)."""
+    found = []
+    for node in ast.walk(cls):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                    if not (isinstance(sub.value, ast.Name) and sub.value.id == "self"):
+                        found.append(f"{node.lineno}: {ast.unparse(sub)} =")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            owner = node.func.value
+            if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Attribute):
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}(...)")
+    return found
+
+
+def test_the_writes_finder_finds_writes_to_other_objects_and_only_those():
+    cls = _class(
+        """
+class M:
+    def f(self, other):
+        self.own = 1
+        self.count += 1
+        self.tasks.killed = set()
+        other.field += 1
+        self.graph = self.coordinator.graph = 2
+        self.tasks.exited.add(3)
+        self.tasks.send(4)
+        self._failures.append(5)
+""",
+        "M",
+    )
+    assert writes_to_others(cls) == [
+        "6: self.tasks.killed =",
+        "7: other.field =",
+        "8: self.coordinator.graph =",
+        "9: self.tasks.exited.add(...)",
+    ]
+
+
+def test_the_job_master_changes_no_other_rooms_state():
+    cls = _class(MODULES["weir.runtime.jobmaster"].read_text(), "JobMaster")
+    assert writes_to_others(cls) == []
+
+
+def test_the_job_status_lives_with_the_jobs_lifecycle_and_the_job_master_does_not_import_the_client():
+    defined = {
+        module
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "JobStatus"
+    }
+    assert defined == {"weir.runtime.job_lifecycle"}
+    assert "weir.runtime.executor" not in GRAPH["weir.runtime.jobmaster"]
+    assert "weir.runtime.executor" not in GRAPH["weir.runtime.job_lifecycle"]
+
+
+def any_typed_letters(source: str) -> list[str]:
+    """Every function that takes a ``letter`` typed ``Any`` or returns one (a
+    function named for letters returning ``Any``), and every ``post`` callback
+    typed ``Callable[[Any], None]``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            for arg in args:
+                typed = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if "letter" in arg.arg and "Any" in typed:
+                    found.append(f"{node.lineno}: {node.name}({arg.arg}: {typed})")
+                if arg.arg == "post" and typed == "Callable[[Any], None]":
+                    found.append(f"{node.lineno}: {node.name}({arg.arg}: {typed})")
+            returns = ast.unparse(node.returns) if node.returns is not None else ""
+            if "letter" in node.name and "Any" in returns:
+                found.append(f"{node.lineno}: {node.name}() -> {returns}")
+    return found
+
+
+def test_the_letter_finder_finds_letters_typed_any():
+    source = """
+def post(self, letter: Any) -> None: ...
+def take_letter(self) -> Any: ...
+def run(self, post: Callable[[Any], None], letter: MasterLetter) -> None: ...
+"""
+    assert any_typed_letters(source) == [
+        "2: post(letter: Any)",
+        "3: take_letter() -> Any",
+        "4: run(post: Callable[[Any], None])",
+    ]
+
+
+def test_no_function_of_the_runtime_takes_or_returns_a_letter_typed_any():
+    found = {
+        module: any_typed_letters(path.read_text())
+        for module, path in MODULES.items()
+        if module.startswith("weir.runtime.")
+    }
+    assert {m: f for m, f in found.items() if f} == {}
+
+
+def test_the_mailbox_hands_out_what_its_letters_are_typed_as():
+    mailbox = _class(MODULES["weir.runtime.mailbox"].read_text(), "Mailbox")
+    take = next(n for n in mailbox.body if isinstance(n, ast.FunctionDef) and n.name == "take")
+    assert ast.unparse(take.returns) == "L | DataLetter | None"
