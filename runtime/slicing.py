@@ -35,14 +35,12 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable
 
-from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.events import MAX_WATERMARK
 from weir.runtime.functions import OutputTag
 from weir.runtime.operators import Emitted, TimerOperator, now_ms
 from weir.runtime.timers import TimeDomain
+from weir.runtime.window_contents import _EMPTY, AggregateContents, _Contents
 from weir.runtime.windows import (
-    _EMPTY,
-    AggregateContents,
     AggregateFunction,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
@@ -52,7 +50,7 @@ from weir.runtime.windows import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
     WindowCall,
-    _Contents,
+    _no_timestamps,
 )
 
 
@@ -270,14 +268,6 @@ class AlignedWindowOperator(TimerOperator):
 # after a restore, a window end a slice feeds is pending again, and a key whose
 # window at that end fired before the snapshot must not fire it twice.
 _FIRED = "fired"
-
-
-def _no_timestamps() -> InvalidConfigurationError:
-    return InvalidConfigurationError(
-        "window assigner",
-        "event time",
-        "records have no timestamps: give the source a WatermarkStrategy with a timestamp assigner",
-    )
 
 
 __all__ = ["AlignedWindowOperator", "aligned"]

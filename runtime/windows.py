@@ -22,6 +22,11 @@ from weir.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 from weir.runtime.functions import Function, OutputTag, as_callable
 from weir.runtime.operators import Emitted, TimerOperator, now_ms
 from weir.runtime.timers import TimeDomain
+from weir.runtime.window_contents import _EMPTY, _Contents
+from weir.runtime.window_contents import AggregateContents as AggregateContents  # re-exported: its home was here
+from weir.runtime.window_contents import AllRecords as AllRecords
+from weir.runtime.window_contents import LastElements as LastElements
+from weir.runtime.window_contents import ReduceContents as ReduceContents
 
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
@@ -267,12 +272,16 @@ class CountSlidingWindowAssigner(CountTumblingWindowAssigner):
 
 def _event_time(timestamp: int | None) -> int:
     if timestamp is None:
-        raise InvalidConfigurationError(
-            "window assigner",
-            "event time",
-            "records have no timestamps: give the source a WatermarkStrategy with a timestamp assigner",
-        )
+        raise _no_timestamps()
     return timestamp
+
+
+def _no_timestamps() -> InvalidConfigurationError:
+    return InvalidConfigurationError(
+        "window assigner",
+        "event time",
+        "records have no timestamps: give the source a WatermarkStrategy with a timestamp assigner",
+    )
 
 
 # --------------------------------------------------------------------- triggers
@@ -568,116 +577,6 @@ class WindowCall:
             self._clear(ProcessWindowFunction.Context(window, watermark))
 
 
-class _Contents(ABC):
-    """How a window keeps its records until it fires: reduced, aggregated, or all
-    of them; ``result`` is what the window function then gets."""
-
-    role = "window function"
-    fn: Any = None
-
-    @abstractmethod
-    def add(self, state: Any, value: Any) -> Any: ...
-
-    @abstractmethod
-    def merge(self, a: Any, b: Any) -> Any: ...
-
-    @abstractmethod
-    def result(self, state: Any) -> list[Any]: ...
-
-
-class _Empty:
-    """A window with no contents (new, or purged by its trigger): one object,
-    also after a snapshot is restored (pickled as a reference to ``_EMPTY``),
-    since contents are told from it by identity."""
-
-    def __reduce__(self) -> str:
-        return "_EMPTY"
-
-    def __repr__(self) -> str:
-        return "<empty window>"
-
-
-_EMPTY: Any = _Empty()
-
-
-class ReduceContents(_Contents):
-    role = "reduce function"
-
-    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
-        self.fn = fn
-
-    def add(self, state: Any, value: Any) -> Any:
-        return value if state is _EMPTY else self.fn(state, value)
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return a if b is _EMPTY else b if a is _EMPTY else self.fn(a, b)
-
-    def result(self, state: Any) -> list[Any]:
-        return [state]
-
-
-class AggregateContents(_Contents):
-    role = "aggregate function"
-
-    def __init__(self, agg: AggregateFunction[Any, Any, Any]) -> None:
-        self.fn = agg
-
-    def add(self, state: Any, value: Any) -> Any:
-        return self.fn.add(value, self.fn.create_accumulator() if state is _EMPTY else state)
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return a if b is _EMPTY else b if a is _EMPTY else self.fn.merge(a, b)
-
-    def result(self, state: Any) -> list[Any]:
-        return [self.fn.get_result(state)]
-
-
-def _append(state: Any, value: Any) -> list[Any]:
-    if state is _EMPTY:
-        return [value]
-    state.append(value)
-    return state  # type: ignore[no-any-return]
-
-
-class AllRecords(_Contents):
-    """Keeps every record of a window, for a window function that sees them all."""
-
-    def add(self, state: Any, value: Any) -> Any:
-        return _append(state, value)
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return a if b is _EMPTY else b if a is _EMPTY else a + b
-
-    def result(self, state: Any) -> list[Any]:
-        return list(state)
-
-
-class LastElements(_Contents):
-    """Keeps a window's records and, when it fires, evicts all but the last
-    ``count`` before ``inner`` computes the result over them (Flink's
-    ``CountEvictor``): sliding count windows. Records stay in state until then,
-    whatever ``inner`` is."""
-
-    def __init__(self, inner: _Contents, count: int) -> None:
-        self.inner = inner
-        self.count = count
-        self.role = inner.role
-        self.fn = inner.fn
-
-    def add(self, state: Any, value: Any) -> Any:
-        return _append(state, value)
-
-    def merge(self, a: Any, b: Any) -> Any:
-        raise NotImplementedError("count windows never merge")
-
-    def result(self, state: Any) -> list[Any]:
-        del state[: -self.count]
-        folded: Any = _EMPTY
-        for value in state:
-            folded = self.inner.add(folded, value)
-        return self.inner.result(folded)
-
-
 # --------------------------------------------------------------------- the operator
 class WindowOperator(TimerOperator):
     """Keyed windows. State per key: ``{window: contents}`` (for sessions, the
@@ -717,6 +616,8 @@ class WindowOperator(TimerOperator):
         self._trigger_state = self.keyed_backend.table(self.TRIGGER_STATE)
         self._tctx = TriggerContext(self)
         self._actx = AssignerContext(self)
+        # Session windows with their assigner's own trigger merge a batch at a time (see _merge_batch).
+        self._by_batch = self.assigner.merging and type(self.trigger) is type(self.assigner.default_trigger())
 
     def trigger_state(self) -> dict[Any, Any]:
         key = self.keyed_backend.current_key  # type: ignore[union-attr]
@@ -733,6 +634,9 @@ class WindowOperator(TimerOperator):
         return self.assigner.event_time and self._cleanup_time(window) <= self.timers.watermark
 
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
+        if self._by_batch:
+            self._merge_batch(records, timestamps)
+            return
         backend = self.keyed_backend
         assert backend is not None
         keys = self._keys(records, self.key_selector)
@@ -747,12 +651,7 @@ class WindowOperator(TimerOperator):
             except Exception as exc:
                 raise self._key_failed(exc, r) from exc
             backend.touch(k)
-            try:
-                windows = self.assigner.assign_windows(r, t, self._actx)
-            except InvalidConfigurationError:
-                raise
-            except Exception as exc:
-                raise self.fail("window assigner", exc, r, True) from exc
+            windows = self._assign(r, t)
             if self.assigner.merging:
                 windows = [self._merge_into_sessions(k, windows[0])]
             kept = False
@@ -791,10 +690,7 @@ class WindowOperator(TimerOperator):
             return merged
         state: Any = _EMPTY
         for w in overlapping:
-            try:
-                state = self.contents.merge(state, per_key.pop(w))
-            except Exception as exc:
-                raise self.fail(self.contents.role, exc) from exc
+            state = self._merge_contents(state, per_key.pop(w))
             self._tctx.window = w
             self.trigger.clear(w, self._tctx)
             self.timers.delete(self._domain, self._cleanup_time(w), w)
@@ -802,6 +698,130 @@ class WindowOperator(TimerOperator):
         self._tctx.window = merged
         self.trigger.on_merge(merged, self._tctx)
         return merged
+
+    def _merge_contents(self, a: Any, b: Any) -> Any:
+        try:
+            return self.contents.merge(a, b)
+        except Exception as exc:
+            raise self.fail(self.contents.role, exc) from exc
+
+    def _merge_batch(self, records: list[Any], timestamps: list[int] | None) -> None:
+        """Session windows with their assigner's own trigger, a batch at a time: each
+        key's sessions are read once, merged in memory record by record in arrival
+        order (``[start, end, contents, stored window or None, took records]``, in
+        their order in state) with the per-record path's ``add`` and ``merge`` calls
+        in its order, then written once; a session merged away has its timer deleted
+        and one that took records has one registered, once a batch. Late records, and a late record
+        within the allowed lateness firing its session at once, are as there. The
+        default triggers make it exact: ``on_merge`` registers the timer
+        ``on_element`` does, and they fire on a record only a session whose end
+        passed; a custom trigger may act on each record: it takes the per-record path."""
+        backend = self.keyed_backend
+        assert backend is not None
+        keys = self._keys(records, self.key_selector)
+        backend.read_ahead(keys)
+        now = self._actx.now_ms = now_ms()
+        if not self.assigner.event_time:
+            stamps: list[int] = [now] * len(records)
+            watermark = MIN_WATERMARK  # nothing is late or fires on a record
+        elif timestamps is None:
+            raise _no_timestamps()
+        else:
+            stamps, watermark = timestamps, self.timers.watermark
+        gap = None if self.assigner.extractor is not None else self.assigner.gap  # type: ignore[attr-defined]
+        lateness, windows, add = self.lateness, self._windows, self.contents.add
+        sessions: dict[Any, list[list[Any]]] = {}  # key -> its sessions
+        emitted = Emitted(timed=True)
+        for i, r in enumerate(records):
+            k = keys[i]
+            try:
+                mine = sessions.get(k)
+            except TypeError as exc:
+                raise self._key_failed(exc, r) from exc
+            if mine is None:
+                stored = windows.get(k)
+                mine = sessions[k] = [[w.start, w.end, c, w, False] for w, c in stored.items()] if stored else []
+            if gap is None:  # a gap of its own
+                (w,) = self._assign(r, stamps[i])
+                start, end = w.start, w.end
+            else:
+                start = stamps[i]
+                end = start + gap
+            hits = [x for x in mine if x[0] <= end and start <= x[1]]
+            if not hits:
+                if end - 1 + lateness <= watermark:  # a session of its own, past its cleanup time
+                    if self.late_tag is not None:
+                        emitted.to_side(self.late_tag.tag_id, r, stamps[i])
+                    continue
+                x = [start, end, _EMPTY, None, True]
+                mine.append(x)
+            elif len(hits) == 1 and hits[0][0] <= start and end <= hits[0][1]:
+                x = hits[0]
+            else:
+                x = self._cover(mine, hits, start, end)
+            x[4] = True
+            try:
+                x[2] = add(x[2], r)
+            except Exception as exc:
+                raise self.fail(self.contents.role, exc, r, True) from exc
+            if x[1] - 1 <= watermark:  # its end has passed: the trigger fires it
+                self._emit(k, TimeWindow(x[0], x[1]), x[2], emitted)
+        for k, mine in sessions.items():
+            self._write_sessions(k, mine)
+        emitted.flush(self.output)
+
+    def _assign(self, record: Any, timestamp: int | None) -> list[Any]:
+        try:
+            return self.assigner.assign_windows(record, timestamp, self._actx)
+        except InvalidConfigurationError:
+            raise
+        except Exception as exc:
+            raise self.fail("window assigner", exc, record, True) from exc
+
+    def _cover(self, mine: list[list[Any]], hits: list[list[Any]], start: int, end: int) -> list[Any]:
+        """The session ``[start, end)`` merges the key's sessions it overlaps (``hits``,
+        in the key's order) into one, which goes last, as the per-record path
+        puts it in the key's state."""
+        if len(hits) == 1 and mine[-1] is hits[0]:  # the key's newest session grows: the usual case
+            x = hits[0]
+            x[0], x[1], x[3] = min(start, x[0]), max(end, x[1]), None
+            return x
+        contents: Any = _EMPTY
+        for x in hits:
+            start, end = min(start, x[0]), max(end, x[1])
+            contents = self._merge_contents(contents, x[2])
+        mine[:] = [x for x in mine if all(x is not h for h in hits)]
+        merged = [start, end, contents, None, True]
+        mine.append(merged)
+        return merged
+
+    def _write_sessions(self, key: Any, mine: list[list[Any]]) -> None:
+        """A key's sessions after a batch into its state; the timers of sessions
+        merged away deleted, those of the sessions that took records registered."""
+        self.keyed_backend.touch(key)  # type: ignore[union-attr]
+        stored = self._windows.get(key)
+        now: dict[TimeWindow, Any] = {}
+        took = []
+        for start, end, contents, window, fresh in mine:
+            if window is None:
+                window = TimeWindow(start, end)
+            if fresh:  # its timer, as on_element registers it (again, after a restore set the watermark back)
+                took.append(window)
+            now[window] = contents
+        # The default trigger's timer is at the window's end: without allowed lateness, the cleanup timer too.
+        for window in stored or ():
+            if window not in now:
+                self._tctx.window = window
+                self.trigger.clear(window, self._tctx)
+                if self.lateness:
+                    self.timers.delete(self._domain, self._cleanup_time(window), window)
+        for window in took:
+            self._tctx.window = window
+            self.trigger.on_merge(window, self._tctx)
+            if self.lateness:
+                self._register_cleanup(window)
+        if now:
+            self._windows[key] = now
 
     @property
     def _domain(self) -> TimeDomain:
@@ -817,7 +837,7 @@ class WindowOperator(TimerOperator):
 
     def _act(self, key: Any, window: TimeWindow, result: TriggerResult, emitted: Emitted) -> None:
         if result.fire:
-            self._emit(key, window, emitted)
+            self._emit(key, window, self._windows.get(key, {}).get(window, _EMPTY), emitted)
             if self.assigner.ends_when_fired:
                 self._clear(key, window)
                 return
@@ -826,9 +846,8 @@ class WindowOperator(TimerOperator):
             if per_key is not None and window in per_key:
                 per_key[window] = _EMPTY
 
-    def _emit(self, key: Any, window: TimeWindow, emitted: Emitted) -> None:
+    def _emit(self, key: Any, window: TimeWindow, state: Any, emitted: Emitted) -> None:
         """The window's result, through the window function (an empty window emits nothing, as in Flink)."""
-        state = self._windows.get(key, {}).get(window, _EMPTY)
         if state is _EMPTY:
             return
         try:
