@@ -34,10 +34,19 @@ from weir.runtime.errors import (
 )
 from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import AskLetter, Request, RescaleJob, StopJob, TriggerSavepoint
+from weir.runtime.letters import (
+    AskLetter,
+    Cancel,
+    OperatorEvent,
+    Request,
+    RescaleJob,
+    StopJob,
+    TaskLetter,
+    TriggerSavepoint,
+)
+from weir.runtime.lifecycle import TaskResult, TaskState
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
-from weir.runtime.task import Cancel, OperatorEvent, TaskLetter, TaskResult, TaskState
 
 log = logging.getLogger("weir.coordinator")
 

@@ -27,9 +27,10 @@ from weir.actors.slots import JobScope
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.deployment import Deployment, MasterPorts
 from weir.runtime.errors import SlotBusyError, TaskFailedError, WeirError
-from weir.runtime.letters import TaskReport
+from weir.runtime.letters import Cancel, TaskReport
+from weir.runtime.lifecycle import TaskResult, TaskState
 from weir.runtime.local_folders import sweep_known
-from weir.runtime.task import Cancel, StreamTask, TaskResult, TaskState
+from weir.runtime.task import StreamTask
 
 log = logging.getLogger("weir.task_actor")
 

@@ -48,9 +48,12 @@ from weir.runtime.letters import (
     Fenced,
     MasterLetter,
     MetadataWritten,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
     Request,
     RescaleJob,
     StopJob,
+    TriggerCheckpoint,
     TriggerSavepoint,
 )
 from weir.runtime.off_loop import OffLoopThread, Work
@@ -68,7 +71,6 @@ from weir.runtime.storage import (
     write_metadata,
     write_state,
 )
-from weir.runtime.task import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
 

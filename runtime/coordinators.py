@@ -20,10 +20,17 @@ from weir.runtime.errors import CorruptCheckpointError, UserFunctionError
 from weir.runtime.events import CheckpointBarrier
 from weir.runtime.failover import coordinator_resets
 from weir.runtime.graph import JobGraph
-from weir.runtime.letters import CoordinatorCallDone, EventAcknowledged, EventFromOperator, MasterLetter
+from weir.runtime.letters import (
+    CoordinatorCallDone,
+    EventAcknowledged,
+    EventFromOperator,
+    MasterLetter,
+    OperatorEvent,
+    TaskLetter,
+    TriggerCheckpoint,
+)
 from weir.runtime.off_loop import Work
 from weir.runtime.storage import handle_from_json, pickle_state, read_state
-from weir.runtime.task import OperatorEvent, TaskLetter, TriggerCheckpoint
 
 log = logging.getLogger("weir.jobmaster")
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from weir.runtime.checkpointing import TaskKey
+from weir.runtime.config import CheckpointConfig, RuntimeExecutionMode, TransportConfig
 from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.graph import JobGraph, JobVertex
 from weir.runtime.letters import (
@@ -22,13 +23,14 @@ from weir.runtime.letters import (
     EventAcknowledged,
     EventFromOperator,
     MasterLetter,
+    TaskLetter,
     TaskReport,
 )
+from weir.runtime.lifecycle import TaskResult
 from weir.runtime.off_loop import OffLoopThread, inline
 from weir.runtime.state import SnapshotSummary
-from weir.runtime.state_backend import HashMapStateBackend
+from weir.runtime.state_backend import HashMapStateBackend, StateBackend
 from weir.runtime.storage import StateHandle
-from weir.runtime.task import OperatorRestore, TaskDeployment, TaskLetter, TaskResult
 
 Route = tuple[TaskKey, int]  # (target task, channel index at the target)
 
@@ -41,6 +43,36 @@ class Deployment:
     attempt: int
     task: TaskDeployment
     routes: list[list[Route]]  # output edge -> channel -> where it goes
+
+
+@dataclass(frozen=True)
+class OperatorRestore:
+    """Where one operator's state comes from: the state files of every subtask
+    of the vertex that held it in the restored checkpoint."""
+
+    handles: list[StateHandle | None]  # None: that subtask had exited
+    fully_finished: bool = False
+    keyed_only: bool = False  # no list, union or broadcast state: a subtask reads only the files of its key groups
+    checkpoint_id: int | None = None  # the checkpoint restored (None: a savepoint)
+
+
+@dataclass
+class TaskDeployment:
+    job_name: str
+    attempt_id: str
+    vertex: JobVertex
+    subtask: int
+    input_channels: list[tuple[int, int]]  # channel -> (edge id, upstream subtask)
+    checkpointing: CheckpointConfig
+    transport: TransportConfig
+    restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
+    runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # the job's, resolved
+    run_id: str = ""  # the submission's id (JobGraph.run_id)
+    state_backend: StateBackend = field(default_factory=HashMapStateBackend)  # where its keyed state lives
+
+    @property
+    def name(self) -> str:
+        return f"{self.vertex.id}/{self.subtask}"
 
 
 class TaskGateway(Protocol):

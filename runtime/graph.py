@@ -13,7 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass, field, replace
 from html import escape
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import cloudpickle
 
@@ -29,10 +29,18 @@ from weir.runtime.network import (
     RebalancePartitioner,
     ShufflePartitioner,
 )
-from weir.runtime.operators import StreamOperator
 from weir.runtime.typeinfo import RecordTypes
 
 log = logging.getLogger("weir.graph")
+
+
+class Operator(Protocol):
+    """What the graph knows of the operators its specs make: their name and uid.
+    They are :class:`weir.runtime.operators.StreamOperator` s, which only the task
+    runs; the graph, which the job master and its rooms read, does not import them."""
+
+    name: str
+    uid: str
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class PartitionSpec:
 class Transformation:
     id: int
     name: str
-    make_operator: Callable[[str, str], StreamOperator]
+    make_operator: Callable[[str, str], Operator]
     inputs: list[tuple["Transformation", PartitionSpec | None]] = field(default_factory=list)
     uid: str | None = None
     parallelism: int | None = None
@@ -69,11 +77,11 @@ class Transformation:
 class OperatorSpec:
     name: str
     uid: str
-    make: Callable[[str, str], StreamOperator]
+    make: Callable[[str, str], Operator]
     make_coordinator: Callable[[], OperatorCoordinator] | None = None
     record_types: RecordTypes = field(default_factory=RecordTypes)
 
-    def create(self) -> StreamOperator:
+    def create(self) -> Operator:
         return self.make(self.name, self.uid)
 
 

@@ -51,6 +51,7 @@ from weir.runtime.job_lifecycle import JobExecutionResult, JobLifecycle, JobStat
 from weir.runtime.letters import (
     Ack,
     AskLetter,
+    Cancel,
     CancelJob,
     CoordinatorCallDone,
     Decline,
@@ -71,13 +72,13 @@ from weir.runtime.letters import (
     close_refusing,
     post,
 )
+from weir.runtime.lifecycle import TaskResult, TaskState
 from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.restore import starting_point
 from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
 from weir.runtime.storage import CheckpointStorage
-from weir.runtime.task import Cancel, TaskResult, TaskState
 
 log = logging.getLogger("weir.jobmaster")
 

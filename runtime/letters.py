@@ -1,4 +1,6 @@
-"""Letters to the job master, one typed union (:data:`MasterLetter`): what its
+"""Letters to a task (:data:`TaskLetter`: the job master's triggers and
+notifications, a coordinator's events, cancel), and to the job master, one
+typed union (:data:`MasterLetter`): what its
 tasks report (:data:`TaskReport`, through a task's ``MasterPorts``), what its own
 off-loop work answers, and what clients ask (:data:`AskLetter`, each carrying the
 :class:`Request` its answer goes to). They are plain values; only the loop
@@ -14,9 +16,45 @@ from typing import Any, Callable
 from weir.runtime.checkpointing import TaskKey
 from weir.runtime.coordination import AsyncCall, CoordinatorHolder
 from weir.runtime.errors import CheckpointFailureReason
+from weir.runtime.events import CheckpointBarrier
 from weir.runtime.mailbox import Mailbox, MailboxClosedError
 from weir.runtime.state import SnapshotSummary
 from weir.runtime.storage import StateHandle
+
+
+# Letters to a task: what the job master (or a coordinator) puts into its mailbox.
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    barrier: CheckpointBarrier
+    stop_drain: bool | None = None  # a source told to stop: with drain (finish) or not (suspend)
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointComplete:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointAborted:
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class OperatorEvent:
+    """From an operator's coordinator (see :mod:`weir.runtime.coordination`)."""
+
+    operator_uid: str
+    event_id: int
+    event: Any
+
+
+@dataclass(frozen=True)
+class Cancel:
+    pass
+
+
+# What a job master sends a task (through its gateway's ``send``).
+TaskLetter = TriggerCheckpoint | NotifyCheckpointComplete | NotifyCheckpointAborted | OperatorEvent | Cancel
 
 
 @dataclass(frozen=True)

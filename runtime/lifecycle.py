@@ -16,6 +16,7 @@ that is not legal raises :class:`LifecycleError` and leaves the phase as it was.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 from weir.runtime.errors import WeirError
 
@@ -88,3 +89,18 @@ class Lifecycle:
 
     def may_exit(self, producers_left: bool) -> bool:
         return self.phase is Phase.FINISHED and self.final_checkpoint_done and not producers_left
+
+
+class TaskState(enum.Enum):
+    RUNNING = "RUNNING"
+    FINISHING = "FINISHING"  # finished, waiting for a final checkpoint
+    FINISHED = "FINISHED"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+
+@dataclass
+class TaskResult:
+    state: TaskState
+    error: BaseException | None = None
+    error_text: str = ""

@@ -27,10 +27,11 @@ from weir.runtime.executor import Executor, JobClient
 from weir.runtime.graph import JobGraph
 from weir.runtime.job_lifecycle import JobExecutionResult, JobStatus
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import Request, RescaleJob, StopJob, TaskReport, TriggerSavepoint
+from weir.runtime.letters import OperatorEvent, Request, RescaleJob, StopJob, TaskLetter, TaskReport, TriggerSavepoint
+from weir.runtime.lifecycle import TaskResult, TaskState
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.master_options import MasterOptions
-from weir.runtime.task import OperatorEvent, StreamTask, TaskLetter, TaskResult, TaskState
+from weir.runtime.task import StreamTask
 
 
 class _Ports(MasterPorts):

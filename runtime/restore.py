@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir.runtime.deployment import OperatorRestore
 from weir.runtime.errors import (
     CheckpointStorageError,
     CorruptCheckpointError,
@@ -19,7 +20,6 @@ from weir.runtime.failover import FallBack, RestorePoint, fall_back
 from weir.runtime.graph import JobGraph
 from weir.runtime.job_lifecycle import JobStatus
 from weir.runtime.storage import CheckpointStorage, find_restore_point, handle_from_json, read_metadata
-from weir.runtime.task import OperatorRestore
 
 log = logging.getLogger("weir.jobmaster")
 

@@ -23,15 +23,15 @@ notified or closed; their snapshots say they stay finished.
 
 from __future__ import annotations
 
-import enum
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable, Protocol
 
 from weir.runtime import faults
 from weir.runtime.barriers import Abort, BarrierHandler, Snapshot
-from weir.runtime.config import CheckpointConfig, CheckpointingMode, RuntimeExecutionMode, TransportConfig
+from weir.runtime.config import CheckpointingMode
+from weir.runtime.deployment import OperatorRestore, TaskDeployment
 from weir.runtime.errors import CheckpointFailureReason, OperatorContractError, RecordDeserializationError, WeirError
 from weir.runtime.events import (
     MIN_WATERMARK,
@@ -42,49 +42,26 @@ from weir.runtime.events import (
     Watermark,
     WatermarkStatus,
 )
-from weir.runtime.graph import JobVertex
+from weir.runtime.graph import OperatorSpec
 from weir.runtime.incremental import KeyedSnapshot, located, merged
 from weir.runtime.keygroups import KeyGroupRange
-from weir.runtime.lifecycle import Lifecycle, Phase
+from weir.runtime.letters import (
+    Cancel,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    OperatorEvent,
+    TaskLetter,
+    TriggerCheckpoint,
+)
+from weir.runtime.lifecycle import Lifecycle, Phase, TaskResult, TaskState
 from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.network import RecordWriter, Timestamped, decode
 from weir.runtime.operators import ChainedOutput, OperatorContext, Output, RestoredState, StreamOperator, TypedOutput
 from weir.runtime.snapshot_writer import CheckpointReplies, SnapshotWriter
 from weir.runtime.sources import SourceOperator
 from weir.runtime.state import OperatorSnapshot
-from weir.runtime.state_backend import HashMapStateBackend, StateBackend
-from weir.runtime.storage import StateHandle, pickle_state, read_state
+from weir.runtime.storage import pickle_state, read_state
 from weir.runtime.watermark_valve import WatermarkValve
-
-
-@dataclass(frozen=True)
-class OperatorRestore:
-    """Where one operator's state comes from: the state files of every subtask
-    of the vertex that held it in the restored checkpoint."""
-
-    handles: list[StateHandle | None]  # None: that subtask had exited
-    fully_finished: bool = False
-    keyed_only: bool = False  # no list, union or broadcast state: a subtask reads only the files of its key groups
-    checkpoint_id: int | None = None  # the checkpoint restored (None: a savepoint)
-
-
-@dataclass
-class TaskDeployment:
-    job_name: str
-    attempt_id: str
-    vertex: JobVertex
-    subtask: int
-    input_channels: list[tuple[int, int]]  # channel -> (edge id, upstream subtask)
-    checkpointing: CheckpointConfig
-    transport: TransportConfig
-    restore: dict[str, OperatorRestore] = field(default_factory=dict)  # operator uid -> where from
-    runtime_mode: RuntimeExecutionMode = RuntimeExecutionMode.STREAMING  # the job's, resolved
-    run_id: str = ""  # the submission's id (JobGraph.run_id)
-    state_backend: StateBackend = field(default_factory=HashMapStateBackend)  # where its keyed state lives
-
-    @property
-    def name(self) -> str:
-        return f"{self.vertex.id}/{self.subtask}"
 
 
 class TaskPorts(CheckpointReplies, Protocol):
@@ -119,56 +96,6 @@ def decode_delivery(payload: bytes, channel: int, receiver: TaskDeployment) -> l
         edge = next(e for e in receiver.vertex.inputs if e.edge_id == edge_id)
         producer_task = f"{edge.source}/{producer}"
         raise RecordDeserializationError(receiver.name, channel, producer_task, edge.source_operator, exc) from exc
-
-
-# Letters the outside puts into the mailbox.
-@dataclass(frozen=True)
-class TriggerCheckpoint:
-    barrier: CheckpointBarrier
-    stop_drain: bool | None = None  # a source told to stop: with drain (finish) or not (suspend)
-
-
-@dataclass(frozen=True)
-class NotifyCheckpointComplete:
-    checkpoint_id: int
-
-
-@dataclass(frozen=True)
-class NotifyCheckpointAborted:
-    checkpoint_id: int
-
-
-@dataclass(frozen=True)
-class OperatorEvent:
-    """From an operator's coordinator (see :mod:`weir.runtime.coordination`)."""
-
-    operator_uid: str
-    event_id: int
-    event: Any
-
-
-@dataclass(frozen=True)
-class Cancel:
-    pass
-
-
-# What a job master sends a task (through its gateway's ``send``).
-TaskLetter = TriggerCheckpoint | NotifyCheckpointComplete | NotifyCheckpointAborted | OperatorEvent | Cancel
-
-
-class TaskState(enum.Enum):
-    RUNNING = "RUNNING"
-    FINISHING = "FINISHING"  # finished, waiting for a final checkpoint
-    FINISHED = "FINISHED"
-    CANCELED = "CANCELED"
-    FAILED = "FAILED"
-
-
-@dataclass
-class TaskResult:
-    state: TaskState
-    error: BaseException | None = None
-    error_text: str = ""
 
 
 class _Cancelled(Exception):
@@ -220,7 +147,7 @@ class StreamTask:
         self._clock = clock
         self.name = f"{d.vertex.name} ({d.subtask + 1}/{d.vertex.parallelism})"
         self.mailbox: Mailbox[TaskLetter] = Mailbox(len(d.input_channels), d.transport.mailbox_capacity)
-        self.operators: list[StreamOperator] = [spec.create() for spec in d.vertex.operators]
+        self.operators = [_created(spec) for spec in d.vertex.operators]
         self.head = self.operators[0]
         self.is_source = isinstance(self.head, SourceOperator)
         self.writers = _wire(d, self.operators, ports, clock)
@@ -673,6 +600,13 @@ class ChainInput:
                 self.head.process_watermark(e)
             else:
                 self.head.process_watermark_status(e)
+
+
+def _created(spec: OperatorSpec) -> StreamOperator:
+    """The operator ``spec`` makes (the graph types it loosely, not to import the operators)."""
+    operator = spec.create()
+    assert isinstance(operator, StreamOperator), f"{spec.name}: {operator!r} is no StreamOperator"
+    return operator
 
 
 def _input_index(d: TaskDeployment, edge_id: int) -> int:

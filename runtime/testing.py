@@ -31,7 +31,7 @@ from weir.runtime.checkpointing import TaskKey, task_name
 from weir.runtime.clock import ManualClock
 from weir.runtime.collect import CollectSink
 from weir.runtime.config import RuntimeExecutionMode
-from weir.runtime.deployment import Deployment, MasterPorts
+from weir.runtime.deployment import Deployment, MasterPorts, OperatorRestore, TaskDeployment
 from weir.runtime.errors import CheckpointFailureReason, InvalidJobGraphError, TaskFailedError, WeirError
 from weir.runtime.events import CheckpointBarrier, Watermark, WatermarkStatus
 from weir.runtime.executor import Committed
@@ -39,7 +39,16 @@ from weir.runtime.functions import as_callable
 from weir.runtime.graph import JobEdge, JobGraph, JobVertex, OperatorSpec, PartitionSpec, topological
 from weir.runtime.job_lifecycle import JobStatus
 from weir.runtime.jobmaster import JobMaster
-from weir.runtime.letters import TaskReport
+from weir.runtime.letters import (
+    Cancel,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    OperatorEvent,
+    TaskLetter,
+    TaskReport,
+    TriggerCheckpoint,
+)
+from weir.runtime.lifecycle import TaskResult, TaskState
 from weir.runtime.mailbox import MailboxClosedError
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.network import decode, encode
@@ -58,19 +67,7 @@ from weir.runtime.sinks import Sink, SinkOperator
 from weir.runtime.sources import IndexSplit, Poll, Source, SourceReader
 from weir.runtime.state import OperatorSnapshot, SnapshotSummary
 from weir.runtime.storage import StateHandle
-from weir.runtime.task import (
-    Cancel,
-    NotifyCheckpointAborted,
-    NotifyCheckpointComplete,
-    OperatorEvent,
-    OperatorRestore,
-    StreamTask,
-    TaskDeployment,
-    TaskLetter,
-    TaskResult,
-    TaskState,
-    TriggerCheckpoint,
-)
+from weir.runtime.task import StreamTask
 
 
 class _Collect(Output):

@@ -7,7 +7,8 @@
   named methods;
 - the job's status lives with the job's lifecycle, not in the client's module,
   and the job master does not import the client's module;
-- letters are typed: no function of ``weir.runtime`` takes or returns a letter typed ``Any``.
+- letters are typed: no function of ``weir.runtime`` takes or returns a letter typed ``Any``;
+- no chain of imports among weir's modules is longer than 15 modules.
 
 Each check is also run on a small piece of code that breaks it, so that it is
 seen to fail."""
@@ -15,9 +16,11 @@ seen to fail."""
 from __future__ import annotations
 
 import ast
+import functools
 
 from tests.unit.pure.test_layers import GRAPH, MODULES
 
+MAX_IMPORT_CHAIN = 15
 MUTATORS = frozenset(
     {"add", "update", "clear", "append", "extend", "pop", "popleft", "remove", "discard", "setdefault"}
 )
@@ -138,3 +141,25 @@ def test_the_mailbox_hands_out_what_its_letters_are_typed_as():
     mailbox = _class(MODULES["weir.runtime.mailbox"].read_text(), "Mailbox")
     take = next(n for n in mailbox.body if isinstance(n, ast.FunctionDef) and n.name == "take")
     assert ast.unparse(take.returns) == "L | DataLetter | None"
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports (modules, each importing the next) in an
+    import graph without circles."""
+
+    @functools.cache
+    def from_(module: str) -> tuple[str, ...]:
+        chains = [from_(other) for other in sorted(graph.get(module, set()) & graph.keys()) if other != module]
+        return (module, *max(chains, key=len, default=()))
+
+    return list(max((from_(m) for m in sorted(graph)), key=len, default=()))
+
+
+def test_the_chain_finder_finds_the_longest_chain():
+    graph = {"a": {"b", "d"}, "b": {"c"}, "c": set(), "d": {"e"}, "e": {"f"}, "f": set()}
+    assert longest_chain(graph) == ["a", "d", "e", "f"]
+
+
+def test_no_chain_of_imports_is_longer_than_fifteen_modules():
+    chain = longest_chain({m: {i for i in imports if i in MODULES} - {m} for m, imports in GRAPH.items()})
+    assert len(chain) <= MAX_IMPORT_CHAIN, " -> ".join(chain)
