@@ -83,15 +83,20 @@ from weir.runtime.errors import (
 from weir.runtime.incremental import FileKeyed, Keyed, PossibleBases, restore_into
 from weir.runtime.keygroups import KeyGroupRange, prefixed_keys
 from weir.runtime.local_folders import ROCKSDB_PREFIX, OwnedFolder, sweep
+from weir.runtime.rocksdb_timers import RocksDBTimers, timer_of
 from weir.runtime.serialization import dumps_each, dumps_state, loads, loads_each
 from weir.runtime.state import KeyedStateBackend
 from weir.runtime.storage import DbFile, _safe, download_file, join, read_file, upload_file, within
+from weir.runtime.timer_queues import TIMERS
 
 _META = b"\xff\xff"  # + state id -> state name; sorts after every key group (at most 32768 of them)
 _COPY_BATCH = 10_000  # entries per WriteBatch when a restore copies ranges
 _LOG = "weir-changes-"  # + checkpoint id: a change log file (RocksDB's own names start with a digit or capital)
 _MAX_LOGS = 32  # change logs a checkpoint names before the next one materializes
 _NO_SPACE = "No space left on device"  # in RocksDB's IO errors, which rocksdict raises as plain Exceptions
+# After a state's prefix, past all its entries: a key's bytes start with a type tag
+# below 0xff, a timer's with 8 bytes of timestamp (see weir.runtime.rocksdb_timers).
+_PAST = b"\xff" * 9
 
 
 class _Gone:
@@ -366,6 +371,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         with self._local_disk():
             self.db = _open(self._db_path, self._options)
         self._tables: dict[str, _Table] = {}
+        self._timer_queues: dict[str, RocksDBTimers] = {}
         self._names: dict[bytes, str] = {}
         # Uploads of snapshots a later one may name as its base, to name their files
         # again: none without incremental checkpoints.
@@ -382,22 +388,33 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def table(self, name: str) -> _Table:
         t = self._tables.get(name)
         if t is None:
-            sid = state_id(name)
-            other = self._names.get(sid)
-            if other is not None and other != name:
-                raise InvalidConfigurationError(
-                    f"keyed state name of operator '{self._operator}'",
-                    name,
-                    f"hashes to the same RocksDB id as state '{other}': rename one of them",
-                )
-            self._names[sid] = name
-            self._apply(Changes([_META + sid], [name.encode("utf-8")]))
-            t = self._tables[name] = _Table(self, sid)
+            t = self._tables[name] = _Table(self, self._state_id(name))
         return t
+
+    def timers(self, name: str) -> RocksDBTimers:
+        """The timers of one time domain, in this database (see ``weir.runtime.rocksdb_timers``)."""
+        queue = self._timer_queues.get(name)
+        if queue is None:
+            queue = self._timer_queues[name] = RocksDBTimers(self, self._state_id(name))
+        return queue
+
+    def _state_id(self, name: str) -> bytes:
+        """The id of state ``name``, its name stored for readers."""
+        sid = state_id(name)
+        other = self._names.get(sid)
+        if other is not None and other != name:
+            raise InvalidConfigurationError(
+                f"keyed state name of operator '{self._operator}'",
+                name,
+                f"hashes to the same RocksDB id as state '{other}': rename one of them",
+            )
+        self._names[sid] = name
+        self._apply(Changes([_META + sid], [name.encode("utf-8")]))
+        return sid
 
     def touch(self, key: Any) -> None:
         self.current_key = key
-        self._entries_held += len(self._tables)
+        self._entries_held += len(self._tables) + len(self._timer_queues)  # a timer change a record, as a rule
         if self._entries_held > self._cache_bound:
             self._write_back_if_full()
 
@@ -410,7 +427,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Count the cache's entries (the running count only bounds them: a hot key
         counts once per record) and write it back if, with ``coming`` entries about
         to be read in, it holds more than its bound."""
-        self._entries_held = sum(max(len(t.cache), len(t.held_keys)) for t in self._tables.values())
+        self._entries_held = sum(max(len(t.cache), len(t.held_keys)) for t in self._tables.values()) + sum(
+            len(q.pending) for q in self._timer_queues.values()
+        )
         if self._entries_held + coming > self._cache_bound:
             self.write_back()
 
@@ -435,6 +454,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 t.drain(changes)
         except Exception as exc:
             raise StateSerializationError(f"{self._operator} (RocksDB)", exc) from exc
+        for q in self._timer_queues.values():
+            q.drain(changes.keys, changes.values, changes.deletes)
         if changes.keys or changes.deletes:
             self._apply(changes)
         self._entries_held = 0
@@ -467,7 +488,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         with self._local_disk():
             for group in self.key_groups:
                 prefix = _group(group) + sid
-                self.db.delete_range(prefix, prefix + b"\xff")  # a key's bytes start with a type tag below 0xff
+                self.db.delete_range(prefix, prefix + _PAST)
             self.stop_logging()  # a range delete is not logged: the next checkpoint materializes
 
     def sweep(self, name: str, budget: int) -> list[tuple[Any, Any]]:
@@ -484,7 +505,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         out: list[tuple[Any, Any]] = []
         for _ in range(len(groups)):
             prefix = _group(groups[group]) + table._sid
-            for raw_key, raw in _scan(self.db, prefix if after is None else after + b"\x00", prefix + b"\xff"):
+            for raw_key, raw in _scan(self.db, prefix if after is None else after + b"\x00", prefix + _PAST):
                 key, value = loads(raw)
                 cached = table.cache.get(key, _MISSING)
                 if cached is not _GONE:
@@ -501,7 +522,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """The stored entries of one state, key group by key group."""
         for group in self.key_groups:
             prefix = _group(group) + sid
-            yield from _scan(self.db, prefix, prefix + b"\xff")
+            yield from _scan(self.db, prefix, prefix + _PAST)
 
     # ---------------------------------------------------------------- snapshots
     def snapshot(self, checkpoint_id: int) -> "RocksDBSnapshot":  # type: ignore[override]
@@ -597,9 +618,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 tables: dict[str, dict[Any, Any]] = {}
                 restore_into(tables, keyed, self.key_groups, held, self.max_parallelism)
                 for name, entries in tables.items():
-                    table = self.table(name)
-                    for key, value in entries.items():
-                        table[key] = value
+                    if name.startswith(TIMERS):
+                        queue = self.timers(name)
+                        for key, timers in entries.items():
+                            for ts, ns in timers:
+                                queue.add(ts, key, ns)
+                    else:
+                        table = self.table(name)
+                        for key, value in entries.items():
+                            table[key] = value
                     self.write_back()
 
     def _copy_ranges(self, snapshot: "RocksDBSnapshot") -> None:
@@ -731,6 +758,11 @@ class RocksDBSnapshot(FileKeyed):
         with self.opened() as db:
             names = _names(db)
             for raw_key, raw in _scan(db, _group(owned.start), _group(owned.end)):
-                key, value = loads(raw)
-                tables.setdefault(names[raw_key[2:6]], {})[key] = value
+                name = names[raw_key[2:6]]
+                if name.startswith(TIMERS):  # as the heap keeps them: key -> set of (timestamp, namespace)
+                    ts, key, ns = timer_of(raw_key, raw)
+                    tables.setdefault(name, {}).setdefault(key, set()).add((ts, ns))
+                else:
+                    key, value = loads(raw)
+                    tables.setdefault(name, {})[key] = value
         return tables

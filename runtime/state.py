@@ -30,6 +30,7 @@ from typing import (
     overload,
 )
 
+from weir.runtime.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.incremental import (
     ChainSize,
@@ -41,6 +42,7 @@ from weir.runtime.incremental import (
     restore_into,
 )
 from weir.runtime.keygroups import KeyGroupRange
+from weir.runtime.timer_queues import HeapTimers, TimerQueue
 from weir.runtime.typeinfo import BasicTypeInfo, TypeInformation, type_arg
 
 T = TypeVar("T")
@@ -374,6 +376,7 @@ class KeyedStateBackend:
         self.touched: set[Any] = set()  # keys whose state may have changed since the last snapshot
         self._bases: PossibleBases[_Since] = PossibleBases(_Since.merged)
         self.incremental_base: int | None = None  # the checkpoint the next snapshot may write changes against
+        self._timers: dict[str, TimerQueue] = {}
 
     def touch(self, key: Any) -> None:
         """``key`` becomes current, and its state may change. Called between records
@@ -396,6 +399,14 @@ class KeyedStateBackend:
         if t is None:
             t = self.tables[name] = {}
         return t
+
+    def timers(self, name: str) -> TimerQueue:
+        """The timers of one time domain (see ``weir.runtime.timer_queues``), made
+        once (after any restore) and shared: on the heap, a table and a heap of them."""
+        queue = self._timers.get(name)
+        if queue is None:
+            queue = self._timers[name] = HeapTimers(self.table(name), lambda keys: self.touched.update(keys))
+        return queue
 
     def take_uploads(self) -> list[FileUpload]:
         """The files the last snapshot left to upload (none: the heap's are in its snapshot)."""
@@ -857,86 +868,6 @@ class TtlMapState(MapState[K, V]):
 
     def is_empty(self) -> bool:
         return not self._read()
-
-
-class ReadOnlyBroadcastState(Generic[K, V]):
-    """What ``process_element`` sees of a broadcast state: reads only, since only
-    the broadcast side, which every subtask sees alike, may change it (Flink's
-    rule: subtasks never talk to each other, so this keeps their copies equal).
-    Values are not copied: do not change what ``get`` returns."""
-
-    def __init__(self, name: str, entries: dict[K, V]) -> None:
-        self._name = name
-        self._entries = entries
-
-    def get(self, key: K) -> V | None:
-        return self._entries.get(key)
-
-    def contains(self, key: K) -> bool:
-        return key in self._entries
-
-    def items(self) -> list[tuple[K, V]]:
-        return list(self._entries.items())
-
-    def keys(self) -> list[K]:
-        return list(self._entries)
-
-    def values(self) -> list[V]:
-        return list(self._entries.values())
-
-    def is_empty(self) -> bool:
-        return not self._entries
-
-    def __getitem__(self, key: K) -> V | None:
-        return self.get(key)
-
-    def __contains__(self, key: K) -> bool:
-        return key in self._entries
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(self.keys())
-
-    def __setitem__(self, key: K, value: V) -> None:
-        self.put(key, value)
-
-    def __delitem__(self, key: K) -> None:
-        self.remove(key)
-
-    def put(self, key: K, value: V) -> None:
-        raise self._read_only()
-
-    def put_all(self, dict_value: dict[K, V]) -> None:
-        raise self._read_only()
-
-    def remove(self, key: K) -> None:
-        raise self._read_only()
-
-    def clear(self) -> None:
-        raise self._read_only()
-
-    def _read_only(self) -> TypeError:
-        return TypeError(
-            f"broadcast state '{self._name}' is read-only in process_element: change it in "
-            "process_broadcast_element, which every subtask runs alike, so their copies stay equal"
-        )
-
-
-class BroadcastState(ReadOnlyBroadcastState[K, V]):
-    """What ``process_broadcast_element`` sees of a broadcast state: a map it may
-    change. Change it only from the broadcast element (and what every subtask
-    holds alike), never from this subtask's own data: each subtask keeps a copy."""
-
-    def put(self, key: K, value: V) -> None:
-        self._entries[key] = value
-
-    def put_all(self, dict_value: dict[K, V]) -> None:
-        self._entries.update(dict_value)
-
-    def remove(self, key: K) -> None:
-        self._entries.pop(key, None)
-
-    def clear(self) -> None:
-        self._entries.clear()
 
 
 class OperatorStateStore:

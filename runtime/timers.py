@@ -1,24 +1,23 @@
 """Timers of a keyed operator: event time and processing time, per key and namespace.
 
-Timers are keyed state: they live in the operator's keyed backend (one table per
-time domain: key -> set of (timestamp, namespace)), so they are snapshotted per
-key group and restored, also with another parallelism. A heap per domain orders
-them for firing; it is rebuilt from the tables on restore. A deleted timer
-leaves the table at once; its heap entry is skipped when it comes up, and once
-the heap holds more deleted entries than live ones it is rebuilt from the
-tables, so a function that deletes and registers a timer for every record (an
-inactivity timeout) keeps memory in proportion to its live timers.
+Timers are keyed state, kept by the operator's keyed backend as one queue per
+time domain (``KeyedStateBackend.timers``, see ``weir.runtime.timer_queues``),
+so they are snapshotted per key group and restored, also with another
+parallelism. On the heap a queue is a table of every key's timers and an
+indexed heap of them; in RocksDB the timers sorted by time within each key
+group, with only each group's earliest in memory. Either way a deleted timer is
+gone at once, so a function that deletes and registers a timer for every record
+(an inactivity timeout) keeps what it stores in proportion to its live timers.
 """
 
 from __future__ import annotations
 
 import enum
-import heapq
-import itertools
 from typing import Any, Iterator
 
 from weir.runtime.events import MIN_WATERMARK
 from weir.runtime.state import KeyedStateBackend
+from weir.runtime.timer_queues import TIMERS
 
 
 class TimeDomain(enum.Enum):
@@ -26,27 +25,18 @@ class TimeDomain(enum.Enum):
     PROCESSING_TIME = "processing_time"
 
 
-_TABLES = {TimeDomain.EVENT_TIME: "_timers/event", TimeDomain.PROCESSING_TIME: "_timers/processing"}
+_NAMES = {TimeDomain.EVENT_TIME: f"{TIMERS}event", TimeDomain.PROCESSING_TIME: f"{TIMERS}processing"}
 
 
 class InternalTimerService:
+    """The timers an operator registers, deletes and fires, for the backend's
+    current key unless given one. Loop thread only."""
+
     def __init__(self, backend: KeyedStateBackend) -> None:
         self._backend = backend
-        self._tables = {d: backend.table(name) for d, name in _TABLES.items()}
-        self._heaps: dict[TimeDomain, list[tuple[int, int, Any, Any]]] = {d: [] for d in TimeDomain}
-        self._live = {d: 0 for d in TimeDomain}  # timers in each table (the heap may hold deleted ones too)
-        self._seq = itertools.count()
+        self._queues = {d: backend.timers(name) for d, name in _NAMES.items()}
         self.watermark = MIN_WATERMARK
         self._quiesced = False
-        for domain in TimeDomain:  # after a restore
-            self._rebuild(domain)
-
-    def _rebuild(self, domain: TimeDomain) -> None:
-        """The heap of ``domain`` from its table: every live timer, no deleted one."""
-        heap = [(ts, next(self._seq), key, ns) for key, timers in self._tables[domain].items() for ts, ns in timers]
-        heapq.heapify(heap)
-        self._heaps[domain] = heap
-        self._live[domain] = len(heap)
 
     def quiesce(self) -> None:
         """From now on :meth:`register` ignores new timers (a BATCH job's end of
@@ -55,57 +45,25 @@ class InternalTimerService:
 
     def clear(self, domain: TimeDomain) -> None:
         """Drop every timer of ``domain``."""
-        self._backend.touched.update(self._tables[domain])
-        self._tables[domain].clear()
-        self._heaps[domain].clear()
-        self._live[domain] = 0
+        self._queues[domain].clear()
 
     def register(self, domain: TimeDomain, timestamp: int, namespace: Any = None, key: Any = None) -> None:
-        if self._quiesced:
-            return
-        key = self._backend.current_key if key is None else key
-        timers = self._tables[domain].setdefault(key, set())
-        if (timestamp, namespace) not in timers:
-            timers.add((timestamp, namespace))
-            self._live[domain] += 1
-            heap = self._heaps[domain]
-            heapq.heappush(heap, (timestamp, next(self._seq), key, namespace))
-            if len(heap) > 2 * self._live[domain] + 1024:  # mostly deleted timers
-                self._rebuild(domain)
+        if not self._quiesced:
+            self._queues[domain].add(timestamp, self._backend.current_key if key is None else key, namespace)
 
     def delete(self, domain: TimeDomain, timestamp: int, namespace: Any = None, key: Any = None) -> None:
-        key = self._backend.current_key if key is None else key
-        timers = self._tables[domain].get(key)
-        if timers is not None and (timestamp, namespace) in timers:
-            timers.discard((timestamp, namespace))
-            self._live[domain] -= 1
-            if not timers:
-                del self._tables[domain][key]
+        self._queues[domain].remove(timestamp, self._backend.current_key if key is None else key, namespace)
 
     def due(self, domain: TimeDomain, time: int) -> Iterator[tuple[int, Any, Any]]:
-        """Pop and yield ``(timestamp, key, namespace)`` of every live timer at or
-        before ``time``, in time order. Timers registered while iterating fire too
-        if they are due."""
-        heaps, table = self._heaps, self._tables[domain]
-        while (heap := heaps[domain]) and heap[0][0] <= time:  # a timer registered meanwhile may rebuild it
-            ts, _, key, ns = heapq.heappop(heap)
-            timers = table.get(key)
-            if timers is None or (ts, ns) not in timers:
-                continue  # deleted
-            timers.discard((ts, ns))
-            self._live[domain] -= 1
-            if not timers:
-                del table[key]
-            yield ts, key, ns
+        """Pop and yield ``(timestamp, key, namespace)`` of every timer at or before
+        ``time``, in time order. Timers registered while iterating fire too if
+        they are due."""
+        queue = self._queues[domain]
+        while (ts := queue.peek()) is not None and ts <= time:
+            yield queue.pop()
 
     def next_time(self, domain: TimeDomain) -> int | None:
-        heap, table = self._heaps[domain], self._tables[domain]
-        while heap:
-            ts, _, key, ns = heap[0]
-            if (ts, ns) in table.get(key, ()):
-                return ts
-            heapq.heappop(heap)
-        return None
+        return self._queues[domain].peek()
 
 
 class TimerService:

@@ -15,7 +15,8 @@ from weir import EmbeddedRocksDBStateBackend, InvalidConfigurationError, StreamE
 from weir.runtime.errors import LocalDiskFullError
 from weir.runtime.incremental import Keyed, KeyedSnapshot, merged
 from weir.runtime.keygroups import KeyGroupRange
-from weir.runtime.rocksdb_backend import Changes, RocksDBKeyedStateBackend, RocksDBSettings, RocksDBSnapshot
+from weir.runtime.rocksdb_backend import Changes, RocksDBKeyedStateBackend, RocksDBSettings, RocksDBSnapshot, state_id
+from weir.runtime.rocksdb_timers import timer_of
 from weir.runtime.serialization import dumps, loads
 from weir.runtime.shared_state import SharedFiles
 from weir.runtime.state import (
@@ -28,6 +29,7 @@ from weir.runtime.state import (
     keyed_state,
 )
 from weir.runtime.storage import StateHandle, handle_to_json
+from weir.runtime.timer_queues import TIMERS
 
 STATES = ["value", "list", "map", "reducing", "aggregating", "ttl", "_timers/event"]
 
@@ -70,12 +72,24 @@ class _Storage:
         return {"operators": {"op": {"handles": handles}}}
 
 
+def stored_timers(b: KeyedStateBackend, name: str) -> dict:
+    """The timers ``b`` stores under ``name``, as the heap keeps them: key -> {(timestamp, namespace)}."""
+    if not isinstance(b, RocksDBKeyedStateBackend):
+        return dict(b.table(name))
+    b.write_back()
+    out: dict = {}
+    for db_key, raw in b.scan(state_id(name)):
+        ts, key, ns = timer_of(db_key, raw)
+        out.setdefault(key, set()).add((ts, ns))
+    return out
+
+
 def _contents(backends: list[KeyedStateBackend]) -> dict[str, dict]:
     """Every state's entries over ``backends``, each key in one backend only."""
     out: dict[str, dict] = {}
     for b in backends:
         for name in STATES:
-            entries = dict(b.table(name).items())
+            entries = stored_timers(b, name) if name.startswith(TIMERS) else dict(b.table(name).items())
             assert not out.get(name, {}).keys() & entries.keys(), f"a key of {name} in two subtasks"
             out.setdefault(name, {}).update(entries)
     return {n: t for n, t in out.items() if t}
