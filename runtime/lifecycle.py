@@ -45,18 +45,35 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 FIRES_PROCESSING_TIMERS = frozenset({Phase.RUNNING})
 
 
+class TaskState(enum.Enum):
+    RUNNING = "RUNNING"
+    FINISHING = "FINISHING"  # finished, waiting for a final checkpoint
+    FINISHED = "FINISHED"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+
+@dataclass
+class TaskResult:
+    state: TaskState
+    error: BaseException | None = None
+    error_text: str = ""
+
+
 class LifecycleError(WeirError):
     pass
 
 
 class Lifecycle:
-    """Where one task is in its life, and the exit gate of FLIP-147: the task
+    """Where one task is in its life (its phase, and the :class:`TaskState` its
+    executor reports, which follows it), and the exit gate of FLIP-147: the task
     leaves once a checkpoint it snapshotted in FINISHED has completed and every
     producer has exited (nothing more can arrive on any channel)."""
 
     def __init__(self, task: str) -> None:
         self.task = task
         self.phase = Phase.RUNNING
+        self.state = TaskState.RUNNING  # what the task reports: FINISHING from FINISHED on, then how it ended
         self.drained: bool | None = None  # how the input ended: drained, or stopped (a suspend)
         self._first_checkpoint_in_finished: int | None = None
         self.final_checkpoint_done = False
@@ -65,6 +82,12 @@ class Lifecycle:
         if phase not in TRANSITIONS[self.phase]:
             raise LifecycleError(f"task {self.task}: {self.phase.value} -> {phase.value} is not a legal move")
         self.phase = phase
+        if phase is Phase.FINISHED:
+            self.state = TaskState.FINISHING
+
+    def ended(self, how: TaskState) -> None:
+        """The task's run is over: FINISHED (closed after the exit gate), CANCELED or FAILED."""
+        self.state = how
 
     def end_input(self, drain: bool) -> None:
         self.drained = drain
@@ -89,18 +112,3 @@ class Lifecycle:
 
     def may_exit(self, producers_left: bool) -> bool:
         return self.phase is Phase.FINISHED and self.final_checkpoint_done and not producers_left
-
-
-class TaskState(enum.Enum):
-    RUNNING = "RUNNING"
-    FINISHING = "FINISHING"  # finished, waiting for a final checkpoint
-    FINISHED = "FINISHED"
-    CANCELED = "CANCELED"
-    FAILED = "FAILED"
-
-
-@dataclass
-class TaskResult:
-    state: TaskState
-    error: BaseException | None = None
-    error_text: str = ""

@@ -155,7 +155,6 @@ class StreamTask:
         self.barriers = BarrierHandler(len(d.input_channels), exactly_once)
         self.input = ChainInput(d, self.head)
         self.life = Lifecycle(d.name)
-        self.state = TaskState.RUNNING
         self._source_active = self.is_source
         self._finished_ops: set[str] = set()  # uids whose finish() ran, or that were restored fully finished
         self._never_opened: frozenset[str] = frozenset()  # restored fully finished
@@ -165,6 +164,10 @@ class StreamTask:
         self.first_record_at: float | None = None  # wall clock, for throughput figures
         self.last_record_at: float | None = None
         self.restore_s = 0.0  # reading the restored state into the operators
+
+    @property
+    def state(self) -> TaskState:
+        return self.life.state
 
     # ------------------------------------------------------------------ metrics
     def _saw_records(self) -> None:
@@ -250,11 +253,11 @@ class StreamTask:
             result = TaskResult(TaskState.FINISHED)
         except _Cancelled:
             self._close_quietly()
-            self.state = TaskState.CANCELED
+            self.life.ended(TaskState.CANCELED)
             result = TaskResult(TaskState.CANCELED)
         except BaseException as exc:  # the task reports every failure; the job master decides
             self._close_quietly()
-            self.state = TaskState.FAILED
+            self.life.ended(TaskState.FAILED)
             text = str(exc) if isinstance(exc, WeirError) else "".join(traceback.format_exception(exc))
             result = TaskResult(TaskState.FAILED, exc, text)
         self.mailbox.close()
@@ -447,7 +450,6 @@ class StreamTask:
         for w in self.writers:
             w.broadcast_event(EndOfData(drain))
         self.life.to(Phase.FINISHED)
-        self.state = TaskState.FINISHING
         self.ports.report_end_of_input()
 
     def _on_trigger(self, barrier: CheckpointBarrier) -> None:
@@ -513,7 +515,7 @@ class StreamTask:
             w.broadcast_event(EndOfPartition())
         self.ports.drain_outputs()
         self.life.to(Phase.ENDED)
-        self.state = TaskState.FINISHED
+        self.life.ended(TaskState.FINISHED)
 
     def _close_operators(self) -> None:
         """CLOSING: ``close()`` of every operator but those restored fully finished,

@@ -8,7 +8,8 @@
 - the job's status lives with the job's lifecycle, not in the client's module,
   and the job master does not import the client's module;
 - letters are typed: no function of ``weir.runtime`` takes or returns a letter typed ``Any``;
-- no chain of imports among weir's modules is longer than 15 modules.
+- no chain of imports among weir's modules is longer than 15 modules;
+- the stream task holds one lifecycle (its phase and reported state), not a second enum beside it.
 
 Each check is also run on a small piece of code that breaks it, so that it is
 seen to fail."""
@@ -163,3 +164,27 @@ def test_the_chain_finder_finds_the_longest_chain():
 def test_no_chain_of_imports_is_longer_than_fifteen_modules():
     chain = longest_chain({m: {i for i in imports if i in MODULES} - {m} for m, imports in GRAPH.items()})
     assert len(chain) <= MAX_IMPORT_CHAIN, " -> ".join(chain)
+
+
+def lifecycle_fields(cls: ast.ClassDef) -> list[str]:
+    """The fields of ``cls`` it sets to a member of a lifecycle enum (``TaskState``, ``Phase``) itself."""
+    return [
+        f"{node.lineno}: {ast.unparse(target)} = {ast.unparse(node.value)}"
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id in {"TaskState", "Phase"}
+        for target in node.targets
+        if isinstance(target, ast.Attribute)
+    ]
+
+
+def test_the_lifecycle_field_finder_finds_a_second_lifecycle():
+    cls = _class("class T:\n    def f(self):\n        self.state = TaskState.RUNNING\n        self.n = 1\n", "T")
+    assert lifecycle_fields(cls) == ["3: self.state = TaskState.RUNNING"]
+
+
+def test_the_stream_task_holds_one_lifecycle():
+    cls = _class(MODULES["weir.runtime.task"].read_text(), "StreamTask")
+    assert lifecycle_fields(cls) == []
