@@ -90,6 +90,21 @@ def test_a_timer_registered_while_firing_fires_in_the_same_pass_if_due(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_an_earlier_timer_registered_after_a_read_comes_first(backend):
+    b = BACKENDS[backend](1, 0)
+    timers = InternalTimerService(b)
+    b.touch("a")
+    timers.register(EVENT, 10)
+    assert timers.next_time(EVENT) == 10  # RocksDB: now the head of "a"'s key group
+    timers.register(EVENT, 7)
+    assert timers.next_time(EVENT) == 7
+    timers.delete(EVENT, 7)
+    timers.register(EVENT, 8)
+    assert _fire(timers, 100) == [(8, "a", None), (10, "a", None)]
+    _close([b])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_clear_drops_every_timer_even_at_the_end_of_time(backend):
     b = BACKENDS[backend](1, 0)
     timers = InternalTimerService(b)
