@@ -23,6 +23,7 @@ notified or closed; their snapshots say they stay finished.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from dataclasses import replace
@@ -519,15 +520,18 @@ class StreamTask:
 
     def _close_operators(self) -> None:
         """CLOSING: ``close()`` of every operator but those restored fully finished,
-        first to last; after a failure or a cancel this is all that runs."""
+        first to last; after a failure or a cancel this is all that runs. Then
+        every keyed backend closes, each whatever the others do: also those of
+        operators never opened (restored fully finished, or a failure before
+        open), whose RocksDB folders would otherwise stay for the process's life."""
         self.life.to(Phase.CLOSING)
-        for op in self._opened():
-            op.output = _RefusingOutput(op.name, "in close()")  # close() releases resources; it may not emit
-            try:
-                op.close()
-            finally:
+        with contextlib.ExitStack() as backends:
+            for op in self.operators:
                 if op.keyed_backend is not None:
-                    op.keyed_backend.close()
+                    backends.callback(op.keyed_backend.close)
+            for op in self._opened():
+                op.output = _RefusingOutput(op.name, "in close()")  # close() releases resources; it may not emit
+                op.close()
 
     def _close_quietly(self) -> None:
         """After a failure or a cancel (a failing close() may have left CLOSING begun)."""

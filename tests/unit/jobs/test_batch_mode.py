@@ -18,6 +18,7 @@ from tests.final_faults import batch_keyed_sum, committed_totals, expected_total
 from tests.unit.pure.test_windows import Count
 from weir import (
     DiscardingSink,
+    EmbeddedRocksDBStateBackend,
     InvalidConfigurationError,
     JobStatus,
     KeyedProcessFunction,
@@ -289,6 +290,22 @@ def test_a_failover_after_the_final_checkpoint_commits_each_final_value_once(
     assert os.path.exists(mark)  # the fault happened
     assert result.status is JobStatus.FINISHED and result.restarts == 1
     assert committed_totals(out_dir) == expected_totals()
+
+
+def test_a_restore_with_the_reduce_fully_finished_leaves_no_rocksdb_folder(checkpoint_dir, out_dir, tmp_path):
+    """After the final checkpoint a close() fails: the restored reduce is fully
+    finished, so it is never opened, but it made its RocksDB folder. Only opened
+    operators were closed, so that folder (with its hard links to checkpoint
+    files) stayed for the life of the process (found by the 50-kill drill on Ray)."""
+    rocks = tmp_path / "rocksdb"
+    backend = EmbeddedRocksDBStateBackend()
+    backend.set_db_storage_path(str(rocks))
+    env = batch_keyed_sum(checkpoint_dir, out_dir, "close", str(tmp_path / "failed-once"))
+    env.set_state_backend(backend)
+    result = env.execute("final-fault-rocksdb", executor="local")
+    assert result.status is JobStatus.FINISHED and result.restarts == 1
+    assert committed_totals(out_dir) == expected_totals()
+    assert os.listdir(rocks) == []
 
 
 # ---------------------------------------------------------------- a PyFlink program
