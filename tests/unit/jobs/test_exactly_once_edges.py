@@ -106,7 +106,8 @@ def test_a_savepoint_without_a_path_is_kept_after_the_checkpoints_that_follow_an
 ):
     """Before, it was a retained checkpoint that the next completion deleted: the
     restore from the printed path failed with "no completed checkpoint or savepoint there"."""
-    client = _running(_job(checkpoint_dir, out_dir), "default-savepoint")
+    # 2.5 s of records: on a loaded machine the 0.5 s default ended before two checkpoints followed
+    client = _running(_job(checkpoint_dir, out_dir, rate=8_000), "default-savepoint")
     location = client.savepoint()
     after = max(c["checkpoint_id"] for c in client.checkpoints())
     client.wait_until(
