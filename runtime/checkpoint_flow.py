@@ -5,7 +5,9 @@ operator coordinators, sends the triggers, has the storage thread write the
 metadata, notifies the tasks, and answers who waits for a savepoint.
 
 What it cannot settle itself it hands back: a failure goes to ``fail`` (the job
-master handles it after the current letter). A completed checkpoint that
+master handles it after the current letter); a stop's or rescale's savepoint
+is reported to the stop's room (:class:`StopProtocol`), which alone knows the
+stop: this room asks it only whether the stop waits for a checkpoint. A completed checkpoint that
 committed joins the :class:`RestorePoints` the job restarts from. A checkpoint
 names the latest completed one as its base, on which tasks may write only their
 changes; :class:`SharedFiles` counts who names which task file, and the files
@@ -59,7 +61,7 @@ from weir.runtime.letters import (
 from weir.runtime.off_loop import OffLoopThread, Work
 from weir.runtime.restore import RestorePoints, StartingPoint
 from weir.runtime.shared_state import SharedFiles
-from weir.runtime.stopping import RESCALE_WAIT_S, Answer, Redeploying, StopOutcome, StopProtocol
+from weir.runtime.stopping import RESCALE_WAIT_S, Answer, StopOutcome, StopProtocol
 from weir.runtime.storage import (
     CheckpointStorage,
     handle_to_json,
@@ -80,8 +82,8 @@ class Fail(Protocol):
 
 
 class CheckpointFlow:
-    """``tasks`` are the deployed tasks, who get its letters; ``stop`` is the job's stop in progress
-    (a stop waits for its savepoint here); ``storage_io`` runs writes and deletes
+    """``tasks`` are the deployed tasks, who get its letters; ``stop`` is the stop's room, told
+    what becomes of a stop's savepoint; ``storage_io`` runs writes and deletes
     off the loop, and ``post`` brings their answers back as letters."""
 
     def __init__(
@@ -225,31 +227,16 @@ class CheckpointFlow:
         return self.rescale_when_ready(now)
 
     def rescale_when_ready(self, now: float) -> bool:
-        """Stop the job for the waiting rescale once its slots are up, or its wait
-        is over; True: the stop has started."""
-        waiting = self._stop.waiting
-        if waiting is None or (not self._tasks.reserve(waiting.graph) and now < waiting.deadline):
+        """Once the waiting rescale's slots are up, or its wait is over, stop the
+        job without drain into a retained checkpoint, from which it redeploys
+        rescaled; True: the stop has started."""
+        if not self._stop.rescale_ready(now, self._tasks.reserve):
             return False
-        return self._stop_for_rescale(now)
-
-    def rescaled(self, now: float) -> None:
-        """The rescaled job's deploy is done (or failed): the rescale hears how
-        long the job was not processing."""
-        if isinstance(self._stop.state, Redeploying):
-            answer = self._stop.redeployed(now)
-            parallelism = {v.id: v.parallelism for v in self.graph.vertices.values()}
-            log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name, parallelism, answer.result)
-            answer.deliver(self.graph.name)
-
-    def _stop_for_rescale(self, now: float) -> bool:
-        """The waiting rescale's slots are up: stop the job without drain into a
-        retained checkpoint, from which it redeploys rescaled; True: it started."""
-        rescale = self._stop.slots_ready()
         cid = self.trigger(now, None, CheckpointKind.CHECKPOINT, stop_drain=False)
         if cid is None:
-            rescale.not_started(self._not_started()).deliver(self.graph.name)
+            self._stop.rescale_not_started(self._not_started()).deliver(self.graph.name)
             return False
-        self._stop.rescale_stop_started(rescale, cid, self.coordinator.pending[cid].location, now)
+        self._stop.rescale_stop_started(cid, self.coordinator.pending[cid].location, now)
         return True
 
     def _not_started(self) -> str:
@@ -325,11 +312,14 @@ class CheckpointFlow:
             return None
         location = self.coordinator.pending[checkpoint_id].location
         pending = self.coordinator.complete(checkpoint_id, self._clock())
+        stops = self._stop.stops_at(checkpoint_id)
+        if stops:
+            self._stop.savepoint_completed()
         # A savepoint commits no side effects (Flink >= 1.15, FLINK-25191): what its
         # sinks pre-committed is committed by the next checkpoint, and recovery,
         # which knows only checkpoints, never restores to before something committed.
         # A stop's savepoint commits: nothing runs after it.
-        commits = pending.kind is CheckpointKind.CHECKPOINT or self._stop.stops_at(checkpoint_id)
+        commits = pending.kind is CheckpointKind.CHECKPOINT or stops
         self._coordinators.checkpoint_ended(checkpoint_id, committed=commits)
         for key in pending.plan.to_ack if commits else ():
             if key not in self._tasks.exited:
@@ -436,8 +426,8 @@ class CheckpointFlow:
         knows it); False: there was none, or no task is left to snapshot. A
         savepoint is retried in a fresh folder beside the aborted one: that one's
         discard runs on the I/O thread, maybe after the retry wrote."""
-        stopping = self._stop.stopping if self._stop.stops_at(pending.checkpoint_id) else None
-        if request is None and stopping is None:
+        stop_drain = self._stop.stop_drain(pending.checkpoint_id)
+        if request is None and stop_drain is None:
             return False
         retry = self.trigger(
             self._clock(),
@@ -445,13 +435,13 @@ class CheckpointFlow:
             if pending.kind is CheckpointKind.SAVEPOINT
             else None,
             pending.kind,
-            stopping.drain if stopping is not None else None,
+            stop_drain,
         )
         if retry is None:
             return False
         if request is not None:
             self.requests[retry] = request
-        if stopping is not None:
+        if stop_drain is not None:
             self._stop.savepoint_retried(retry, self.coordinator.pending[retry].location)
         return True
 

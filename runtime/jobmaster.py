@@ -9,7 +9,8 @@ Nothing recurses back into the loop: whatever fails the job (a task, a
 coordinator, too many failed checkpoints) becomes a :class:`Failed` letter,
 handled once the current letter is done. The rooms it leans on are plain data
 and functions: :mod:`~weir.runtime.checkpointing` (the checkpoints' bookkeeping),
-:mod:`~weir.runtime.stopping` (a stop or rescale in progress),
+:mod:`~weir.runtime.stopping` (a stop or rescale in progress, told of the job's
+events here and of its savepoint by the checkpoint flow),
 :mod:`~weir.runtime.failover` (what a failure restarts),
 :mod:`~weir.runtime.restore` (where the job starts),
 :mod:`~weir.runtime.deployment` (what runs where) and
@@ -77,7 +78,7 @@ from weir.runtime.mailbox import DataLetter, Mailbox
 from weir.runtime.master_options import MasterOptions
 from weir.runtime.off_loop import OffLoopThread
 from weir.runtime.restore import starting_point
-from weir.runtime.stopping import AfterLastTask, Answer, StopProtocol
+from weir.runtime.stopping import AfterLastTask, Answer, Redeploy, StopProtocol
 from weir.runtime.storage import CheckpointStorage
 
 log = logging.getLogger("weir.jobmaster")
@@ -110,7 +111,7 @@ class JobMaster:
         self.coordinators = OperatorCoordinators(
             graph.name, gateway.send, self._post, self._fail, o.event_valve, o.coordinator_io
         )
-        self._stop = StopProtocol()  # a stop, drained stop or rescale in progress
+        self._stop = StopProtocol()  # a stop, drained stop or rescale in progress: its room
         self.tasks = DeployedTasks(gateway, o.deploy_io)
         storage_io = o.storage_io or OffLoopThread(graph.name, "checkpoint storage")
         self.checkpoints = CheckpointFlow(
@@ -378,25 +379,17 @@ class JobMaster:
             self._fail(error, task=key)
 
     def _all_finished(self) -> None:
-        """Every task finished. A stop or rescale whose savepoint had not completed
-        did not happen (the job's input ended first): the job is FINISHED and the
-        request fails, rather than the aborted savepoint restarting a finished job."""
+        """Every task finished: the job ends, or a rescale redeploys it (the stop's
+        room says which, see :meth:`StopProtocol.all_finished`)."""
         if self.status is JobStatus.CANCELLING:  # the last tasks finished as the cancel came
             self._end(JobStatus.CANCELED)
             return
-        stopping = self._stop.stopping
-        after, answer = self._stop.all_finished(self._stop_savepoint_pending())
+        after, answer = self._stop.all_finished()
         self._deliver(answer)
-        if after is AfterLastTask.REDEPLOY:
-            assert stopping is not None and stopping.rescale_to is not None
-            self._finish_rescale(stopping.rescale_to)
+        if isinstance(after, Redeploy):
+            self._finish_rescale(after.graph)
         else:
             self._end(JobStatus.SUSPENDED if after is AfterLastTask.SUSPEND else JobStatus.FINISHED)
-
-    def _stop_savepoint_pending(self) -> bool:
-        """A stop or rescale is in progress, and its savepoint has not completed."""
-        stopping = self._stop.stopping
-        return stopping is not None and stopping.checkpoint_id in self.coordinator.pending
 
     def _on_failure(self, failed: Failed) -> None:
         """Restart from the latest checkpoint under the restart strategy (``count``:
@@ -454,7 +447,7 @@ class JobMaster:
         self._cancel_requested = self.clock()
         # A cancel wins over savepoints in flight. A stop whose savepoint it aborts
         # hears so first: the abort must not fail the stop as if the job ran on.
-        self._deliver(self._stop.job_cancelled(self._stop_savepoint_pending()))
+        self._deliver(self._stop.job_cancelled())
         self.checkpoints.abort_all(CheckpointFailureReason.JOB_STOPPING, "the job was cancelled")
         if self.status is JobStatus.RESTARTING:
             self._end(JobStatus.CANCELED)
@@ -488,7 +481,8 @@ class JobMaster:
 
     def _on_deployed(self, letter: Deployed) -> None:
         """The deploy is done: start its coordinators, or fail over (a cancel that
-        stopped it waiting for room ends the job); then take the letters held meanwhile."""
+        stopped it waiting for room ends the job); a rescale's deploy answers the
+        rescale, whatever it did; then take the letters held meanwhile."""
         self.tasks.deploy_done()
         if isinstance(letter.error, JobCancelledError):
             self._cancel_requested = self.clock()
@@ -499,7 +493,11 @@ class JobMaster:
             damaged = self.coordinators.start(self.graph, self.checkpoints.restore.coordinator_states(), letter.region)
             if damaged is not None:
                 self._fall_back(damaged)
-        self.checkpoints.rescaled(self.clock())
+        rescaled = self._stop.deployed(self.clock())
+        if rescaled is not None:  # a rescale's deploy: it hears how long the job was not processing
+            parallelism = {v.id: v.parallelism for v in self.graph.vertices.values()}
+            log.info("job %s rescaled: %s; not processing for %.2fs", self.graph.name, parallelism, rescaled.result)
+            self._deliver(rescaled)
         held, self._held = self._held, []
         for held_letter in held:
             self._take(held_letter)

@@ -10,6 +10,15 @@ next one and returns the :class:`Answer` its request must hear, if any. An event
 that is illegal in the current state raises :class:`StopProtocolError` and
 leaves the state as it was.
 
+:class:`StopProtocol` is the stop's room: only it reads or writes the stop's
+state, and no method of it hands a state object out. Two rooms report to it
+through its named methods: the checkpoint flow (a stop's or rescale's savepoint
+started, was retried, failed or completed, and the one question
+:meth:`~StopProtocol.stops_at`: does the stop wait for this checkpoint?) and
+the job master (every task finished, the job failed, was cancelled, deployed,
+ended). Each report returns what its caller must do: an :class:`Answer` to
+deliver, or what the job does once its last task finished.
+
 Sans-IO and not thread-safe: the job master's loop thread drives it, starts the
 savepoints, ends the job and delivers the answers (``Answer.deliver``).
 """
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from weir.runtime.errors import JobRequestError, WeirError
 from weir.runtime.graph import JobGraph
@@ -99,15 +108,12 @@ class WaitingForSlots:
     graph: JobGraph
     deadline: float
 
-    def not_started(self, why: str) -> Answer:
-        """Its checkpoint could not be triggered."""
-        return Answer(self.request, StopOutcome.NOT_STARTED, "rescale", why)
-
 
 @dataclass(frozen=True)
 class Stopping:
     """The stop's savepoint (or the rescale's checkpoint) ``checkpoint_id`` is on its
-    way into ``location``; the sources stop once triggered."""
+    way into ``location``; the sources stop once triggered. Once it ``completed``,
+    the stop happens whatever comes: the job ends (or redeploys) as it stopped."""
 
     checkpoint_id: int
     drain: bool
@@ -116,6 +122,7 @@ class Stopping:
     rescale_to: JobGraph | None = None
     started: float = 0.0
     waiting: WaitingForSlots | None = None  # a rescale that waited for slots when this stop began
+    completed: bool = False
 
     @property
     def after(self) -> "NoStop | WaitingForSlots":
@@ -141,11 +148,17 @@ State = NoStop | WaitingForSlots | Stopping | Redeploying
 
 
 class AfterLastTask(enum.Enum):
-    """What the job does once its every task finished."""
+    """How the job ends once its every task finished (unless it :class:`Redeploy` s)."""
 
     FINISH = "the job ends FINISHED"
     SUSPEND = "the job ends SUSPENDED, resumable from the stop's savepoint"
-    REDEPLOY = "the rescale deploys the new graph"
+
+
+@dataclass(frozen=True)
+class Redeploy:
+    """A command, once every task finished: the rescale deploys ``graph`` from its checkpoint."""
+
+    graph: JobGraph
 
 
 class StopProtocol:
@@ -156,23 +169,37 @@ class StopProtocol:
 
     @property
     def state(self) -> State:
+        """For tests: the rooms that report to the stop never read its state."""
         return self._state
-
-    @property
-    def stopping(self) -> Stopping | None:
-        return self._state if isinstance(self._state, Stopping) else None
-
-    @property
-    def waiting(self) -> WaitingForSlots | None:
-        return self._state if isinstance(self._state, WaitingForSlots) else None
-
-    def stops_at(self, checkpoint_id: int) -> bool:
-        """``checkpoint_id`` is the stop's savepoint: it commits, nothing runs after it."""
-        return isinstance(self._state, Stopping) and self._state.checkpoint_id == checkpoint_id
 
     def _illegal(self, event: str) -> StopProtocolError:
         return StopProtocolError(f"{event} while {type(self._state).__name__}")
 
+    def _stopping(self, event: str) -> Stopping:
+        """The stop whose savepoint is still on its way, for ``event``; else it is illegal."""
+        if not isinstance(self._state, Stopping) or self._state.completed:
+            raise self._illegal(event)
+        return self._state
+
+    # ------------------------------------------------------------ the checkpoint flow's questions
+    def stops_at(self, checkpoint_id: int) -> bool:
+        """``checkpoint_id`` is the stop's savepoint: it commits, nothing runs after it."""
+        return self.stop_drain(checkpoint_id) is not None
+
+    def stop_drain(self, checkpoint_id: int) -> bool | None:
+        """What the trigger of ``checkpoint_id`` tells the sources: None, nothing (it
+        is not the stop's savepoint); else to stop, with drain (True) or without."""
+        s = self._state
+        return s.drain if isinstance(s, Stopping) and s.checkpoint_id == checkpoint_id else None
+
+    def rescale_ready(self, now: float, reserve: Callable[[JobGraph], bool]) -> bool:
+        """A rescale waits, and its slots are up (``reserve`` asks for the new
+        graph's: True once every one is) or its wait is over at ``now``: its
+        checkpoint is due, then :meth:`rescale_stop_started` or :meth:`rescale_not_started`."""
+        s = self._state
+        return isinstance(s, WaitingForSlots) and (reserve(s.graph) or now >= s.deadline)
+
+    # ------------------------------------------------------------ the checkpoint flow's reports
     def stop_started(self, checkpoint_id: int, drain: bool, location: str, request: Replies) -> None:
         """A stop's savepoint was triggered (a rescale waiting for slots waits on
         behind it: it goes ahead if the stop fails)."""
@@ -193,38 +220,40 @@ class StopProtocol:
         self._state = WaitingForSlots(request, graph, deadline)
         return None
 
-    def slots_ready(self) -> WaitingForSlots:
-        """The waiting rescale's slots are up (or its deadline passed): it is taken
-        out to trigger its checkpoint, then ``rescale_stop_started``, or it answers
-        ``WaitingForSlots.not_started``."""
+    def rescale_stop_started(self, checkpoint_id: int, location: str, now: float) -> None:
+        """The waiting rescale's checkpoint was triggered at ``now`` (the pause begins)."""
         s = self._state
         if not isinstance(s, WaitingForSlots):
-            raise self._illegal("a rescale's slots were ready")
-        self._state = NoStop()
-        return s
-
-    def rescale_stop_started(self, rescale: WaitingForSlots, checkpoint_id: int, location: str, now: float) -> None:
-        """``rescale``'s checkpoint was triggered at ``now`` (the pause begins)."""
-        if not isinstance(self._state, NoStop):
             raise self._illegal("a rescale's stop started")
-        self._state = Stopping(checkpoint_id, False, location, rescale.request, rescale.graph, now)
+        self._state = Stopping(checkpoint_id, False, location, s.request, s.graph, now)
+
+    def rescale_not_started(self, why: str) -> Answer:
+        """The waiting rescale's checkpoint could not be triggered: it is over."""
+        s = self._state
+        if not isinstance(s, WaitingForSlots):
+            raise self._illegal("a rescale did not start")
+        self._state = NoStop()
+        return Answer(s.request, StopOutcome.NOT_STARTED, "rescale", why)
 
     def savepoint_retried(self, checkpoint_id: int, location: str) -> None:
         """The stop's savepoint was aborted for a task that finished meanwhile and
         triggered again as ``checkpoint_id``."""
-        if not isinstance(self._state, Stopping):
-            raise self._illegal("a stop's savepoint was retried")
-        self._state = replace(self._state, checkpoint_id=checkpoint_id, location=location)
+        s = self._stopping("a stop's savepoint was retried")
+        self._state = replace(s, checkpoint_id=checkpoint_id, location=location)
 
     def savepoint_failed(self, error: BaseException) -> Answer:
         """The stop's savepoint failed: the job goes back to its latest checkpoint
         and keeps running."""
-        s = self._state
-        if not isinstance(s, Stopping):
-            raise self._illegal("a stop's savepoint failed")
+        s = self._stopping("a stop's savepoint failed")
         self._state = s.after
         return Answer(s.request, StopOutcome.SAVEPOINT_FAILED, s.what, str(error))
 
+    def savepoint_completed(self) -> None:
+        """The stop's savepoint completed: the stop happens, whatever comes (see
+        :meth:`all_finished`, :meth:`job_cancelled`)."""
+        self._state = replace(self._stopping("a stop's savepoint completed"), completed=True)
+
+    # ------------------------------------------------------------ the job master's reports
     def job_failed(self, error: BaseException) -> Answer | None:
         """The job fails over (or fails): a stop in progress fails with it; a
         rescale waiting for slots waits on, and one redeploying answers after it."""
@@ -234,37 +263,38 @@ class StopProtocol:
         self._state = s.after
         return Answer(s.request, StopOutcome.JOB_FAILED, s.what, str(error))
 
-    def all_finished(self, savepoint_pending: bool) -> tuple[AfterLastTask, Answer | None]:
+    def all_finished(self) -> tuple[AfterLastTask | Redeploy, Answer | None]:
         """Every task finished. A stop or rescale whose savepoint had not completed
-        (``savepoint_pending``) did not happen: the job's input ended first, and it
-        ends FINISHED rather than restarting for the aborted savepoint."""
+        did not happen: the job's input ended first, and it ends FINISHED rather
+        than restarting for the aborted savepoint."""
         s = self._state
         if not isinstance(s, Stopping):
             return AfterLastTask.FINISH, None
-        if savepoint_pending:
+        if not s.completed:
             self._state = s.after
             return AfterLastTask.FINISH, Answer(s.request, StopOutcome.FINISHED_FIRST, s.what)
         if s.rescale_to is not None:
             self._state = Redeploying(s.request, s.started)
-            return AfterLastTask.REDEPLOY, None
+            return Redeploy(s.rescale_to), None
         return (AfterLastTask.FINISH if s.drain else AfterLastTask.SUSPEND), None
 
-    def redeployed(self, now: float) -> Answer:
-        """The rescaled graph was deployed (or failed to be) at ``now``."""
+    def deployed(self, now: float) -> Answer | None:
+        """A deploy is done (or failed) at ``now``: a rescale redeploying hears how
+        long the job was not processing; any other deploy is none of the stop's."""
         s = self._state
         if not isinstance(s, Redeploying):
-            raise self._illegal("a rescale redeployed")
+            return None
         self._state = NoStop()
         return Answer(s.request, StopOutcome.RESCALED, "rescale", result=now - s.started)
 
-    def job_cancelled(self, savepoint_pending: bool) -> Answer | None:
+    def job_cancelled(self) -> Answer | None:
         """A cancel came; it aborts the savepoints in flight. A stop or rescale whose
-        savepoint had not completed (``savepoint_pending``) did not happen, and the
-        job ends CANCELED: its request hears that now, not that the savepoint failed
-        and the job keeps running. One whose savepoint completed hears at the end
-        (:meth:`job_ended`); a rescale waiting for slots waits on until then too."""
+        savepoint had not completed did not happen, and the job ends CANCELED: its
+        request hears that now, not that the savepoint failed and the job keeps
+        running. One whose savepoint completed hears at the end (:meth:`job_ended`);
+        a rescale waiting for slots waits on until then too."""
         s = self._state
-        if not isinstance(s, Stopping) or not savepoint_pending:
+        if not isinstance(s, Stopping) or s.completed:
             return None
         self._state = s.after
         return Answer(s.request, StopOutcome.CANCELLED_FIRST, s.what)
