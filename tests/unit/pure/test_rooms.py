@@ -9,7 +9,10 @@
   and the job master does not import the client's module;
 - letters are typed: no function of ``weir.runtime`` takes or returns a letter typed ``Any``;
 - no chain of imports among weir's modules is longer than 15 modules;
-- the stream task holds one lifecycle (its phase and reported state), not a second enum beside it.
+- the stream task holds one lifecycle (its phase and reported state), not a second enum beside it;
+- a stop is owned by one room (``StopProtocol``): only it reads or writes the stop's
+  state, none of its methods hands a state object out, and the rooms that report
+  to it (the checkpoint flow, the job master) call its named methods and nothing else.
 
 Each check is also run on a small piece of code that breaks it, so that it is
 seen to fail."""
@@ -188,3 +191,99 @@ def test_the_lifecycle_field_finder_finds_a_second_lifecycle():
 def test_the_stream_task_holds_one_lifecycle():
     cls = _class(MODULES["weir.runtime.task"].read_text(), "StreamTask")
     assert lifecycle_fields(cls) == []
+
+
+STOP_STATES = frozenset({"NoStop", "WaitingForSlots", "Stopping", "Redeploying", "State"})
+# The rooms that hold the stop (as ``self._stop``) and report to it.
+STOP_REPORTERS = {"weir.runtime.checkpoint_flow": "CheckpointFlow", "weir.runtime.jobmaster": "JobMaster"}
+
+
+def stop_methods(room: ast.ClassDef) -> frozenset[str]:
+    """The stop room's named methods, its events and questions: public, no
+    property, and none returns a stop state."""
+    return frozenset(
+        node.name
+        for node in room.body
+        if isinstance(node, ast.FunctionDef)
+        and not node.name.startswith("_")
+        and "property" not in {ast.unparse(d) for d in node.decorator_list}
+        and not (
+            node.returns is not None and STOP_STATES & {n.id for n in ast.walk(node.returns) if isinstance(n, ast.Name)}
+        )
+    )
+
+
+def stop_imports(source: str) -> dict[str, int]:
+    """What ``source`` imports from the stop's module, and on which line."""
+    return {
+        alias.name: node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "weir.runtime.stopping"
+        for alias in node.names
+    }
+
+
+def stop_state_touches(source: str, cls_name: str, methods: frozenset[str]) -> list[str]:
+    """Every place ``cls_name`` (in ``source``) touches the stop's state instead of
+    calling one of the room's ``methods`` on ``self._stop``: a stop state imported
+    (``isinstance(x, Redeploying)``), a property or field read off the stop
+    (``self._stop.waiting``) or written, a call that hands a state out
+    (``self._stop.slots_ready()``)."""
+    found = [(line, f"imports {name}") for name, line in stop_imports(source).items() if name in STOP_STATES]
+    cls = _class(source, cls_name)
+    called = {id(node.func) for node in ast.walk(cls) if isinstance(node, ast.Call)}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "self._stop":
+            if id(node) not in called or node.attr not in methods:
+                found.append((node.lineno, ast.unparse(node) + ("()" if id(node) in called else "")))
+    return [f"{line}: {what}" for line, what in sorted(found)]
+
+
+def test_the_stop_finders_find_what_touches_the_stops_state_and_only_that():
+    room = _class(
+        """
+class StopProtocol:
+    @property
+    def waiting(self) -> WaitingForSlots | None: ...
+    def slots_ready(self) -> WaitingForSlots: ...
+    def stops_at(self, checkpoint_id: int) -> bool: ...
+    def savepoint_failed(self, error: BaseException) -> Answer: ...
+    def _illegal(self, event: str) -> StopProtocolError: ...
+""",
+        "StopProtocol",
+    )
+    methods = stop_methods(room)
+    assert methods == {"stops_at", "savepoint_failed"}
+    flow = """
+from weir.runtime.stopping import Redeploying, StopProtocol
+
+class Flow:
+    def __init__(self, stop: StopProtocol) -> None:
+        self._stop = stop
+    def abort(self, checkpoint_id, error):
+        if self._stop.stops_at(checkpoint_id):
+            self._stop.savepoint_failed(error).deliver("j")
+        waiting = self._stop.waiting
+        rescale = self._stop.slots_ready()
+        if isinstance(self._stop.state, Redeploying):
+            self._stop.state = None
+"""
+    assert stop_state_touches(flow, "Flow", methods) == [
+        "2: imports Redeploying",
+        "10: self._stop.waiting",
+        "11: self._stop.slots_ready()",
+        "12: self._stop.state",
+        "13: self._stop.state",
+    ]
+
+
+def test_only_the_stops_room_touches_the_stops_state():
+    room = _class(MODULES["weir.runtime.stopping"].read_text(), "StopProtocol")
+    methods = stop_methods(room)
+    public = {n.name for n in room.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+    assert public - methods == {"state"}, "the stop hands out its state to tests only"
+    imported = {m: stop_imports(path.read_text()) for m, path in MODULES.items() if m != "weir.runtime.stopping"}
+    assert {m for m, names in imported.items() if "StopProtocol" in names} == set(STOP_REPORTERS)
+    assert {m: STOP_STATES & set(names) for m, names in imported.items() if STOP_STATES & set(names)} == {}
+    for module, cls in STOP_REPORTERS.items():
+        assert stop_state_touches(MODULES[module].read_text(), cls, methods) == [], module
