@@ -9,6 +9,7 @@
   and the job master does not import the client's module;
 - letters are typed: no function of ``weir.runtime`` takes or returns a letter typed ``Any``;
 - no chain of imports among weir's modules is longer than 15 modules;
+- no module is longer than 1,000 lines (a class every feature grows ends up in one);
 - the stream task holds one lifecycle (its phase and reported state), not a second enum beside it;
 - a stop is owned by one room (``StopProtocol``): only it reads or writes the stop's
   state, none of its methods hands a state object out, and the rooms that report
@@ -25,6 +26,7 @@ import functools
 from tests.unit.pure.test_layers import GRAPH, MODULES
 
 MAX_IMPORT_CHAIN = 15
+MAX_MODULE_LINES = 1_000
 MUTATORS = frozenset(
     {"add", "update", "clear", "append", "extend", "pop", "popleft", "remove", "discard", "setdefault"}
 )
@@ -287,3 +289,21 @@ def test_only_the_stops_room_touches_the_stops_state():
     assert {m: STOP_STATES & set(names) for m, names in imported.items() if STOP_STATES & set(names)} == {}
     for module, cls in STOP_REPORTERS.items():
         assert stop_state_touches(MODULES[module].read_text(), cls, methods) == [], module
+
+
+def long_modules(texts: dict[str, str], max_lines: int) -> dict[str, int]:
+    """The modules of ``texts`` (module -> source) longer than ``max_lines``, with their lengths."""
+    lengths = {module: len(text.splitlines()) for module, text in texts.items()}
+    return {module: n for module, n in lengths.items() if n > max_lines}
+
+
+def test_the_length_finder_finds_the_modules_over_the_bound():
+    texts = {"a": "x = 1\n" * 3, "b": "x = 1\n" * 2, "c": ""}
+    assert long_modules(texts, 2) == {"a": 3}
+    assert long_modules(texts, 1) == {"a": 3, "b": 2}
+
+
+def test_no_module_is_longer_than_a_thousand_lines():
+    texts = {module: path.read_text() for module, path in MODULES.items()}
+    assert long_modules(texts, MAX_MODULE_LINES) == {}
+    assert long_modules(texts, 100)  # the tree was read: some module is longer than 100 lines
