@@ -7,6 +7,7 @@ job never runs again). Clients name the status through
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 from dataclasses import dataclass, field
@@ -91,17 +92,34 @@ class JobExecutionResult:
         return self.duration_s
 
 
+@dataclass(frozen=True)
+class JobFailure:
+    """A failure that restarted or ended the job, in its exception history:
+    ``at`` on the job master's clock; ``task`` (vertex, subtask) and the job's
+    ``attempt`` when a task failed."""
+
+    at: float
+    error: BaseException
+    task: tuple[str, int] | None = None
+    attempt: int | None = None
+
+
 class JobLifecycle:
+    HISTORY_LIMIT = 20  # failures kept for the exception history (Flink keeps 16)
+
     def __init__(self, job: str, storage: CheckpointStorage, clock: Callable[[], float]) -> None:
         self._job, self._storage, self._clock = job, storage, clock
         self.status = JobStatus.CREATED
         self.started: float = clock()
         self.ended: float | None = None
         self.failure: BaseException | None = None  # the latest, whether the job restarted or not
+        self.failures: collections.deque[JobFailure] = collections.deque(maxlen=self.HISTORY_LIMIT)
 
-    def failed(self, error: BaseException) -> None:
-        """``error`` failed the job, which restarts or ends."""
+    def failed(self, error: BaseException, task: tuple[str, int] | None = None, attempt: int | None = None) -> None:
+        """``error`` failed the job (``task``'s ``attempt``, when a task failed),
+        which restarts or ends."""
         self.failure = error
+        self.failures.append(JobFailure(self._clock(), error, task, attempt))
 
     def become(self, status: JobStatus) -> None:
         """Any change off the table is a bug in weir, refused before anything changes."""

@@ -398,7 +398,7 @@ class JobMaster:
         if self.status.is_terminal or self.status is JobStatus.RESTARTING:
             return
         error = failed.error
-        self.life.failed(error)
+        self.life.failed(error, failed.task, self.attempt)
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         cancelling = self._cancel_requested is not None
         running = self.status is JobStatus.RUNNING

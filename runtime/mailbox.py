@@ -42,6 +42,12 @@ class Mailbox(Generic[L]):
         self._capacity = capacity
         self._rr = 0
         self._closed = False
+        self.idle_s = 0.0  # time take() spent waiting for a letter (the loop's idle time); read by any thread
+
+    @property
+    def queued(self) -> int:
+        """Data deliveries waiting to be taken, over every channel (a snapshot, unlocked)."""
+        return sum(len(p) for p in self._pending)
 
     @property
     def channels(self) -> int:
@@ -82,13 +88,16 @@ class Mailbox(Generic[L]):
                     return letter
                 if self._closed:
                     raise MailboxClosedError("mailbox closed")
+                # Timed only when it waits: a busy loop never gets here.
+                waited = time.monotonic()
                 if deadline is None:
                     self._cond.wait()
                 else:
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - waited
                     if remaining <= 0:
                         return None
                     self._cond.wait(remaining)
+                self.idle_s += time.monotonic() - waited
 
     def _take_data(self, blocked: Collection[int]) -> DataLetter | None:
         n = len(self._pending)

@@ -184,6 +184,8 @@ class StreamTask:
             "records_out": sum(w.records_out for w in self.writers),
             "batches_out": sum(w.batches_out for w in self.writers),
             "backpressured_s": round(self.ports.backpressured_s, 3),
+            "idle_s": round(self.mailbox.idle_s, 3),  # waiting for input or a source's next record
+            "queued": self.mailbox.queued,  # input deliveries not taken yet
             "watermark": None if self.input.valve.watermark == MIN_WATERMARK else self.input.valve.watermark,
             "first_record_at": self.first_record_at,
             "last_record_at": self.last_record_at,
