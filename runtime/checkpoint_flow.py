@@ -5,13 +5,13 @@ operator coordinators, sends the triggers, has the storage thread write the
 metadata, notifies the tasks, and answers who waits for a savepoint.
 
 What it cannot settle itself it hands back: a failure goes to ``fail`` (the job
-master handles it after the current letter); a stop's or rescale's savepoint
-is reported to the stop's room (:class:`StopProtocol`), which alone knows the
-stop: this room asks it only whether the stop waits for a checkpoint. A completed checkpoint that
-committed joins the :class:`RestorePoints` the job restarts from. A checkpoint
-names the latest completed one as its base, on which tasks may write only their
-changes; :class:`SharedFiles` counts who names which task file, and the files
-no kept checkpoint names are deleted.
+master handles it after the current letter); what becomes of a stop's or
+rescale's savepoint goes to the stop's room (:class:`StopProtocol`), which alone
+knows the stop: this room only asks it whether the stop waits for a checkpoint.
+A completed checkpoint that committed joins the :class:`RestorePoints` the job
+restarts from. A checkpoint names the latest completed one as its base, on which
+tasks may write only their changes; :class:`SharedFiles` counts who names which
+task file, and the files no kept checkpoint names are deleted.
 """
 
 from __future__ import annotations
