@@ -269,7 +269,7 @@ class CheckpointFlow:
 
     def on_ack(self, ack: Ack) -> None:
         self._coordinators.subtask_checkpointed(ack.task, ack.checkpoint_id)
-        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators)
+        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators, self._clock())
         if result in (AckResult.UNKNOWN, AckResult.DISCARDED):
             self._delete(self.shared.unreferenced([ack.handle]))  # written for a checkpoint already aborted
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):

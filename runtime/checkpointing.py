@@ -92,6 +92,10 @@ class CheckpointStats:
     reason: str = ""
     location: str = ""
     discarded: bool = False  # a completed checkpoint dropped beyond the retained count
+    # Per acknowledged subtask ("vertex/subtask"): {"ack_ms": trigger to its acknowledgement,
+    # "size_bytes": what it wrote, "full_size_bytes": every file it names}. Replaced, never
+    # changed in place: clients read it from other threads.
+    subtasks: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def is_retained(self) -> bool:
@@ -238,8 +242,14 @@ class CheckpointCoordinator:
         return p
 
     def acknowledge(
-        self, checkpoint_id: int, task: TaskKey, handle: StateHandle, operators: dict[str, SnapshotSummary]
+        self,
+        checkpoint_id: int,
+        task: TaskKey,
+        handle: StateHandle,
+        operators: dict[str, SnapshotSummary],
+        now: float,
     ) -> AckResult:
+        """``task``'s acknowledgement of a checkpoint, heard at ``now``."""
         p = self.pending.get(checkpoint_id)
         if p is None:
             return AckResult.UNKNOWN
@@ -248,6 +258,16 @@ class CheckpointCoordinator:
         if task in p.acks:
             return AckResult.DUPLICATE
         p.acks[task] = (handle, operators)
+        named = {uri: size for link in handle.chain for uri, size in link.sizes.items()}
+        st = self.history[checkpoint_id]
+        st.subtasks = {
+            **st.subtasks,
+            task_name(task): {
+                "ack_ms": int((now - p.started) * 1000),
+                "size_bytes": sum(size for uri, size in named.items() if uri not in self._last_named),
+                "full_size_bytes": sum(named.values()),
+            },
+        }
         return AckResult.SUCCESS
 
     def is_complete(self, checkpoint_id: int) -> bool:

@@ -45,7 +45,7 @@ def test_union_list_state_of_a_partially_finished_operator_declines():
         finished = key == ("pointwise", 0)
         union = key[0] == "pointwise"
         ops = {op.uid: SnapshotSummary(finished, union, union) for op in g.vertices[key[0]].operators}
-        coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), ops)
+        coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), ops, 0.0)
     assert coordinator.is_complete(pending.checkpoint_id)
     assert coordinator.union_state_partially_finished(pending.checkpoint_id, set()) == "pointwise"
     assert uid in coordinator.metadata(pending.checkpoint_id, set())["operators"]
@@ -59,7 +59,7 @@ def test_the_checkpoint_history_stays_bounded_and_still_counts_every_checkpoint(
         plan = plan_checkpoint(g, set())
         pending = coordinator.start(plan, float(i), lambda cid: f"file:///tmp/chk-{cid}")
         for key in plan.to_ack:
-            coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), {})
+            coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), {}, float(i))
         if pending.checkpoint_id > 1:  # the job master discards all but the newest (retained=1)
             coordinator.history[pending.checkpoint_id - 1].discarded = True
         coordinator.complete(pending.checkpoint_id, float(i))

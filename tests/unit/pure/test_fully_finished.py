@@ -40,7 +40,7 @@ def _metadata(exited, summary, stops=False):
     pending = coordinator.start(plan, 0.0, lambda cid: f"file:///tmp/chk-{cid}")
     for key in plan.to_ack:
         ops = {op.uid: summary for op in g.vertices[vertex].operators}
-        coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), ops)
+        coordinator.acknowledge(pending.checkpoint_id, key, StateHandle("file:///x", "0", 1), ops, 0.0)
     assert coordinator.is_complete(pending.checkpoint_id)
     return g, coordinator.metadata(pending.checkpoint_id, set(), stops)
 

@@ -1,11 +1,15 @@
 """Figures the runtime keeps for whoever watches a job (the web UI, clients): a
-task's idle time and queued input, timed only when its loop waits, and the
-job's failures with the task and attempt each came from."""
+task's idle time and queued input, timed only when its loop waits, the job's
+failures with the task and attempt each came from, and each subtask's
+acknowledgement of a checkpoint."""
 
 from __future__ import annotations
 
+from weir import DiscardingSink, StreamExecutionEnvironment
+from weir.runtime.checkpointing import CheckpointCoordinator, plan_checkpoint
 from weir.runtime.job_lifecycle import JobFailure, JobLifecycle
 from weir.runtime.mailbox import Mailbox
+from weir.runtime.storage import StateHandle
 
 
 class ManualClock:
@@ -38,3 +42,25 @@ def test_the_job_keeps_its_last_failures_with_task_and_attempt():
     assert len(failures) == JobLifecycle.HISTORY_LIMIT
     assert failures[-1] == JobFailure(clock.now, life.failure, ("sum", 0), JobLifecycle.HISTORY_LIMIT + 2)
     assert str(failures[0].error) == "boom 3"
+
+
+def test_a_checkpoint_keeps_each_subtasks_time_to_ack_and_bytes():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.from_sequence(0, 9).map(lambda x: x).name("m").sink_to(DiscardingSink())
+    coordinator = CheckpointCoordinator(env.get_job_graph("acks"))
+    plan = plan_checkpoint(env.get_job_graph("acks"), set())
+    first = coordinator.start(plan, 10.0, lambda cid: f"file:///tmp/chk-{cid}")
+    keys = sorted(plan.to_ack)
+    for n, key in enumerate(keys):
+        handle = StateHandle(f"file:///x/{key[0]}-{key[1]}", "0", 100 + n)
+        coordinator.acknowledge(first.checkpoint_id, key, handle, {}, 10.25 + n)
+    stats = coordinator.stats()[-1]
+    assert stats["subtasks"][f"{keys[0][0]}/{keys[0][1]}"] == {"ack_ms": 250, "size_bytes": 100, "full_size_bytes": 100}
+    assert stats["subtasks"][f"{keys[-1][0]}/{keys[-1][1]}"]["ack_ms"] == 250 + 1000 * (len(keys) - 1)
+    coordinator.complete(first.checkpoint_id, 20.0)
+
+    second = coordinator.start(plan_checkpoint(env.get_job_graph("acks"), set()), 30.0, lambda cid: "file:///c2")
+    again = StateHandle("file:///x/new", "0", 7, base=(StateHandle(f"file:///x/{keys[0][0]}-{keys[0][1]}", "0", 100),))
+    coordinator.acknowledge(second.checkpoint_id, keys[0], again, {}, 30.5)
+    ack = coordinator.stats()[-1]["subtasks"][f"{keys[0][0]}/{keys[0][1]}"]
+    assert ack == {"ack_ms": 500, "size_bytes": 7, "full_size_bytes": 107}  # the file it builds on was written before
