@@ -4,6 +4,7 @@
     weir savepoint JOB [--path P]  weir stop JOB [--savepoint-path P] [--drain]
     weir scale JOB OP=N [OP=N...]  weir cancel JOB                weir kill JOB VERTEX SUBTASK
     weir run [--from-savepoint P] [--allow-non-restored-state] [--parallelism N] job.py [ARGS...]
+    weir ui [--host H] [--port N] [--stop]
 
 Human tables by default, ``--json`` for scripts. The cluster is the one in
 ``RAY_ADDRESS`` (or ``--address``), else the one running on this machine.
@@ -21,6 +22,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from weir.actors import control
 from weir.runtime.errors import WeirError
 
 
@@ -117,7 +119,7 @@ def checkpoints(ctx: click.Context, job: str) -> None:
 @click.pass_context
 def savepoint(ctx: click.Context, job: str, path: str | None, timeout_s: float) -> None:
     """Take a savepoint; the job goes on. Prints where it is."""
-    _emit(ctx, {"job": job, "savepoint": _client(ctx, job).savepoint(path, timeout_s)})
+    _emit(ctx, control.savepoint(_client(ctx, job), path, timeout_s))
 
 
 @cli.command()
@@ -128,9 +130,7 @@ def savepoint(ctx: click.Context, job: str, path: str | None, timeout_s: float) 
 @click.pass_context
 def stop(ctx: click.Context, job: str, savepoint_path: str | None, drain: bool, timeout_s: float) -> None:
     """Stop with a savepoint: SUSPENDED (resume with `weir run --from-savepoint`), or FINISHED with --drain."""
-    client = _client(ctx, job)
-    location = client.stop(savepoint_path, drain, timeout_s)
-    _emit(ctx, {"job": job, "status": client.status().value, "savepoint": location})
+    _emit(ctx, control.stop(_client(ctx, job), savepoint_path, drain, timeout_s))
 
 
 @cli.command()
@@ -140,14 +140,7 @@ def stop(ctx: click.Context, job: str, savepoint_path: str | None, drain: bool, 
 @click.pass_context
 def scale(ctx: click.Context, job: str, changes: tuple[str, ...], timeout_s: float) -> None:
     """Change operators' parallelism while the job runs: weir scale JOB enrich=4 totals=2."""
-    parallelism = {}
-    for change in changes:
-        name, _, value = change.rpartition("=")
-        if not name or not value.isdigit():
-            raise click.ClickException(f"'{change}' is not OPERATOR=PARALLELISM")
-        parallelism[name] = int(value)
-    pause = _client(ctx, job).rescale(parallelism, timeout_s)
-    _emit(ctx, {"job": job, "parallelism": parallelism, "pause_s": round(pause, 3)})
+    _emit(ctx, control.rescale(_client(ctx, job), control.parse_parallelism(changes), timeout_s))
 
 
 @cli.command()
@@ -155,9 +148,7 @@ def scale(ctx: click.Context, job: str, changes: tuple[str, ...], timeout_s: flo
 @click.pass_context
 def cancel(ctx: click.Context, job: str) -> None:
     """End a job now (operators only close; nothing is flushed)."""
-    client = _client(ctx, job)
-    client.cancel()
-    _emit(ctx, {"job": job, "status": client.status().value})
+    _emit(ctx, control.cancel(_client(ctx, job)))
 
 
 @cli.command()
@@ -210,6 +201,31 @@ def pool(ctx: click.Context, action: str) -> None:
         return
     _emit(ctx, stats["shapes"], ["shape", "fresh", "idle", "starting", "leased"], "task actors")
     _emit(ctx, {k: stats[k] for k in ("idle_coordinators", "applications", "jobs", "created", "settings")})
+
+
+@cli.command()
+@click.option(
+    "--host",
+    default=None,
+    help="Address it binds on the head node (default 127.0.0.1: reachable from the head node only; "
+    "0.0.0.0: from every network it is on).",
+)
+@click.option("--port", type=int, default=None, help="Port on the head node (default 8290).")
+@click.option("--stop", "stop_it", is_flag=True, help="End the cluster's UI.")
+@click.pass_context
+def ui(ctx: click.Context, host: str | None, port: int | None, stop_it: bool) -> None:
+    """The cluster's web UI for every job on it: start it on the head node (or
+    find it running) and print its address."""
+    from weir.actors.executor import ClusterJobs
+    from weir.actors.ui_server import start_ui, stop_ui
+
+    if stop_it:
+        _emit(ctx, {"ui": "stopped" if stop_ui(ctx.obj["address"]) else "not running"})
+        return
+    where = start_ui(ClusterJobs, ctx.obj["address"], host, port)
+    _emit(ctx, where)
+    if where["token_required"] and not ctx.obj["json"]:
+        click.echo("Ray's token authentication is on: log in with the token `ray get-auth-token` prints.")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -646,6 +646,26 @@ class JobCoordinator:
     def tasks(self, job: str) -> list[str]:
         return [task_actor_name(job, *k) for k in list(self._job(job).gateway.actors)]
 
+    def exceptions(self, job: str) -> list[dict[str, Any]]:
+        """The failures that restarted or ended the job, newest first (its
+        exception history, as Flink's web UI shows it)."""
+        m = self._job(job).master
+        now, wall = m.clock(), time.time()
+        out = []
+        for f in reversed(tuple(m.life.failures)):  # a copy: the loop thread appends
+            task = getattr(f.error, "task", None) if f.task is None else task_name(f.task)
+            out.append(
+                {
+                    "at": round(wall - (now - f.at), 3),  # the job master's clock is monotonic
+                    "task": task,
+                    "attempt": f.attempt,
+                    "operator": getattr(f.error, "operator", None),
+                    "exception": type(f.error).__name__,
+                    "message": str(f.error),
+                }
+            )
+        return out
+
     def graph_svg(self, job: str) -> str:
         return self._job(job).master.graph.to_svg()  # drawn here: the driver never unpickles user functions
 

@@ -6,7 +6,7 @@ import datetime
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray import cloudpickle  # keeps each function's file name: a user's traceback shows its source lines
@@ -31,11 +31,14 @@ from weir.runtime.graph import JobGraph
 from weir.runtime.storage import CheckpointStorage
 from weir.runtime.testing import refuse_in_process_operators
 
+if TYPE_CHECKING:
+    from weir.actors.ui import JobFrame
+
 DEFAULT_LINGER_S = 300.0
 
 
-class JobNotFoundError(WeirError):
-    pass
+class JobNotFoundError(WeirError, LookupError):
+    """No job of that name on the cluster (any more)."""
 
 
 class RayJobClient(JobClient):
@@ -203,11 +206,38 @@ class RayJobClient(JobClient):
     def tasks(self) -> list[str]:
         return self._ask("tasks")
 
+    def exceptions(self) -> list[dict[str, Any]]:
+        """The failures that restarted or ended the job, newest first: when
+        (``at``, seconds since the epoch), the task and attempt, the exception's
+        type and message."""
+        return self._ask("exceptions")
+
     def graph_svg(self) -> str:
         return self._ask("graph_svg")
 
     def metrics(self) -> list[dict[str, Any]]:
         return self._ask("metrics")
+
+    def ui(self, height: int = 720) -> JobFrame:
+        """This job's view in the cluster's web UI (started if it does not run),
+        shown inline as the last line of a notebook cell; ``.url`` is its address."""
+        from weir.actors.ui import JobFrame  # noqa: F811  (the HTTP server's modules load where a UI is wanted)
+        from weir.actors.ui_server import start_ui
+
+        return JobFrame(start_ui(ClusterJobs)["url"], self.job_name, height)
+
+
+class ClusterJobs:
+    """The jobs of the cluster this process is connected to, by the pool's
+    registry: what the web UI shows. A client is attached at each call, so a
+    job submitted again under its name is the new run's at once."""
+
+    def names(self) -> list[str]:
+        pool = get_pool(create=False)
+        return [] if pool is None else ray.get(pool.jobs.remote())
+
+    def client(self, name: str) -> RayJobClient:
+        return RayJobClient.attach(name)
 
 
 def list_jobs(address: str | None = None) -> list[dict[str, Any]]:
