@@ -19,9 +19,6 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from bench.w1 import settle_pool, w1
 
 
@@ -45,7 +42,7 @@ class OpenPage:
         self._thread.join()
 
     def _read(self) -> None:
-        while not self._stop.wait(1.0):
+        while True:
             for url in self._urls:
                 try:
                     with urllib.request.urlopen(urllib.request.Request(url, headers=self._headers), timeout=10) as r:
@@ -53,6 +50,8 @@ class OpenPage:
                         self.answered += 1
                 except urllib.error.HTTPError:
                     pass  # 404 before the job is up and after it ended
+            if self._stop.wait(1.0):
+                return
 
 
 def main() -> None:
@@ -78,15 +77,16 @@ def main() -> None:
             opened.append(args.records / w1(args.records, args.parallelism, 1000)[1])
         reads += page.answered
         print(f"  closed {closed[-1]:,.0f}  open {opened[-1]:,.0f} records/s", flush=True)
-    table = Table(title=f"W1, {args.records:,} records, p={args.parallelism}, checkpoints every 1 s, whole execute()")
-    for col in ("web UI", "records/s (median)", "range", "vs closed"):
-        table.add_column(col, justify="right")
-    for name, rates in (("closed", closed), ("open, read every second", opened)):
+    print(
+        f"W1, {args.records:,} records, p={args.parallelism}, checkpoints every 1 s, whole execute() (median, range):"
+    )
+    for name, rates in (("closed", closed), ("open", opened)):
         median = statistics.median(rates)
-        ratio = median / statistics.median(closed)
-        table.add_row(name, f"{median:,.0f}", f"{min(rates):,.0f}-{max(rates):,.0f}", f"{ratio:.2f}")
-    Console().print(table)
-    print(f"the open page's reads answered with the job's figures: {reads} ({where['url']})")
+        print(
+            f"  web UI {name:<6} {median:>12,.0f} records/s  ({min(rates):,.0f}-{max(rates):,.0f})  "
+            f"{median / statistics.median(closed):.2f}x closed"
+        )
+    print(f"the open page read the job's overview and checkpoints each second: {reads} answers ({where['url']})")
 
 
 if __name__ == "__main__":
