@@ -41,11 +41,12 @@ def ray_auth_token() -> str | None:
     ``~/.ray/auth_token``; ``ray get-auth-token`` prints it."""
     try:
         from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
-    except ImportError:  # a Ray without token authentication's loader: read where Ray documents it
+
+        if get_authentication_mode() != AuthenticationMode.TOKEN:
+            return None
+        token = AuthenticationTokenLoader.instance().get_raw_token(ignore_auth_mode=True)
+    except (ImportError, AttributeError, TypeError):  # another Ray's loader: read where Ray documents it
         return _token_from_environment()
-    if get_authentication_mode() != AuthenticationMode.TOKEN:
-        return None
-    token = AuthenticationTokenLoader.instance().get_raw_token(ignore_auth_mode=True)
     if not token:
         raise UIStartError(
             "Ray's token authentication is on but this process found no token: the UI will not start open"

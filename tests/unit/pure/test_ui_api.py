@@ -330,3 +330,17 @@ def test_the_clis_scale_arguments():
     assert control.parse_parallelism(["enrich=4", "a=b=2"]) == {"enrich": 4, "a=b": 2}
     with pytest.raises(control.InvalidRequestError, match="'x' is not OPERATOR=PARALLELISM"):
         control.parse_parallelism(["x"])
+
+
+def test_where_a_ray_without_the_token_loader_finds_the_token(monkeypatch, tmp_path):
+    from weir.actors.ui_server import _token_from_environment
+
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    assert _token_from_environment() is None  # token authentication off: the UI asks for nothing
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    (tmp_path / "token").write_text("from-file\n")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
+    assert _token_from_environment() == "from-file"
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
+    assert _token_from_environment() == "from-env"
