@@ -94,12 +94,12 @@ def _spread(label: str, samples: list[float]) -> str:
     )
 
 
-def new_drivers(count: int, address: str, task_cpus: float) -> None:
+def new_drivers(count: int, address: str, task_cpus: float, settle_s: float) -> None:
     """Its jobs ask for what the notebook's did: the pool is warm for that shape."""
     env = {**os.environ, "RAY_ADDRESS": address}
     runs = []
     for i in range(count):
-        settle_pool()  # warm: the pool has started its fresh processes
+        settle_pool(settle_s)  # warm: the pool has started its fresh processes
         runs.append(driver_process(f"bench-new-driver-{i}", env, task_cpus))
     print(
         "new driver on a warm cluster, p=2: "
@@ -144,7 +144,7 @@ def main() -> None:
         "--settle-s",
         type=float,
         default=6.0,
-        help="after each warm-up, wait until the slot pool started no task actor for this long",
+        help="after each warm-up (and before each new driver), wait until the slot pool started no task actor for this long",
     )
     ap.add_argument(
         "--new-drivers", type=int, default=5, help="driver processes joining the warm cluster, one after another"
@@ -176,7 +176,7 @@ def main() -> None:
     if args.new_drivers:
         import ray
 
-        new_drivers(args.new_drivers, ray.get_runtime_context().gcs_address, args.task_cpus)
+        new_drivers(args.new_drivers, ray.get_runtime_context().gcs_address, args.task_cpus, args.settle_s)
 
 
 if __name__ == "__main__":
