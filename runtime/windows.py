@@ -616,8 +616,10 @@ class WindowOperator(TimerOperator):
         self._trigger_state = self.keyed_backend.table(self.TRIGGER_STATE)
         self._tctx = TriggerContext(self)
         self._actx = AssignerContext(self)
-        # Session windows with their assigner's own trigger merge a batch at a time (see _merge_batch).
+        # Session windows with their assigner's own trigger merge a batch at a time (see _merge_batch);
+        # without allowed lateness, a key's sessions share one timer (see _fire_sessions).
         self._by_batch = self.assigner.merging and type(self.trigger) is type(self.assigner.default_trigger())
+        self._one_timer = self._by_batch and self.lateness == 0
 
     def trigger_state(self) -> dict[Any, Any]:
         key = self.keyed_backend.current_key  # type: ignore[union-attr]
@@ -797,7 +799,8 @@ class WindowOperator(TimerOperator):
 
     def _write_sessions(self, key: Any, mine: list[list[Any]]) -> None:
         """A key's sessions after a batch into its state; the timers of sessions
-        merged away deleted, those of the sessions that took records registered."""
+        merged away deleted, those of the sessions that took records registered.
+        With one timer a key, only a session ending before every stored one registers."""
         self.keyed_backend.touch(key)  # type: ignore[union-attr]
         stored = self._windows.get(key)
         now: dict[TimeWindow, Any] = {}
@@ -808,6 +811,13 @@ class WindowOperator(TimerOperator):
             if fresh:  # its timer, as on_element registers it (again, after a restore set the watermark back)
                 took.append(window)
             now[window] = contents
+        if self._one_timer:
+            first = min(w.end for w in now) if now else None
+            if first is not None and (not stored or first < min(w.end for w in stored)):
+                self.timers.register(self._domain, first - 1)
+            if now:
+                self._windows[key] = now
+            return
         # The default trigger's timer is at the window's end: without allowed lateness, the cleanup timer too.
         for window in stored or ():
             if window not in now:
@@ -865,10 +875,7 @@ class WindowOperator(TimerOperator):
             per_key.pop(window, None)
             if not per_key:
                 del self._windows[key]
-        try:
-            self.window_function.clear(window, self.timers.watermark)
-        except Exception as exc:
-            raise self.fail("clear()", exc) from exc
+        self._clear_function(window)
         self._tctx.window = window
         self.trigger.clear(window, self._tctx)
         trigger_state = self._trigger_state.get(key)
@@ -879,11 +886,19 @@ class WindowOperator(TimerOperator):
                 del self._trigger_state[key]
 
     def _fire(self, domain: TimeDomain, time_ms: int) -> None:
+        if self._one_timer:
+            self._fire_sessions(domain, time_ms)
+            return
         backend = self.keyed_backend
         assert backend is not None
         emitted = Emitted(timed=True)
         for ts, key, window in self.timers.due(domain, time_ms):
             backend.touch(key)
+            if window is None and self.assigner.merging:  # a key's one timer, from a snapshot without lateness
+                for window in self._windows.get(key, ()):
+                    self.timers.register(self._domain, window.max_timestamp(), window)
+                    self._register_cleanup(window)
+                continue
             if window not in self._windows.get(key, {}):
                 continue  # merged away or cleaned up
             self._tctx.window = window
@@ -895,3 +910,32 @@ class WindowOperator(TimerOperator):
             if domain is self._domain and ts == self._cleanup_time(window):
                 self._clear(key, window)
         emitted.flush(self.output)
+
+    def _fire_sessions(self, domain: TimeDomain, time_ms: int) -> None:
+        """Session windows without allowed lateness keep one timer a key (no
+        namespace), at or before the end of its earliest session: a session that
+        grows moves no timer. When it fires, every session of the key whose end
+        the time passed fires and goes, and the timer moves to the earliest left.
+        A timer of one window (a snapshot taken with allowed lateness) does the same."""
+        backend = self.keyed_backend
+        assert backend is not None
+        emitted = Emitted(timed=True)
+        for _, key, _ in self.timers.due(domain, time_ms):
+            backend.touch(key)
+            per_key = self._windows.get(key)
+            if not per_key:
+                continue
+            for window in sorted(w for w in per_key if w.max_timestamp() <= time_ms):
+                self._emit(key, window, per_key.pop(window), emitted)
+                self._clear_function(window)
+            if per_key:
+                self.timers.register(domain, min(w.end for w in per_key) - 1)
+            else:
+                del self._windows[key]
+        emitted.flush(self.output)
+
+    def _clear_function(self, window: TimeWindow) -> None:
+        try:
+            self.window_function.clear(window, self.timers.watermark)
+        except Exception as exc:
+            raise self.fail("clear()", exc) from exc

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +165,38 @@ def test_a_batch_touches_each_timer_once_per_key_and_session():
         h.process(*[("k", t, "v") for t in range(100)], timestamps=list(range(100)))
     assert register.call_count == 1
     assert h.watermark(MAX_WATERMARK) == [("k", 0, 109, ("v",) * 100)]
+
+
+def test_a_session_growing_over_many_batches_keeps_one_timer_and_fires_once():
+    """Without allowed lateness a key's sessions share one timer: a session that
+    grows batch after batch registers it once and never deletes it; when the
+    watermark passes the timer before the session's end, the timer moves to it."""
+    h = OperatorHarness(_operator("aggregate", True, 10, 0, per_record=False))
+    timers = h.operator.timers
+    with (
+        mock.patch.object(timers, "register", wraps=timers.register) as register,
+        mock.patch.object(timers, "delete", wraps=timers.delete) as delete,
+    ):
+        for t in range(0, 500, 5):  # 100 batches, each extending the session by 5 ms
+            h.process(("k", t, "v"), timestamps=[t])
+        assert (register.call_count, delete.call_count) == (1, 0)
+        assert h.watermark(100) == []  # passes the timer at 9: it moves to the session's end, 504
+        assert register.call_args.args[1] == 504
+    assert h.watermark(503) == []
+    assert h.watermark(504) == [("k", 0, 505, ("v",) * 100)]
+    assert h.operator.timers.next_time(h.operator._domain) is None
+
+
+@pytest.mark.parametrize("lateness", [(0, 7), (7, 0)])
+def test_a_snapshot_restores_its_timers_into_the_other_lateness(lateness):
+    """A key's one timer (no allowed lateness) restored into an operator with
+    allowed lateness, and a window's timers restored into one without: every
+    session still fires once, at its end."""
+    before, after = lateness
+    h = OperatorHarness(_operator("aggregate", True, 10, before, per_record=False))
+    h.process(("a", 0, "x"), ("b", 3, "y"), timestamps=[0, 3])
+    h.process(("a", 5, "z"), ("a", 40, "w"), timestamps=[5, 40])
+    snap = h.snapshot(1)
+    h = OperatorHarness(_operator("aggregate", True, 10, after, per_record=False), restore=[snap])
+    assert h.watermark(14) == [("b", 3, 13, ("y",)), ("a", 0, 15, ("x", "z"))]  # in time order
+    assert h.watermark(MAX_WATERMARK) == [("a", 40, 50, ("w",))]
