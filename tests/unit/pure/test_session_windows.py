@@ -11,7 +11,6 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
