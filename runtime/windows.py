@@ -749,8 +749,12 @@ class WindowOperator(TimerOperator):
             else:
                 start = stamps[i]
                 end = start + gap
-            hits = [x for x in mine if x[0] <= end and start <= x[1]]
-            if not hits:
+            if len(mine) == 1 and (x := mine[0])[0] <= end and start <= x[1]:  # the key's one session: the usual case
+                if start < x[0]:
+                    x[0], x[3] = start, None
+                if x[1] < end:
+                    x[1], x[3] = end, None
+            elif not (hits := [x for x in mine if x[0] <= end and start <= x[1]]):
                 if end - 1 + lateness <= watermark:  # a session of its own, past its cleanup time
                     if self.late_tag is not None:
                         emitted.to_side(self.late_tag.tag_id, r, stamps[i])
