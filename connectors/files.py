@@ -30,6 +30,7 @@ import posixpath
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -61,6 +62,14 @@ class Encoder(ABC):
     @abstractmethod
     def encode(self, value: Any) -> bytes: ...
 
+    def encode_batch(self, values: list[Any]) -> bytes:
+        """The bytes of ``values``, one after another: exactly
+        ``b"".join(encode(v) for v in values)``. The FileSink calls it once per
+        batch; an encoder that knows a faster way to the same bytes overrides it.
+        (With a rolling ``part_size``, the FileSink encodes the batch that fills a
+        file again, record by record, to find the record the file ends at.)"""
+        return b"".join(map(self.encode, values))
+
     def decode(self, data: bytes) -> list[Any]:
         """The records of a part file this encoder wrote: its lines, by default."""
         return _lines(data.decode())
@@ -82,6 +91,23 @@ class SimpleStringEncoder(Encoder):
     def encode(self, value: Any) -> bytes:
         return (str(value) + "\n").encode(self.charset_name)
 
+    def encode_batch(self, values: list[Any]) -> bytes:
+        """One encode of the batch's text, where the charset encodes a text in
+        parts to the bytes it gives the whole (UTF-16 starts every part with a
+        byte-order mark); a record it cannot encode fails as :meth:`encode` does."""
+        if not self._fast():
+            return super().encode_batch(values)
+        try:
+            return "".join([str(v) + "\n" for v in values]).encode(self.charset_name)
+        except UnicodeEncodeError:
+            return super().encode_batch(values)
+
+    def _fast(self) -> bool:
+        return (
+            type(self).encode is SimpleStringEncoder.encode
+            and codecs.lookup(self.charset_name).name in _CONCATENATING_CODECS
+        )
+
     def decode(self, data: bytes) -> list[Any]:
         return _lines(data.decode(self.charset_name))
 
@@ -92,8 +118,69 @@ class JsonLinesEncoder(Encoder):
     def encode(self, value: Any) -> bytes:
         return (json.dumps(value) + "\n").encode()
 
+    def encode_batch(self, values: list[Any]) -> bytes:
+        """The same bytes as :meth:`encode` record by record, from one C-level
+        ``json.dumps`` of the whole batch when every record is a list or tuple
+        (or every one a dict): see :func:`_json_lines`."""
+        if type(self).encode is not JsonLinesEncoder.encode:  # a subclass's encode decides its bytes
+            return super().encode_batch(values)
+        return _json_lines(values)
+
     def decode(self, data: bytes) -> list[Any]:
         return [json.loads(line) for line in _lines(data.decode()) if line]
+
+
+# Codecs that encode a text in parts to the bytes of the whole (codecs.lookup names).
+_CONCATENATING_CODECS = frozenset({"utf-8", "ascii", "iso8859-1"})
+
+# json.dumps's encoder without its check for circular references (a dict of every
+# container it is in, updated at each one: a third of its time on short tuples).
+# A circular record recurses until RecursionError instead, and the record-by-record
+# path then refuses it with json.dumps's own ValueError.
+_BATCH_JSON = json.JSONEncoder(check_circular=False)
+
+# The records' kinds, what json.dumps writes between two of them in a list, and the
+# same with a newline between the records.
+_JSON_JOINS = (((list, tuple), "], [", "]\n["), ((dict,), "}, {", "}\n{"))
+
+
+def _batches_faster(encoder: Encoder) -> bool:
+    """Whether ``encoder.encode_batch`` is faster than ``encode`` record by
+    record: then a rolling FileSink encodes each batch at once (and the batch
+    that fills a file again, record by record); else it encodes each record once."""
+    kind = type(encoder)
+    if isinstance(encoder, JsonLinesEncoder) and kind.encode_batch is JsonLinesEncoder.encode_batch:
+        return kind.encode is JsonLinesEncoder.encode
+    if isinstance(encoder, SimpleStringEncoder) and kind.encode_batch is SimpleStringEncoder.encode_batch:
+        return encoder._fast()
+    return kind.encode_batch is not Encoder.encode_batch  # the user's own
+
+
+def _json_lines(values: list[Any]) -> bytes:
+    """``json.dumps(v) + "\\n"`` of each value, UTF-8, joined.
+
+    ``json.dumps`` of a list is ``"[" + ", ".join(json.dumps(v) for v in it) +
+    "]"`` (the same encoder, the same separators at every depth), and its
+    output is ASCII. So when every record is a list or tuple, the batch's text
+    holds ``"], ["`` at each of the n - 1 places between two records, and
+    maybe elsewhere too (inside a record: a nested list, a string). When it
+    holds it exactly n - 1 times, those are the places, and putting a newline
+    there gives each record's line; any other count takes the record-by-record
+    path. Likewise ``"}, {"`` for dicts. A record ``json.dumps`` refuses is
+    refused by the record-by-record path, with its own error (a circular one
+    too: see ``_BATCH_JSON``)."""
+    if values:
+        kinds = set(map(type, values))
+        for bases, between, newline in _JSON_JOINS:
+            if all(issubclass(kind, bases) for kind in kinds):
+                try:
+                    text = _BATCH_JSON.encode(values)
+                except (TypeError, ValueError, RecursionError):
+                    break
+                if text.count(between) == len(values) - 1:
+                    return (text[1:-1].replace(between, newline) + "\n").encode()
+                break
+    return "".join([json.dumps(v) + "\n" for v in values]).encode()
 
 
 def _lines(text: str) -> list[str]:
@@ -365,6 +452,7 @@ class _FileWriter(SinkWriter):
         self._part_size = sink.rolling_policy.part_size
         self._encoder = sink.writes if isinstance(sink.writes, Encoder) else None
         self._bulk = sink.writes.create() if isinstance(sink.writes, BulkWriterFactory) else None
+        self._batches = self._encoder is not None and _batches_faster(self._encoder)
         prefix, suffix = re.escape(self._config.part_prefix), re.escape(self._config.part_suffix)
         self._run = ctx.run_id
         self._hidden = re.compile(
@@ -388,11 +476,27 @@ class _FileWriter(SinkWriter):
             self._bulk.add_elements(records)
             return
         assert self._encoder is not None
+        if not records:
+            return
+        if self._part_size is not None and not self._batches:
+            self._write_rolling(records)  # no faster way to the bytes: each record encoded once, as it comes
+            return
+        data = self._encoder.encode_batch(records)
+        if self._part_size is not None and self._size + len(data) >= self._part_size:
+            self._write_rolling(records)  # a record of this batch fills the file: find which
+            return
+        self._size += len(data)
+        (self._stream or self._open()).write(data)
+
+    def _write_rolling(self, records: list[Any]) -> None:
+        """Record by record, rolling after the record that brings the file to
+        ``part_size`` bytes."""
+        assert self._encoder is not None and self._part_size is not None
         chunk: list[bytes] = []
         for record in records:
             chunk.append(self._encoder.encode(record))
             self._size += len(chunk[-1])
-            if self._part_size is not None and self._size >= self._part_size:
+            if self._size >= self._part_size:
                 self._append(chunk)
                 chunk = []
                 self._roll()
@@ -474,10 +578,21 @@ def _to_table(rows: list[Any], schema: pa.Schema | None) -> pa.Table:
     if rows and isinstance(rows[0], dict):
         return pa.Table.from_pylist(rows, schema=schema)
     if rows and isinstance(rows[0], (tuple, list)):
-        cols = list(zip(*rows))
+        cols = _columns(rows)
         names = schema.names if schema is not None else [f"f{i}" for i in range(len(cols))]
         return pa.Table.from_arrays([pa.array(c) for c in cols], names=names)
     return pa.Table.from_arrays([pa.array(rows)], names=schema.names if schema is not None else ["value"])
+
+
+def _columns(rows: list[Any]) -> list[Any]:
+    """``zip(*rows)``'s columns, taken by index when every row is a plain tuple or
+    list of one width (several times faster than unpacking a row group into
+    ``zip``'s arguments); other rows go through ``zip``, which iterates them and
+    cuts every column to the shortest."""
+    width = len(rows[0])
+    if set(map(type, rows)) <= {tuple, list} and set(map(len, rows)) == {width}:
+        return [list(map(itemgetter(i), rows)) for i in range(width)]
+    return list(zip(*rows))
 
 
 def committed_files(target: str | FileSink) -> list[str]:

@@ -6,6 +6,8 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from weir import InvalidConfigurationError, StreamExecutionEnvironment
 from weir.connectors.files import FileSink, read_committed
@@ -216,3 +218,151 @@ def test_builders_refuse_what_they_cannot_write_naming_the_setting():
         FileSink.for_row_format("/tmp/x", "utf-8")
     with pytest.raises(InvalidConfigurationError, match="charset_name='klingon'"):
         Encoder.simple_string_encoder("klingon")
+
+
+# ------------------------------------------------------------------ a batch's bytes, record by record
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    # Text that looks like the places between records: "], [", "}, {", newlines, quotes.
+    | st.text(alphabet=st.sampled_from(list('ab], [}{"\\\n\u00e9\U0001f600')), max_size=8)
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(alphabet="ab]}, [{", max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_json_records = (
+    st.lists(st.tuples(st.integers(), st.integers()), max_size=20)
+    | st.lists(st.lists(_json_values, max_size=3) | st.tuples(_json_values, _json_values), max_size=8)
+    | st.lists(st.dictionaries(st.text(max_size=3), _json_values, max_size=3), max_size=8)
+    | st.lists(_json_values, max_size=8)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=_json_records)
+def test_a_json_lines_batch_is_the_bytes_of_its_records_one_by_one(records):
+    """One json.dumps of the batch, split where the records meet, or record by record:
+    the bytes are those of ``encode`` on each record (hypothesis prints a failing
+    batch, and replays it from its database)."""
+    from weir.connectors.files import JsonLinesEncoder
+
+    encoder = JsonLinesEncoder()
+    assert encoder.encode_batch(records) == b"".join(encoder.encode(r) for r in records)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(_json_values, max_size=8), charset=st.sampled_from(["UTF-8", "latin-1", "ascii", "UTF-16"]))
+def test_a_simple_string_batch_is_the_bytes_of_its_records_one_by_one(records, charset):
+    """In every charset (UTF-16 starts each record with a byte-order mark), and a
+    record the charset cannot encode fails as ``encode`` fails on it."""
+    from weir.connectors.files import Encoder
+
+    encoder = Encoder.simple_string_encoder(charset)
+    try:
+        expected = b"".join(encoder.encode(r) for r in records)
+    except UnicodeEncodeError as exc:
+        with pytest.raises(UnicodeEncodeError) as raised:
+            encoder.encode_batch(records)
+        assert str(raised.value) == str(exc)
+    else:
+        assert encoder.encode_batch(records) == expected
+
+
+def test_a_batch_json_cannot_encode_fails_on_its_record_as_encode_does():
+    from weir.connectors.files import JsonLinesEncoder
+
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        JsonLinesEncoder().encode_batch([(1, 2), (3, {4})])
+
+
+def test_a_subclass_encode_decides_the_bytes_of_a_batch(tmp_path):
+    """An encoder that overrides ``encode`` (and not ``encode_batch``) is called
+    once per record, in order, on both the plain and the rolling path."""
+    from weir.connectors.files import JsonLinesEncoder, RollingPolicy
+
+    seen = []
+
+    class Upper(JsonLinesEncoder):
+        def encode(self, value):
+            seen.append(value)
+            return super().encode(value).upper()
+
+    assert Upper().encode_batch(["a", ["b"]]) == b'"A"\n["B"]\n'
+    path = str(tmp_path / "out")
+    for policy in (RollingPolicy.on_checkpoint_rolling_policy(), RollingPolicy.default_rolling_policy(part_size=8)):
+        seen.clear()
+        sink = FileSink.for_row_format(path, Upper()).with_rolling_policy(policy).build()
+        op = OperatorHarness.sink(sink, attempt_id="a1")
+        op.process("ab", "cd", "ef")
+        assert seen == ["ab", "cd", "ef"]
+
+
+def test_json_lines_roll_at_part_size_after_the_same_record_as_one_by_one(tmp_path):
+    """The batch path writes a file up to the record that brings it to part_size,
+    then rolls, as record by record: the same files with the same bytes."""
+    from weir.connectors.files import JsonLinesEncoder, RollingPolicy
+
+    path = str(tmp_path / "out")
+    sink = (
+        FileSink.for_row_format(path, JsonLinesEncoder())
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=20))
+        .build()
+    )
+    op = OperatorHarness.sink(sink, attempt_id="a1")
+    op.process([1, 2], [3, 4])  # 7 bytes each: 14, under 20, in the open file
+    op.process([5, 6], [7, 8], [9, 10])  # the file reaches 21 at [5, 6] and rolls; [7, 8] and [9, 10] start the next
+    op.snapshot(1)
+    op.notify_complete(1)
+    files = sorted(os.listdir(path))
+    assert files == ["part-a1-0-0", "part-a1-0-1"]
+    assert [open(os.path.join(path, f), "rb").read() for f in files] == [
+        b"[1, 2]\n[3, 4]\n[5, 6]\n",
+        b"[7, 8]\n[9, 10]\n",
+    ]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(i % 7, 2 * i) for i in range(70_000)],  # past a row group: two groups
+        [(1, "a"), [2, "b"], (3, None)],  # tuples and lists
+        [(1, 2, 3), (4, 5)],  # rows of two widths: zip cuts to the shortest
+        [("a", "b"), "cd"],  # a str row: zip iterates it
+    ],
+)
+def test_parquet_columns_by_index_write_the_bytes_zip_wrote(tmp_path, monkeypatch, rows):
+    """Columns are taken by index where every row is a tuple or list of one width;
+    the file's bytes are those ``zip(*rows)``'s columns gave."""
+    import weir.connectors.files as files
+
+    assert [list(c) for c in files._columns(rows)] == [list(c) for c in zip(*rows)]
+
+    def written(folder: str) -> bytes:
+        op = OperatorHarness.sink(FileSink(str(tmp_path / folder), format="parquet"), attempt_id="a1")
+        for i in range(0, len(rows), 1000):
+            op.process(*rows[i : i + 1000])
+        op.snapshot(1)
+        op.notify_complete(1)
+        (name,) = os.listdir(tmp_path / folder)
+        return (tmp_path / folder / name).read_bytes()
+
+    by_index = written("by-index")
+    monkeypatch.setattr(files, "_columns", lambda rows: list(zip(*rows)))
+    assert by_index == written("by-zip")
+
+
+def test_a_circular_record_in_a_batch_fails_as_json_dumps_fails_on_it():
+    from weir.connectors.files import JsonLinesEncoder
+
+    loop: list = [1]
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        JsonLinesEncoder().encode_batch([[0], loop])
