@@ -18,18 +18,25 @@ from weir.actors.cli import main
 pytestmark = pytest.mark.ray
 
 
+# The `weir` command the install put beside this Python (pyproject's [project.scripts]).
+WEIR = os.path.join(os.path.dirname(sys.executable), "weir")
+
+
 def weir_process(address: str, *args: str) -> subprocess.CompletedProcess:
-    """``weir`` as a user's shell runs it: a process of its own (``run`` executes
-    the user's script in it)."""
+    """``weir`` as a user's shell runs it: the installed entry point, a process of
+    its own (``run`` executes the user's script in it). Only where the process is
+    what a test shows: each costs 2.4-3.1 s of CPU importing and joining Ray, and
+    a job it runs gets fresh task processes."""
     env = {**os.environ, "RAY_ADDRESS": address}
-    return subprocess.run(
-        [sys.executable, "-m", "weir.actors.cli", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([WEIR, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def weir(address: str, *args: str) -> subprocess.CompletedProcess:
     """``weir`` run in this process (a command that only talks to the cluster
-    behaves the same; a new Python process with Ray costs seconds per call)."""
+    behaves the same; a new Python process with Ray costs seconds per call).
+    ``run`` executes the script here too, on this driver's task processes; the
+    environment it sets for the script is put back afterwards."""
+    environ = dict(os.environ)
     with CliRunner().isolation(env={"RAY_ADDRESS": address}) as (out, err, _):
         sys.argv, argv = ["weir", *args], sys.argv
         try:
@@ -39,6 +46,11 @@ def weir(address: str, *args: str) -> subprocess.CompletedProcess:
             code = int(exc.code or 0)
         finally:
             sys.argv = argv
+            sys.stdout.flush()  # a script's print() (`run`) waits in the text layer, unlike click.echo's
+            sys.stderr.flush()
+            for key in os.environ.keys() - environ.keys():  # what `run` set for its script
+                del os.environ[key]
+            os.environ.update(environ)
         return subprocess.CompletedProcess(["weir", *args], code, out.getvalue().decode(), err.getvalue().decode())
 
 
@@ -60,7 +72,9 @@ def running_job(ray_cluster, checkpoint_dir):
         client.cancel()
 
 
-def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job, tmp_path):
+def test_list_status_checkpoints_pool_errors_kill_cancel(ray_cluster, running_job, tmp_path):
+    """Every command on one running job, the ones that change it last (a job of
+    its own per command costs a deploy and a first checkpoint each)."""
     listed = json.loads(weir(ray_cluster, "--json", "list").stdout)
     assert {"job": "cli-job", "status": "RUNNING"}.items() <= next(j for j in listed if j["job"] == "cli-job").items()
 
@@ -73,6 +87,23 @@ def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job, tmp_path)
     picture = json.loads(weir(ray_cluster, "--json", "graph", "cli-job", "-o", str(tmp_path / "g.svg")).stdout)
     svg = open(picture["graph"]).read()
     assert svg.startswith("<svg") and ">count</text>" in svg and ">hash</text>" in svg
+
+    # The pool shows leased and idle task actors and refuses to stop under a running job.
+    shown = json.loads(weir(ray_cluster, "--json", "pool").stdout)
+    assert "cli-job" in shown["jobs"]
+    assert sum(s["leased"] for s in shown["shapes"]) >= 4, shown  # 2 sources and 2 counts
+    assert shown["settings"]["reuse"] is True
+    stop = weir(ray_cluster, "pool", "stop")
+    assert stop.returncode == 1
+    assert "jobs are running on the pool:" in stop.stderr and "cli-job" in stop.stderr, stop.stderr
+
+    # The errors a user sees.
+    missing = weir(ray_cluster, "status", "no-such-job")
+    assert missing.returncode == 1
+    assert "Error: no job named 'no-such-job' on this Ray cluster (see `weir list`)" in missing.stderr
+    bad_task = weir(ray_cluster, "kill", "cli-job", "count", "7")
+    assert bad_task.returncode == 1
+    assert "job 'cli-job' has no task count/7" in bad_task.stderr
 
     killed = weir(ray_cluster, "--json", "kill", "cli-job", "count", "1")
     assert json.loads(killed.stdout) == {"killed": "cli-job/count/1"}
@@ -90,16 +121,10 @@ def test_list_status_checkpoints_kill_cancel(ray_cluster, running_job, tmp_path)
     assert json.loads(weir(ray_cluster, "--json", "status", "cli-job").stdout)["status"] == "CANCELED"
 
 
-def test_errors_a_user_sees(ray_cluster, running_job):
-    missing = weir(ray_cluster, "status", "no-such-job")
-    assert missing.returncode == 1
-    assert "Error: no job named 'no-such-job' on this Ray cluster (see `weir list`)" in missing.stderr
-    bad_task = weir(ray_cluster, "kill", "cli-job", "count", "7")
-    assert bad_task.returncode == 1
-    assert "job 'cli-job' has no task count/7" in bad_task.stderr
-
-
-def test_run_submits_a_script(ray_cluster, tmp_path):
+def test_run_submits_a_script_and_its_process_prints_no_deprecation_warning(ray_cluster, tmp_path):
+    """The installed `weir` runs the script in a process of its own with the
+    default parallelism it was given (weir's own is 1). Every job's coordinator
+    printed Ray's `actor_id` deprecation warning into that process's output."""
     script = tmp_path / "job.py"
     script.write_text(
         "from weir import StreamExecutionEnvironment, DiscardingSink\n"
@@ -108,9 +133,10 @@ def test_run_submits_a_script(ray_cluster, tmp_path):
         "r = env.execute('cli-run')\n"
         "print('parallelism', env.get_parallelism(), r.status.value)\n"
     )
-    out = weir_process(ray_cluster, "run", "--parallelism", "3", str(script))
+    out = weir_process(ray_cluster, "run", "--parallelism", "2", str(script))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "parallelism 3 FINISHED" in out.stdout
+    assert "parallelism 2 FINISHED" in out.stdout
+    assert "DeprecationWarning" not in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 JOB = """
@@ -175,7 +201,7 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
     again = weir(ray_cluster, "stop", "cli-sp")
     assert again.returncode == 1 and "Error: job 'cli-sp' is SUSPENDED: no savepoint or stop now" in again.stderr
 
-    resumed = weir_process(
+    resumed = weir(  # in this process: what it shows is the restore, not a new driver
         ray_cluster,
         "run",
         "--parallelism",
@@ -192,7 +218,7 @@ def test_savepoint_stop_and_run_from_savepoint(ray_cluster, tmp_path, checkpoint
     v = check_running_sums(map(tuple, read_committed(out)), ((i % 10, i) for i in range(40_000)))
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
 
-    missing = weir_process(
+    missing = weir(
         ray_cluster, "run", "--from-savepoint", str(tmp_path / "nope"), str(script), out, checkpoint_dir, "1e9"
     )
     assert missing.returncode == 1
@@ -220,16 +246,6 @@ def test_scale_changes_parallelism_of_a_running_job(ray_cluster, running_job):
     assert bad.returncode == 1 and "has no operator named 'nope'" in bad.stderr
 
 
-def test_pool_shows_leased_and_idle_task_actors_and_refuses_to_stop_under_a_running_job(ray_cluster, running_job):
-    shown = json.loads(weir(ray_cluster, "--json", "pool").stdout)
-    assert "cli-job" in shown["jobs"]
-    assert sum(s["leased"] for s in shown["shapes"]) >= 4, shown  # 2 sources and 2 counts
-    assert shown["settings"]["reuse"] is True
-    stop = weir(ray_cluster, "pool", "stop")
-    assert stop.returncode == 1
-    assert "jobs are running on the pool:" in stop.stderr and "cli-job" in stop.stderr, stop.stderr
-
-
 def test_commands_that_look_at_jobs_never_start_a_cluster():
     """Issue #16: `weir list` with no cluster reachable started an empty local one
     and reported no jobs. It fails at once, naming where it looked."""
@@ -239,17 +255,3 @@ def test_commands_that_look_at_jobs_never_start_a_cluster():
         assert r.returncode == 1, (command, r.stdout, r.stderr)
         assert "no Ray cluster found at 127.0.0.1:1" in r.stderr, r.stderr
     assert time.monotonic() - started < 60  # Ray alone waits minutes for an address that does not answer
-
-
-def test_a_job_prints_no_deprecation_warning(ray_cluster, tmp_path):
-    """Every job's coordinator printed Ray's `actor_id` deprecation warning."""
-    script = tmp_path / "job.py"
-    script.write_text(
-        "from weir import DiscardingSink, StreamExecutionEnvironment\n"
-        "env = StreamExecutionEnvironment.get_execution_environment()\n"
-        "env.from_collection(list(range(100))).map(lambda x: x).sink_to(DiscardingSink())\n"
-        "print(env.execute('quiet').status.value)\n"
-    )
-    r = weir_process(ray_cluster, "run", str(script))
-    assert r.returncode == 0 and "FINISHED" in r.stdout, r.stderr
-    assert "DeprecationWarning" not in r.stdout + r.stderr, r.stdout + r.stderr
