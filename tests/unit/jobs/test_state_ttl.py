@@ -13,6 +13,8 @@ import pytest
 import weir.runtime.state
 from tests.kills import kill_each_after_checkpoints
 from weir import (
+    EmbeddedRocksDBStateBackend,
+    HashMapStateBackend,
     InvalidConfigurationError,
     KeyedProcessFunction,
     ListStateDescriptor,
@@ -289,16 +291,20 @@ def _job_reference(records):
     return out
 
 
-def test_a_ttl_job_matches_the_reference_through_killed_tasks(checkpoint_dir, out_dir):
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_a_ttl_job_matches_the_reference_through_killed_tasks_and_a_rescale(checkpoint_dir, out_dir, backend):
+    """Each entry's write time travels through the restores of two kills and a
+    rescale from 2 to 3 subtasks, on either backend."""
     n = 30_000
     records = _job_records(n)
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_state_backend(backend())
     env.enable_checkpointing(50)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.01))
     # One source subtask: each key's records reach its subtask in order, so its clock only moves forward.
     (
-        env.from_generator(lambda i: records[i], count=n, records_per_second=15_000)
+        env.from_generator(lambda i: records[i], count=n, records_per_second=7_500)
         .set_parallelism(1)
         .key_by(lambda r: r[0])
         .process(Sessions())
@@ -307,6 +313,12 @@ def test_a_ttl_job_matches_the_reference_through_killed_tasks(checkpoint_dir, ou
     )
     client = env.execute_async("ttl-kill", executor="local")
     kill_each_after_checkpoints(client, "sessions")
+    after = max(c["checkpoint_id"] for c in client.checkpoints()) + 3  # state saved after the restores
+    client.wait_until(
+        lambda c: any(s["status"] == "COMPLETED" and s["checkpoint_id"] >= after for s in c.checkpoints())
+    )
+    client.rescale({"sessions": 3})
+    assert sum(t.startswith("sessions/") for t in client.tasks()) == 3
     assert client.wait(120).restarts == 2
     want = _job_reference(records)
     assert any(r[2] > 1 for r in want) and any(r[2] == 1 and r[1] > TTL_MS for r in want)  # both outcomes occur
