@@ -518,6 +518,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._sweeping[name] = (group, None)
         return out
 
+    def forget(self, table: MutableMapping[Any, Any], key: Any) -> None:
+        """Remove ``key``, which the sweep just read, without reading it again
+        (a point read a swept entry, where the sweep's iterator read it already)."""
+        assert isinstance(table, _Table)
+        table.cache[key] = _GONE
+        table._gone += 1
+
     def scan(self, sid: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The stored entries of one state, key group by key group."""
         for group in self.key_groups:

@@ -443,9 +443,13 @@ class KeyedStateBackend:
                     continue
                 self.touched.add(key)
                 if kept is None:
-                    del table[key]
+                    self.forget(table, key)
                 else:
                     table[key] = kept
+
+    def forget(self, table: MutableMapping[Any, Any], key: Any) -> None:
+        """Remove ``key``, which the sweep just read, from ``table``."""
+        del table[key]
 
     def sweep(self, name: str, budget: int) -> list[tuple[Any, Any]]:
         """The next ``budget`` entries of state ``name`` in a pass over it that goes
