@@ -5,6 +5,7 @@ and off, printed side by side in one run.
     python3 -m bench.state_scale --bytewax-python /tmp/bw/bin/python   # Bytewax's rows beside weir's
     python3 -m bench.state_scale --backend rocksdb   # keyed state in RocksDB instead of on the heap
     python3 -m bench.state_scale --restore   # then a job that restores the largest row's latest checkpoint
+    python3 -m bench.state_scale --ttl 5000   # the count in a ValueState with a TTL, against one without
 
 Record ``i`` goes to key ``i % K``, a keyed reduce counts, a discarding sink
 takes the counts; parallelism 2 on a warm Ray cluster (a warm-up run fills the
@@ -15,6 +16,10 @@ and the mean of the full state they name). Then the issue's figures: 4M keys
 with checkpoints against the same job without, and against 1,000 keys. With ``--bytewax-python``, Bytewax 0.21 runs the same
 count (2 processes, its recovery store snapshotting every 1 s) beside each row with
 checkpoints, as ``bench.versus`` runs it, once, stopped after ``--bytewax-timeout-s``.
+With ``--ttl MS`` a ``KeyedProcessFunction`` counts in a ``ValueState`` instead of the
+reduce, and each row runs twice with 1 s checkpoints: the state with a time to live
+of MS (its background cleanup sweeping expired entries at each checkpoint), and
+without one; then the TTL's cost at the largest key count.
 """
 
 from __future__ import annotations
@@ -35,31 +40,38 @@ from rich.table import Table
 
 from bench.versus import bytewax
 from bench.w1 import settle_pool
-from weir import DiscardingSink, EmbeddedRocksDBStateBackend, HashMapStateBackend, StreamExecutionEnvironment
+from weir import (
+    DiscardingSink,
+    EmbeddedRocksDBStateBackend,
+    HashMapStateBackend,
+    KeyedProcessFunction,
+    StateTtlConfig,
+    StreamExecutionEnvironment,
+    Time,
+    Types,
+    ValueStateDescriptor,
+)
 
 BACKENDS = {"heap": HashMapStateBackend, "rocksdb": EmbeddedRocksDBStateBackend}
 
 
-def _job(
-    n: int, keys: int, checkpoint_ms: int | None, backend: Any = None, storage: str | None = None, restore: str = ""
-) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    if checkpoint_ms:
-        env.enable_checkpointing(checkpoint_ms)
-        if storage:
-            env.get_checkpoint_config().set_checkpoint_storage(storage)
-    if restore:
-        env.restore_from_savepoint(restore)
-    if backend is not None:
-        env.set_state_backend(backend)
-    (
-        env.from_sequence(0, n - 1)
-        .map(lambda i: (i % keys, 1))
-        .key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(DiscardingSink())
-    )
-    return env
+class CountInValueState(KeyedProcessFunction):
+    """The running count per key in a ``ValueState``, with a time to live of
+    ``ttl_ms`` when given."""
+
+    def __init__(self, ttl_ms: int | None) -> None:
+        self.ttl_ms = ttl_ms
+
+    def open(self, runtime_context: Any) -> None:
+        descriptor = ValueStateDescriptor("count", Types.LONG())
+        if self.ttl_ms:
+            descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(self.ttl_ms)).build())
+        self.count = runtime_context.get_state(descriptor)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        yield value[0], count
 
 
 def _worker_processes() -> list[psutil.Process]:
@@ -84,13 +96,39 @@ def _largest_rss(procs: list[psutil.Process]) -> int:
 
 
 def run(
-    n: int, keys: int, checkpoint_ms: int | None, backend: Any = None, storage: str | None = None, restore: str = ""
+    n: int,
+    keys: int,
+    checkpoint_ms: int | None,
+    backend: Any = None,
+    storage: str | None = None,
+    restore: str = "",
+    value_state: tuple[int | None] | None = None,
 ) -> dict[str, Any]:
-    env = _job(n, keys, checkpoint_ms, backend, storage, restore)
+    """The keyed count; ``value_state=(ttl_ms,)`` counts in a ValueState (a TTL of
+    ``ttl_ms``, or none) instead of the reduce."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    if checkpoint_ms:
+        env.enable_checkpointing(checkpoint_ms)
+        if storage:
+            env.get_checkpoint_config().set_checkpoint_storage(storage)
+    if restore:
+        env.restore_from_savepoint(restore)
+    if backend is not None:
+        env.set_state_backend(backend)
+    keyed = env.from_sequence(0, n - 1).map(lambda i: (i % keys, 1)).key_by(lambda kv: kv[0])
+    if value_state is None:
+        keyed.reduce(lambda a, b: (a[0], a[1] + b[1])).sink_to(DiscardingSink())
+    else:
+        keyed.process(CountInValueState(*value_state)).sink_to(DiscardingSink())
+    return measure(env, n, f"bench-state-{keys}-{'cp' if checkpoint_ms else 'nocp'}{'-restored' if restore else ''}")
+
+
+def measure(env: StreamExecutionEnvironment, n: int, name: str) -> dict[str, Any]:
+    """Run ``env``'s job of ``n`` records on Ray: its rates (whole execute() and
+    steady), its completed checkpoints' durations and sizes, and the largest
+    resident set of a Ray worker process, sampled once a second."""
     started = time.perf_counter()
-    client = env.execute_async(
-        f"bench-state-{keys}-{'cp' if checkpoint_ms else 'nocp'}{'-restored' if restore else ''}"
-    )
+    client = env.execute_async(name)
     seen: list[dict[str, Any]] = []
     rss = 0
     workers: list[psutil.Process] = []  # listed at the first sample, once the job's tasks run
@@ -170,6 +208,8 @@ def main() -> None:
     ap.add_argument("--bytewax-timeout-s", type=float, default=600)
     ap.add_argument("--backend", choices=sorted(BACKENDS), default="heap", help="where keyed state lives")
     ap.add_argument("--restore", action="store_true", help="then time a restore of the largest row's checkpoint")
+    ap.add_argument("--ttl", type=int, metavar="MS", help="count in a ValueState with this TTL, against one without")
+    ap.add_argument("--settle-s", type=float, default=6.0, help="after the warm-up, wait for the slot pool this long")
     args = ap.parse_args()
     storage = tempfile.mkdtemp(prefix="weir-bench-state-")
     try:
@@ -181,8 +221,8 @@ def main() -> None:
 def _rows(args: argparse.Namespace, storage: str) -> None:
     backend = BACKENDS[args.backend]()
     console = Console(width=150)
-    run(100_000, 1_000, 1000)  # warm-up: fills the slot pool
-    settle_pool()
+    run(min(args.records, 100_000), 1_000, 1000)  # warm-up: fills the slot pool
+    settle_pool(args.settle_s)
     table = Table(
         title=f"keyed running count, {args.records:,} records, parallelism 2 ({os.cpu_count()} cores), "
         f"{args.backend} state backend"
@@ -198,17 +238,25 @@ def _rows(args: argparse.Namespace, storage: str) -> None:
         "largest worker RSS GB",
     ):
         table.add_column(col, justify="right")
-    rows: dict[tuple[int, bool], dict[str, Any]] = {}
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
     for keys in args.keys:
-        for cp in (1000, None) if keys > 1_000 and args.checkpoints == "both" else (1000,):
+        if args.ttl:  # (label, checkpoint interval, ValueState's TTL)
+            variants = [(f"TTL {args.ttl:,} ms", 1000, (args.ttl,)), ("no TTL", 1000, (None,))]
+        elif keys > 1_000 and args.checkpoints == "both":
+            variants = [("on", 1000, None), ("off", None, None)]
+        else:
+            variants = [("on", 1000, None)]
+        for label, cp, value_state in variants:
             runs = sorted(
-                (run(args.records, keys, cp, backend, storage) for _ in range(args.repeat)), key=lambda r: r["whole"]
+                (run(args.records, keys, cp, backend, storage, value_state=value_state) for _ in range(args.repeat)),
+                key=lambda r: r["whole"],
             )
-            r = rows[keys, bool(cp)] = runs[len(runs) // 2]
+            r = rows[keys, label] = runs[len(runs) // 2]
             spread = f" ({runs[0]['whole']:,.0f}–{runs[-1]['whole']:,.0f})" if len(runs) > 1 else ""
+            when = f"every 1 s ({r['checkpoints']})" if cp else f"off ({r['checkpoints']} final)"
             row = (
                 f"{keys:,}",
-                f"every 1 s ({r['checkpoints']})" if cp else f"off ({r['checkpoints']} final)",
+                when if value_state is None else f"{when}, {label}",
                 f"{r['whole']:,.0f}{spread}",
                 f"{r['steady']:,.0f}",
                 f"{r['mean_ms']:,.0f} / {r['p99_ms']:,.0f} / {r['max_ms']:,.0f}",
@@ -218,22 +266,28 @@ def _rows(args: argparse.Namespace, storage: str) -> None:
             )
             table.add_row(*row)
             print("  row:", " | ".join(row), flush=True)
-            if cp and args.bytewax_python:
+            if cp and args.bytewax_python and value_state is None:
                 table.add_row(*_bytewax_row(args, keys))
     console.print(table)
     big, small = max(args.keys), min(args.keys)
-    if (big, True) in rows and (big, False) in rows:
+    if (big, "on") in rows and (big, "off") in rows:
         console.print(
             f"{big:,} keys, 1 s checkpoints against checkpoints off (whole execute()): "
-            f"{rows[big, True]['whole'] / rows[big, False]['whole']:.0%}"
+            f"{rows[big, 'on']['whole'] / rows[big, 'off']['whole']:.0%}"
         )
-    if (big, True) in rows and (small, True) in rows and big != small:
+    if (big, "on") in rows and (small, "on") in rows and big != small:
         console.print(
             f"{big:,} keys against {small:,} keys, both with 1 s checkpoints (whole execute()): "
-            f"{rows[big, True]['whole'] / rows[small, True]['whole']:.0%}"
+            f"{rows[big, 'on']['whole'] / rows[small, 'on']['whole']:.0%}"
         )
-    if args.restore and (big, True) in rows:
-        _restore_row(backend, big, rows[big, True]["latest"], storage)
+    if args.ttl:
+        ttl, plain = rows[big, f"TTL {args.ttl:,} ms"], rows[big, "no TTL"]
+        console.print(
+            f"{big:,} keys, a ValueState with a TTL against one without (whole execute()): "
+            f"{ttl['whole'] / plain['whole']:.0%}; checkpoint p99 {ttl['p99_ms']:,} ms against {plain['p99_ms']:,} ms"
+        )
+    if args.restore and (big, "on") in rows:
+        _restore_row(backend, big, rows[big, "on"]["latest"], storage)
 
 
 if __name__ == "__main__":

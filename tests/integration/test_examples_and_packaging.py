@@ -196,12 +196,14 @@ def test_the_throughput_benchmark_prints_its_table_and_scaling_curve(ray_cluster
 
 @pytest.mark.ray
 def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_cluster):
-    """A tiny run of the command README and docs/benchmarks.md quote, on RocksDB with --restore."""
-    args = ["--records", "20000", "--keys", "100", "5000", "--repeat", "1", "--backend", "rocksdb", "--restore"]
-    stdout = _bench(ray_cluster, "bench.state_scale", *args)
+    """Tiny runs of the commands README and docs/benchmarks.md quote, on RocksDB with --restore and with --ttl."""
+    args = ["--records", "20000", "--repeat", "1", "--settle-s", "0", "--backend", "rocksdb"]
+    stdout = _bench(ray_cluster, "bench.state_scale", *args, "--keys", "100", "5000", "--restore")
     assert "5,000 keys, 1 s checkpoints against checkpoints off (whole execute()):" in stdout
     assert "5,000 keys against 100 keys, both with 1 s checkpoints" in stdout
     assert "restore of the latest checkpoint at 5,000 keys: whole execute()" in stdout
+    stdout = _bench(ray_cluster, "bench.state_scale", *args, "--keys", "5000", "--ttl", "100")
+    assert "5,000 keys, a ValueState with a TTL against one without (whole execute()):" in stdout
 
 
 @pytest.mark.ray
