@@ -17,6 +17,7 @@ from typing import Any, Callable
 import ray
 
 from tests.checker import SequenceVerdict, Verdict, check_running_sums, check_sequences
+from tests.pausing import PacedUntilGate
 from tests.sequences import PARTITIONS, committed_sequences, sequence_job
 from weir import JobStatus, RestartStrategy, StreamExecutionEnvironment
 from weir.connectors.files import FileSink, committed_files, read_committed
@@ -80,6 +81,7 @@ def keyed_sum_with_kills(
     victim: Callable[[Any, random.Random], str | None] = kill_random_task,
     default_restarts: bool = False,
     state_backend: Any = None,
+    unpace_gate: str | None = None,
 ) -> ChaosRun:
     """A keyed running sum (parallelism 2, checkpoints every 500 ms, the source
     limited to ``rate`` records/s) while ``kills`` task actors die (or what
@@ -87,7 +89,10 @@ def keyed_sum_with_kills(
     waits for the job to commit output from a new attempt and records how long
     that took. Restarts: 0.2 s apart, enough for the kills, or with
     ``default_restarts`` the strategy a user gets without setting one;
-    ``state_backend``: where keyed state lives (the heap unless given)."""
+    ``state_backend``: where keyed state lives (the heap unless given). With
+    ``unpace_gate`` (a file path) the source keeps to ``rate`` only until the
+    kills are done and each has been recovered from: then the file is created
+    and the rest of the records run out at full speed."""
     rng = random.Random(seed)
     run = ChaosRun(seed)
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -98,9 +103,13 @@ def keyed_sum_with_kills(
         env.set_state_backend(state_backend)
     if not default_restarts:
         env.set_restart_strategy(RestartStrategy.fixed_delay(kills + 5, 0.2))
-    (
+    source = (
         env.from_generator(lambda i: i, count=records, records_per_second=rate)
-        .map(lambda i: (i % 1000, 2 * i))
+        if unpace_gate is None
+        else env.from_source(PacedUntilGate(lambda i: i, records, rate, unpace_gate), source_name="generator")
+    )
+    (
+        source.map(lambda i: (i % 1000, 2 * i))
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
         .sink_to(FileSink(out_dir, format="jsonl"))
@@ -126,6 +135,8 @@ def keyed_sum_with_kills(
                 run.recovery_s.append(time.monotonic() - killed_at)
                 break
             time.sleep(0.05)
+    if unpace_gate is not None:
+        open(unpace_gate, "w").close()
     result = client.wait(600)
     run.restarts = result.restarts
     run.verdict = check_running_sums(map(tuple, read_committed(out_dir)), ((i % 1000, 2 * i) for i in range(records)))

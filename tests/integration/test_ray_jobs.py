@@ -40,9 +40,11 @@ def _keyed_sum_env(checkpoint_dir: str, restarts: int = 10) -> StreamExecutionEn
 
 @pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_keyed_sum_is_exact_when_task_actors_are_killed(ray_cluster, checkpoint_dir, out_dir, seed, backend):
+def test_keyed_sum_is_exact_when_task_actors_are_killed(ray_cluster, checkpoint_dir, out_dir, tmp_path, seed, backend):
     print(f"seed={seed}  (replay: WEIR_KILL_SEEDS={seed} pytest tests/integration/test_ray_jobs.py -k exact_when)")
-    run = keyed_sum_with_kills(seed, out_dir, checkpoint_dir, kills=3, state_backend=backend())
+    # Paced while the kills land, then at full speed: the paced seconds left after them tested nothing.
+    gate = str(tmp_path / "kills-done")
+    run = keyed_sum_with_kills(seed, out_dir, checkpoint_dir, kills=3, state_backend=backend(), unpace_gate=gate)
     assert run.verdict.lost == 0, f"seed={seed}"
     assert run.verdict.duplicated == 0, f"seed={seed}"
     assert run.verdict.keys_wrong == 0 and run.verdict.outputs == RECORDS

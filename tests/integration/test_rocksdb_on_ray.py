@@ -33,6 +33,7 @@ def test_killed_rocksdb_tasks_leave_no_folder_behind_and_the_output_is_exact(ray
         rate=20_000,
         victim=functools.partial(kill_random_task, vertex="reduce"),  # the keyed tasks, with RocksDB
         state_backend=backend,
+        unpace_gate=str(tmp_path / "kills-done"),  # then the rest at full speed
     )
     assert len(run.killed) == KILLS, f"the job ended after {len(run.killed)} kills"
     assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), run.verdict

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.ray
 RECORDS = 200_000
 
 
-def test_a_job_on_s3_loses_and_duplicates_nothing_when_tasks_and_its_coordinator_are_killed(ray_cluster, s3_server):
+def test_a_job_on_s3_loses_and_duplicates_nothing_when_tasks_and_its_coordinator_are_killed(
+    ray_cluster, s3_server, tmp_path
+):
     kills: list[str] = []
 
     def victim(client, rng: random.Random) -> str | None:
@@ -32,6 +34,7 @@ def test_a_job_on_s3_loses_and_duplicates_nothing_when_tasks_and_its_coordinator
         rate=25_000,
         pause_s=(1.0, 1.5),
         victim=victim,
+        unpace_gate=str(tmp_path / "kills-done"),  # then the rest at full speed
     )
     assert run.conclusive, "no checkpoint had completed before the first kill"
     assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), run
