@@ -13,6 +13,7 @@ import pytest
 import ray
 
 from tests.checker import check_running_sums
+from tests.pausing import PacedUntilGate
 from weir import JobStatus, StreamExecutionEnvironment, WeirError
 from weir.actors.executor import RayJobClient
 from weir.actors.pool import get_pool
@@ -25,13 +26,22 @@ pytestmark = pytest.mark.ray
 N = 120_000
 
 
-def _keyed_sum(checkpoint_dir: str, out_dir: str, n: int, interval_ms: int = 200) -> StreamExecutionEnvironment:
-    """A keyed running sum of n records at 12,000/s, parallelism 2, checkpoints every 200 ms."""
+def _keyed_sum(
+    checkpoint_dir: str, out_dir: str, n: int, interval_ms: int = 200, gate: str | None = None
+) -> StreamExecutionEnvironment:
+    """A keyed running sum of n records at 12,000/s, parallelism 2, checkpoints
+    every 200 ms. With ``gate`` (a file path) the source keeps to the rate until
+    the file exists (:func:`_unpace`), then reads the rest at full speed: the
+    test paces the job while it kills, and need not wait out the paced rest."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     (
-        env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+        (
+            env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+            if gate is None
+            else env.from_source(PacedUntilGate(lambda i: (i % 50, i), n, 12_000, gate), source_name="generator")
+        )
         .uid("gen")
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
@@ -40,6 +50,10 @@ def _keyed_sum(checkpoint_dir: str, out_dir: str, n: int, interval_ms: int = 200
         .uid("out")
     )
     return env
+
+
+def _unpace(gate: str) -> None:
+    open(gate, "w").close()
 
 
 def _completed(client) -> list[int]:
@@ -73,10 +87,13 @@ def _task_actor_ids(client) -> set[str]:
     return {client.task_actor(*_vertex_subtask(name))._actor_id.hex() for name in tasks}
 
 
-def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_output(ray_cluster, checkpoint_dir, out_dir):
+def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_output(
+    ray_cluster, checkpoint_dir, out_dir, tmp_path
+):
     """The recovered job runs on the task actors of the old attempt: their tasks
     are cancelled and they are reused, as in a failover, instead of killed."""
-    env = _keyed_sum(checkpoint_dir, out_dir, N)
+    gate = str(tmp_path / "kills-done")
+    env = _keyed_sum(checkpoint_dir, out_dir, N, gate=gate)
     client = env.execute_async("coordinator-kills")
     last, actors = 0, set()
     for _kill in range(3):
@@ -87,6 +104,8 @@ def test_three_coordinator_kills_with_checkpoints_between_still_give_exact_outpu
         actors = _task_actor_ids(client)
         ray.kill(client.coordinator)
         print(f"killed the coordinator after checkpoint {last}")
+    _wait_completed_after(client, last)  # the last coordinator recovered the job and checkpoints on
+    _unpace(gate)
     result = client.wait(180)
     assert result.status is JobStatus.FINISHED
     # The checkpoint it recovered from may be listed (it counts towards the retained
@@ -108,12 +127,14 @@ def test_a_savepoint_then_the_coordinator_dying_duplicates_nothing(ray_cluster, 
     """Issue #13 item 1: the restarted coordinator recovers from the last checkpoint,
     older than the savepoint; had the savepoint committed the sink, the records
     between the two would be committed twice (30,951 duplicated updates before)."""
-    env = _keyed_sum(checkpoint_dir, out_dir, N, interval_ms=3000)
+    gate = str(tmp_path / "killed")
+    env = _keyed_sum(checkpoint_dir, out_dir, N, interval_ms=3000, gate=gate)
     client = env.execute_async("savepoint-then-death")
     _wait_completed_after(client, 0)
     time.sleep(0.5)
     location = client.savepoint(str(tmp_path / "sp"))
     ray.kill(client.coordinator)
+    _unpace(gate)
     assert "/savepoint-" in location
     result = client.wait(180)
     assert result.status is JobStatus.FINISHED
@@ -131,9 +152,14 @@ def test_the_coordinator_dying_mid_checkpoint_never_uses_that_checkpoint(
     mark = tmp_path / "fault-mark"
     monkeypatch.setenv("WEIR_FAULT", moment)
     monkeypatch.setenv("WEIR_FAULT_MARK", str(mark))
-    n = 60_000
-    env = _keyed_sum(checkpoint_dir, out_dir, n)
-    result = env.execute(f"dies-{moment}")
+    n, gate = 60_000, str(tmp_path / "died")
+    client = _keyed_sum(checkpoint_dir, out_dir, n, gate=gate).execute_async(f"dies-{moment}")
+    deadline = time.monotonic() + 60
+    while not mark.exists():
+        assert time.monotonic() < deadline and not client.status().is_terminal, "the coordinator never died"
+        time.sleep(0.05)
+    _unpace(gate)
+    result = client.wait(180)
     assert mark.read_text() == moment  # it did die there
     assert result.status is JobStatus.FINISHED
     half_written = [p for p in (tmp_path / "checkpoints").rglob("chk-*") if not (p / "_metadata").exists()]
@@ -155,8 +181,8 @@ def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
     checkpoint either way, and what the user keeps beside the savepoint folder stays."""
     (tmp_path / "sp").mkdir()
     (tmp_path / "sp" / "precious.txt").write_text("the user's")
-    n = N // 2
-    client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async(f"dies-during-{call}")
+    n, gate = N // 2, str(tmp_path / "killed")
+    client = _keyed_sum(checkpoint_dir, out_dir, n, gate=gate).execute_async(f"dies-during-{call}")
     _wait_completed_after(client, 0)
     answers: list = []
 
@@ -175,6 +201,7 @@ def test_the_coordinator_dying_during_a_savepoint_or_rescale_duplicates_nothing(
     asking.join(150)
     assert not asking.is_alive(), f"the {call} call hangs after its coordinator died"
     assert isinstance(answers[0], (str, float, WeirError)), answers
+    _unpace(gate)
     assert client.wait(180).status is JobStatus.FINISHED
     _exact(out_dir, n)
     assert (tmp_path / "sp" / "precious.txt").read_text() == "the user's"
@@ -227,11 +254,11 @@ def test_a_job_handed_to_a_coordinator_that_died_idle_runs_once_to_its_end(ray_c
     _exact(second_out, n)
 
 
-def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster, checkpoint_dir, out_dir):
+def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster, checkpoint_dir, out_dir, tmp_path):
     """Another driver's client (attach) and the submitter's keep working, and
     coordinators can die any number of times: no Ray restart budget."""
-    n = 60_000
-    client = _keyed_sum(checkpoint_dir, out_dir, n).execute_async("followed")
+    n, gate = 60_000, str(tmp_path / "kills-done")
+    client = _keyed_sum(checkpoint_dir, out_dir, n, gate=gate).execute_async("followed")
     watcher = RayJobClient.attach("followed")
     last = _wait_completed_after(client, 0)
     first, killed = client.coordinator, set()
@@ -240,6 +267,7 @@ def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster
         ray.kill(watcher.coordinator)
         last = _wait_completed_after(watcher, last)
     assert len(killed) == 6 and watcher.info()["coordinator_recovered"]
+    _unpace(gate)
     assert client.wait(120).status is JobStatus.FINISHED
     assert client.coordinator._actor_id not in killed and first._actor_id in killed
     _exact(out_dir, n)
@@ -251,7 +279,7 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
     """The recovery cancels the old attempt's tasks to reuse their actors; one
     that does not return (a user function stuck for a minute) is killed after
     the pool's grace and replaced, and the output stays exact."""
-    mark, n = str(tmp_path / "stuck"), 60_000
+    mark, n, gate = str(tmp_path / "stuck"), 60_000, str(tmp_path / "recovered")
 
     def stall(kv):
         if kv[1] == 12_000 and not os.path.exists(mark):
@@ -263,7 +291,7 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
     env.enable_checkpointing(200)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     (
-        env.from_generator(lambda i: (i % 50, i), count=n, records_per_second=12_000)
+        env.from_source(PacedUntilGate(lambda i: (i % 50, i), n, 12_000, gate), source_name="generator")
         .map(stall)
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
@@ -281,5 +309,6 @@ def test_a_task_stuck_in_user_code_when_its_coordinator_dies_is_killed_and_the_r
     assert len(before - _task_actor_ids(client)) == 1, (
         "exactly the stuck task's actor is replaced; the others are reused"
     )
+    _unpace(gate)
     assert client.wait(120).status is JobStatus.FINISHED
     _exact(out_dir, n)
