@@ -39,6 +39,7 @@ def test_bursts_of_kills_lose_and_duplicate_nothing(ray_cluster, tmp_path, seed)
             kills=8,
             pause_s=(0.5, 2.5),
             burst=rng_burst(run_seed),
+            unpace_gate=str(tmp_path / f"kills-done-{attempt}"),  # then the rest at full speed
         )
         assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), f"seed={run_seed}"
         assert run.killed and 1 <= run.restarts <= len(run.killed), (
@@ -75,6 +76,7 @@ def test_a_failover_drill_under_the_default_restart_strategy_ends_exact(ray_clus
         rate=20_000,
         default_restarts=True,
         state_backend=state_backend,
+        unpace_gate=str(tmp_path / "kills-done"),  # then the rest at full speed
     )
     assert len(run.killed) == DRILL_KILLS, f"the job ended after {len(run.killed)} kills"
     assert (run.verdict.lost, run.verdict.duplicated, run.verdict.keys_wrong) == (0, 0, 0), run.verdict
