@@ -4,15 +4,18 @@ The handler owns the live input channels and the set of channels held back. Each
 event method asks the current state object for the next one; an event that is
 illegal in the current state raises :class:`BarrierProtocolError` and leaves the
 state as it was. What the task must do comes back as a list of actions:
-``Snapshot(barrier)`` when aligned, ``Abort(checkpoint_id, reason)`` when a pending
-checkpoint is given up. Exactly-once holds a channel back after its barrier;
+``Snapshot(barrier, alignment_ms)`` when aligned (how long since its first barrier
+arrived: the alignment time Flink's checkpoint statistics show per subtask),
+``Abort(checkpoint_id, reason)`` when a pending checkpoint is given up. Exactly-once holds a channel back after its barrier;
 at-least-once never holds anything back but still snapshots once every live
 channel delivered the barrier.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from weir.runtime.errors import CheckpointFailureReason, WeirError
 from weir.runtime.events import CheckpointBarrier
@@ -25,6 +28,7 @@ class BarrierProtocolError(WeirError):
 @dataclass(frozen=True)
 class Snapshot:
     barrier: CheckpointBarrier
+    alignment_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ class WaitingForFirstBarrier(_State):
     def barrier(self, h: "BarrierHandler", channel: int, barrier: CheckpointBarrier) -> _State:
         if barrier.checkpoint_id <= h.last_checkpoint_id:
             return self  # late barrier of a checkpoint already done or cancelled here
-        return CollectingBarriers(barrier, frozenset()).barrier(h, channel, barrier)
+        return CollectingBarriers(barrier, frozenset(), h.clock()).barrier(h, channel, barrier)
 
     def cancel(self, h: "BarrierHandler", checkpoint_id: int) -> _State:
         h.last_checkpoint_id = max(h.last_checkpoint_id, checkpoint_id)
@@ -62,6 +66,7 @@ class WaitingForFirstBarrier(_State):
 class CollectingBarriers(_State):
     pending: CheckpointBarrier
     received: frozenset[int]
+    first_at: float  # when its first barrier arrived (the handler's clock, seconds)
 
     def barrier(self, h: "BarrierHandler", channel: int, barrier: CheckpointBarrier) -> _State:
         cid = barrier.checkpoint_id
@@ -75,7 +80,7 @@ class CollectingBarriers(_State):
         if channel not in h.live_channels:
             raise BarrierProtocolError(f"barrier {cid} on channel {channel}, which has ended")
         h.hold_back(channel)
-        return CollectingBarriers(self.pending, self.received | {channel}).channel_closed(h)
+        return CollectingBarriers(self.pending, self.received | {channel}, self.first_at).channel_closed(h)
 
     def cancel(self, h: "BarrierHandler", checkpoint_id: int) -> _State:
         if checkpoint_id < self.pending.checkpoint_id:
@@ -85,7 +90,7 @@ class CollectingBarriers(_State):
 
     def channel_closed(self, h: "BarrierHandler") -> _State:
         if h.live_channels <= self.received:
-            h.release(self.pending)
+            h.release(self.pending, round((h.clock() - self.first_at) * 1000))
             return WaitingForFirstBarrier()
         return self
 
@@ -93,8 +98,9 @@ class CollectingBarriers(_State):
 class BarrierHandler:
     """Alignment for one task. Not thread-safe: the task's loop thread drives it."""
 
-    def __init__(self, channels: int, exactly_once: bool = True) -> None:
+    def __init__(self, channels: int, exactly_once: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.live_channels: set[int] = set(range(channels))
+        self.clock = clock
         self.blocked: set[int] = set()
         self.last_checkpoint_id = 0
         self._exactly_once = exactly_once
@@ -144,10 +150,10 @@ class BarrierHandler:
         if self._exactly_once:
             self.blocked.add(channel)
 
-    def release(self, barrier: CheckpointBarrier) -> None:
+    def release(self, barrier: CheckpointBarrier, alignment_ms: int) -> None:
         self.blocked.clear()
         self.last_checkpoint_id = barrier.checkpoint_id
-        self._actions.append(Snapshot(barrier))
+        self._actions.append(Snapshot(barrier, alignment_ms))
 
     def abort(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         self.blocked.clear()

@@ -269,7 +269,9 @@ class CheckpointFlow:
 
     def on_ack(self, ack: Ack) -> None:
         self._coordinators.subtask_checkpointed(ack.task, ack.checkpoint_id)
-        result = self.coordinator.acknowledge(ack.checkpoint_id, ack.task, ack.handle, ack.operators, self._clock())
+        result = self.coordinator.acknowledge(
+            ack.checkpoint_id, ack.task, ack.handle, ack.operators, self._clock(), ack.alignment_ms
+        )
         if result in (AckResult.UNKNOWN, AckResult.DISCARDED):
             self._delete(self.shared.unreferenced([ack.handle]))  # written for a checkpoint already aborted
         if result is AckResult.SUCCESS and self.coordinator.is_complete(ack.checkpoint_id):

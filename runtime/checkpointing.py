@@ -93,7 +93,8 @@ class CheckpointStats:
     location: str = ""
     discarded: bool = False  # a completed checkpoint dropped beyond the retained count
     # Per acknowledged subtask ("vertex/subtask"): {"ack_ms": trigger to its acknowledgement,
-    # "size_bytes": what it wrote, "full_size_bytes": every file it names}. Replaced, never
+    # "alignment_ms": its inputs' barriers' first to last, "size_bytes": what it wrote,
+    # "full_size_bytes": every file it names}. Replaced, never
     # changed in place: clients read it from other threads.
     subtasks: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -248,8 +249,10 @@ class CheckpointCoordinator:
         handle: StateHandle,
         operators: dict[str, SnapshotSummary],
         now: float,
+        alignment_ms: int = 0,
     ) -> AckResult:
-        """``task``'s acknowledgement of a checkpoint, heard at ``now``."""
+        """``task``'s acknowledgement of a checkpoint, heard at ``now`` (its barriers
+        aligned in ``alignment_ms``)."""
         p = self.pending.get(checkpoint_id)
         if p is None:
             return AckResult.UNKNOWN
@@ -264,6 +267,7 @@ class CheckpointCoordinator:
             **st.subtasks,
             task_name(task): {
                 "ack_ms": int((now - p.started) * 1000),
+                "alignment_ms": alignment_ms,
                 "size_bytes": sum(size for uri, size in named.items() if uri not in self._last_named),
                 "full_size_bytes": sum(named.values()),
             },

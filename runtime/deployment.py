@@ -168,9 +168,9 @@ class MasterPorts:
         raise NotImplementedError
 
     def acknowledge_checkpoint(
-        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary], alignment_ms: int
     ) -> None:
-        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators))
+        self.post(Ack(self._attempt, self._key, checkpoint_id, handle, operators, alignment_ms))
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
         self.post(Decline(self._attempt, self._key, checkpoint_id, reason, detail))

@@ -64,6 +64,7 @@ class Ack:
     checkpoint_id: int
     handle: StateHandle
     operators: dict[str, SnapshotSummary]
+    alignment_ms: int = 0  # from its first input's barrier to its last (0: one input, or a source)
 
 
 @dataclass(frozen=True)

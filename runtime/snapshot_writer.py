@@ -27,7 +27,7 @@ class CheckpointReplies(Protocol):
     """How a task answers the job master about a checkpoint (part of its ports)."""
 
     def acknowledge_checkpoint(
-        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary], alignment_ms: int
     ) -> None: ...
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None: ...
@@ -67,10 +67,14 @@ class SnapshotWriter:
         summaries: dict[str, SnapshotSummary],
         base: int | None,
         uploads: list[FileUpload],
+        alignment_ms: int = 0,
     ) -> None:
-        """Run ``uploads``, then write ``payload``, a delta on ``base``'s chain (None: everything)."""
+        """Run ``uploads``, then write ``payload``, a delta on ``base``'s chain (None:
+        everything), then acknowledge it with ``alignment_ms``."""
         self._writes = [f for f in self._writes if not f.done()]
-        self._writes.append(self._pool.submit(self._write_and_ack, barrier, payload, summaries, base, uploads))
+        self._writes.append(
+            self._pool.submit(self._write_and_ack, barrier, payload, summaries, base, uploads, alignment_ms)
+        )
 
     def wait(self) -> None:
         """Until every snapshot submitted so far is written and acknowledged."""
@@ -87,6 +91,7 @@ class SnapshotWriter:
         summaries: dict[str, SnapshotSummary],
         base: int | None,
         uploads: list[FileUpload],
+        alignment_ms: int,
     ) -> None:
         faults.point("task-writing-snapshot")
         name = self._task.replace("/", "-")
@@ -108,4 +113,4 @@ class SnapshotWriter:
                 f"writing its state failed: {exc}",
             )
             return
-        self._ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries)
+        self._ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries, alignment_ms)

@@ -414,7 +414,7 @@ class StreamTask:
     def _apply(self, actions: list[Any]) -> None:
         for a in actions:
             if isinstance(a, Snapshot):
-                self._checkpoint(a.barrier)
+                self._checkpoint(a.barrier, a.alignment_ms)
             elif isinstance(a, Abort):
                 for w in self.writers:
                     w.broadcast_event(CancelCheckpointMarker(a.checkpoint_id))
@@ -467,9 +467,11 @@ class StreamTask:
         if older is not None:
             self.ports.decline_checkpoint(older.checkpoint_id, CheckpointFailureReason.DECLINED_SUBSUMED, "")
 
-    def _checkpoint(self, barrier: CheckpointBarrier) -> None:
-        """Snapshot the chain. An operator restored fully finished was never opened,
-        so it is not asked: its snapshot only says it stays finished (FLIP-147)."""
+    def _checkpoint(self, barrier: CheckpointBarrier, alignment_ms: int = 0) -> None:
+        """Snapshot the chain (``alignment_ms``: how long its inputs' barriers took to
+        align, reported with the acknowledgement). An operator restored fully finished
+        was never opened, so it is not asked: its snapshot only says it stays finished
+        (FLIP-147)."""
         cid = barrier.checkpoint_id
         base = self.snapshots.base_for(barrier)
         snapshots = {uid: OperatorSnapshot(finished_on_restore=True) for uid in self._never_opened}
@@ -491,7 +493,12 @@ class StreamTask:
         delta = any(isinstance(s.keyed, KeyedSnapshot) and s.keyed.delta for s in snapshots.values())
         uploads = [u for op in self._opened() if op.keyed_backend is not None for u in op.keyed_backend.take_uploads()]
         self.snapshots.submit(
-            barrier, payload, {uid: s.summary() for uid, s in snapshots.items()}, base if delta else None, uploads
+            barrier,
+            payload,
+            {uid: s.summary() for uid, s in snapshots.items()},
+            base if delta else None,
+            uploads,
+            alignment_ms,
         )
 
     def _on_complete(self, checkpoint_id: int) -> None:

@@ -224,6 +224,7 @@ class _HarnessPorts:
     def __init__(self) -> None:
         self.sent: list[tuple[int, int, list[Any]]] = []  # (output, channel, messages)
         self.acks: list[tuple[int, StateHandle, dict[str, SnapshotSummary]]] = []
+        self.alignments: list[tuple[int, int]] = []  # (checkpoint id, alignment ms) of each ack
         self.declines: list[tuple[int, CheckpointFailureReason, str]] = []
         self.ended_input = False
         self.operator_events: list[tuple[str, Any]] = []  # to coordinators: (operator uid, event)
@@ -237,9 +238,10 @@ class _HarnessPorts:
         pass
 
     def acknowledge_checkpoint(
-        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary]
+        self, checkpoint_id: int, handle: StateHandle, operators: dict[str, SnapshotSummary], alignment_ms: int
     ) -> None:
         self.acks.append((checkpoint_id, handle, operators))
+        self.alignments.append((checkpoint_id, alignment_ms))
 
     def decline_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
         self.declines.append((checkpoint_id, reason, detail))

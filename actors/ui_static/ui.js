@@ -205,13 +205,13 @@ async function showCheckpoints(view, job) {
       h("td", { class: "num written" }, bytes(c.size_bytes)),
       h("td", { class: "num" }, bytes(c.full_size_bytes)),
       h("td", { class: "acks" }, Object.entries(c.subtasks || {}).map(([task, a]) =>
-        h("div", { "data-task": task }, `${task}: ${ms(a.ack_ms)}, ${bytes(a.size_bytes)}`))),
+        h("div", { "data-task": task }, `${task}: ${ms(a.ack_ms)}, aligned in ${ms(a.alignment_ms || 0)}, ${bytes(a.size_bytes)}`))),
       h("td", { class: "detail" }, c.reason || c.location)));
   view.replaceChildren(
     ...jobHeader(job, j, "checkpoints"),
     rows.length
       ? h("table", { id: "checkpoints" },
-          h("thead", {}, h("tr", {}, ["ID", "Kind", "Status", "Triggered", "Trigger to last ack", "Written", "Named", "Per subtask: trigger to ack, written", "Location or reason"].map((c) => h("th", {}, c)))),
+          h("thead", {}, h("tr", {}, ["ID", "Kind", "Status", "Triggered", "Trigger to last ack", "Written", "Named", "Per subtask: trigger to ack, alignment, written", "Location or reason"].map((c) => h("th", {}, c)))),
           h("tbody", {}, body))
       : h("p", { class: "muted" }, "No checkpoint yet."));
   return j;

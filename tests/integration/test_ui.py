@@ -133,7 +133,8 @@ def test_the_ui_shows_a_job_and_its_buttons_savepoint_and_stop_it(ray_cluster, t
         completed = page.query_selector("#checkpoints tbody tr:has(.badge.completed)")
         assert int(completed.get_attribute("data-checkpoint")) > 0
         assert completed.query_selector("td.written").inner_text() != "0 B"  # it wrote state: the sums of the keys
-        assert completed.query_selector("td.acks [data-task='sums/1']")  # each subtask's trigger to ack
+        ack = completed.query_selector("td.acks [data-task='sums/1']")  # each subtask's trigger to ack
+        assert ack and "aligned in" in ack.inner_text()  # and the time its barriers took to align
         shoot(page, tmp_path, "checkpoints")
 
         page.click("#tab-overview")

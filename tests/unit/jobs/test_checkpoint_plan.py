@@ -110,3 +110,26 @@ def test_all_but_the_newest_retained_completed_checkpoints_are_discarded_never_a
     assert [cid for cid, s in coordinator.history.items() if s.discarded] == [1]
     assert coordinator.discard_beyond(1) == [(4, "/cp/4")]
     assert coordinator.discard_beyond(1) == []
+
+
+def _slowly(x: int) -> int:
+    time.sleep(0.03)  # the slow input: a barrier waits behind the record in hand
+    return x
+
+
+def test_each_acknowledgement_reports_how_long_the_subtasks_barriers_took_to_align(checkpoint_dir):
+    """A subtask with two inputs, one of them slow: its barriers arrive apart, and
+    the checkpoint's per-subtask figures (what ``weir checkpoints`` and the web UI
+    show) carry that alignment time; a source's is 0 (no input to align)."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    fast = env.from_sequence(0, 9).name("fast")
+    slow = env.from_sequence(10, 69).name("slow").map(_slowly).name("slowly")
+    fast.union(slow).key_by(lambda x: x % 2).reduce(lambda a, b: a + b).name("sums").sink_to(DiscardingSink())
+    client = env.execute_async("alignment", executor="local")
+    client.wait(60)
+    acks = [(task, a["alignment_ms"]) for c in client.checkpoints() for task, a in c["subtasks"].items()]
+    assert acks and all(isinstance(ms, int) and ms >= 0 for _, ms in acks)
+    assert max(ms for task, ms in acks if task.startswith("sums/")) > 0
+    assert all(ms == 0 for task, ms in acks if task.startswith("fast/"))

@@ -269,7 +269,7 @@ class _Acks:
     def __init__(self):
         self.handles = {}
 
-    def acknowledge_checkpoint(self, checkpoint_id, handle, operators):
+    def acknowledge_checkpoint(self, checkpoint_id, handle, operators, alignment_ms):
         self.handles[checkpoint_id] = handle
 
     def decline_checkpoint(self, checkpoint_id, reason, detail):

@@ -55,12 +55,22 @@ def test_a_checkpoint_keeps_each_subtasks_time_to_ack_and_bytes():
         handle = StateHandle(f"file:///x/{key[0]}-{key[1]}", "0", 100 + n)
         coordinator.acknowledge(first.checkpoint_id, key, handle, {}, 10.25 + n)
     stats = coordinator.stats()[-1]
-    assert stats["subtasks"][f"{keys[0][0]}/{keys[0][1]}"] == {"ack_ms": 250, "size_bytes": 100, "full_size_bytes": 100}
+    assert stats["subtasks"][f"{keys[0][0]}/{keys[0][1]}"] == {
+        "ack_ms": 250,
+        "alignment_ms": 0,
+        "size_bytes": 100,
+        "full_size_bytes": 100,
+    }
     assert stats["subtasks"][f"{keys[-1][0]}/{keys[-1][1]}"]["ack_ms"] == 250 + 1000 * (len(keys) - 1)
     coordinator.complete(first.checkpoint_id, 20.0)
 
     second = coordinator.start(plan_checkpoint(env.get_job_graph("acks"), set()), 30.0, lambda cid: "file:///c2")
     again = StateHandle("file:///x/new", "0", 7, base=(StateHandle(f"file:///x/{keys[0][0]}-{keys[0][1]}", "0", 100),))
-    coordinator.acknowledge(second.checkpoint_id, keys[0], again, {}, 30.5)
+    coordinator.acknowledge(second.checkpoint_id, keys[0], again, {}, 30.5, alignment_ms=120)
     ack = coordinator.stats()[-1]["subtasks"][f"{keys[0][0]}/{keys[0][1]}"]
-    assert ack == {"ack_ms": 500, "size_bytes": 7, "full_size_bytes": 107}  # the file it builds on was written before
+    assert ack == {
+        "ack_ms": 500,
+        "alignment_ms": 120,
+        "size_bytes": 7,
+        "full_size_bytes": 107,
+    }  # the file it builds on was written before
