@@ -59,9 +59,7 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
     """Connect to the cluster at ``address`` / ``RAY_ADDRESS``, else to one running
     on this machine, else (``start``) start a local one. Idempotent. Clients that
     only look at jobs pass ``start=False``: with no cluster they fail at once,
-    naming where they looked, instead of starting an empty one, and the cluster's
-    processes' logs are not forwarded to them (Ray prints those on the driver's
-    stdout, where ``weir --json`` writes its answer).
+    naming where they looked, instead of starting an empty one.
 
     The driver keeps a namespace of its own (weir's actors are named in
     ``NAMESPACE`` explicitly): raydp names its Spark app master the same in every
@@ -77,7 +75,7 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
                 f"no Ray cluster found at {address}: is it running, and is RAY_ADDRESS or --address right?"
             )
         _same_ray(address, start)
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=start)
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return
     found = _auto_address()
     if found is not None and not _listening(found):
@@ -89,7 +87,7 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
         _same_ray(found, start)
         # "auto", not the address: for a cluster on this machine Ray then also
         # finds its auth token (ray start turns token authentication on).
-        ray.init(address="auto", runtime_env=runtime_env, log_to_driver=start)
+        ray.init(address="auto", runtime_env=runtime_env)
     elif start and address != "auto":  # RAY_ADDRESS=auto asks for a running cluster, as Ray's "auto" does
         ray.init(address="local", runtime_env=runtime_env)
     else:

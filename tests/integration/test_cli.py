@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +32,11 @@ def weir_process(address: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([WEIR, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+# What Ray prints on this test driver's stdout for the cluster's processes ("(raylet) WARNING:
+# ..."), caught with the command's output when the command runs in this process.
+RAY_FORWARDED = re.compile(r"^(\x1b\[\d+m)?\((raylet|pid=|[A-Za-z_]+ pid=)")
+
+
 def weir(address: str, *args: str) -> subprocess.CompletedProcess:
     """``weir`` run in this process (a command that only talks to the cluster
     behaves the same; a new Python process with Ray costs seconds per call).
@@ -51,7 +57,8 @@ def weir(address: str, *args: str) -> subprocess.CompletedProcess:
             for key in os.environ.keys() - environ.keys():  # what `run` set for its script
                 del os.environ[key]
             os.environ.update(environ)
-        return subprocess.CompletedProcess(["weir", *args], code, out.getvalue().decode(), err.getvalue().decode())
+        printed = "".join(line for line in out.getvalue().decode().splitlines(True) if not RAY_FORWARDED.match(line))
+        return subprocess.CompletedProcess(["weir", *args], code, printed, err.getvalue().decode())
 
 
 @pytest.fixture
