@@ -13,22 +13,10 @@ from typing import Any, Callable
 from weir.runtime.sources import GeneratorSource, Poll, RateLimit, SourceReader
 
 
-class PausingReader(SourceReader):
-    """Passes on the first ``records`` records of ``reader``, then reads no more
-    and asks for no other split: its task waits (and takes checkpoints) until
-    the job is stopped, or until ``released()`` says to read on. Sets
-    ``reached`` when it stops."""
+class _Wrapping(SourceReader):
+    """A reader that passes everything but ``poll`` on to ``self._reader``."""
 
-    WAIT_S = 0.01  # a letter wakes the task sooner
-
-    def __init__(
-        self,
-        reader: SourceReader,
-        records: int,
-        reached: threading.Event,
-        released: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self._reader, self._left, self._reached, self._released = reader, records, reached, released
+    _reader: SourceReader
 
     def add_splits(self, splits: list[Any]) -> None:
         self._reader.add_splits(splits)
@@ -44,6 +32,24 @@ class PausingReader(SourceReader):
 
     def close(self) -> None:
         self._reader.close()
+
+
+class PausingReader(_Wrapping):
+    """Passes on the first ``records`` records of ``reader``, then reads no more
+    and asks for no other split: its task waits (and takes checkpoints) until
+    the job is stopped, or until ``released()`` says to read on. Sets
+    ``reached`` when it stops."""
+
+    WAIT_S = 0.01  # a letter wakes the task sooner
+
+    def __init__(
+        self,
+        reader: SourceReader,
+        records: int,
+        reached: threading.Event,
+        released: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._reader, self._left, self._reached, self._released = reader, records, reached, released
 
     def poll(self, max_records: int) -> Poll:
         if self._left <= 0:
@@ -72,28 +78,13 @@ class GatedGenerator(GeneratorSource):
         return PausingReader(reader, self.free, threading.Event(), released=lambda: os.path.exists(gate))
 
 
-class PacedUntil(SourceReader):
+class PacedUntil(_Wrapping):
     """Passes on ``reader``'s records at most ``per_second`` a second until
     ``released()`` says so, then as fast as ``reader`` reads."""
 
     def __init__(self, reader: SourceReader, per_second: float, released: Callable[[], bool]) -> None:
         self._reader, self._released = reader, released
         self._limit: RateLimit | None = RateLimit(per_second)
-
-    def add_splits(self, splits: list[Any]) -> None:
-        self._reader.add_splits(splits)
-
-    def snapshot_splits(self) -> list[Any]:
-        return self._reader.snapshot_splits()
-
-    def snapshot_state(self, checkpoint_id: int) -> list[Any]:
-        return self._reader.snapshot_state(checkpoint_id)
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._reader.notify_checkpoint_complete(checkpoint_id)
-
-    def close(self) -> None:
-        self._reader.close()
 
     def poll(self, max_records: int) -> Poll:
         if self._limit is not None and self._released():

@@ -247,25 +247,14 @@ def test_windows_on_ray_are_exact_after_a_task_actor_is_killed(ray_cluster, chec
 
 
 def test_rescale_2_4_1_on_ray_is_exact_and_prints_the_pause(ray_cluster, checkpoint_dir, out_dir, tmp_path):
-    from tests.unit.jobs.test_local_rescale import _wait_for_checkpoint
+    from tests.unit.jobs.test_local_rescale import _job, _wait_for_checkpoint
 
     # Up to 10 s of input at 20,000/s: a rescale waits, with the job running, for the
     # processes of its new tasks (seconds on a loaded 2-core machine), and the job
     # must outlast both; after them the rest runs out at full speed.
     n, gate = 200_000, str(tmp_path / "rescaled")
-    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
-    env.set_max_parallelism(8)
-    env.enable_checkpointing(100)
-    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (  # tests/unit/jobs/test_local_rescale.py's job, paced until the gate
-        env.from_source(PacedUntilGate(lambda i: (i % 100, i), n, 20_000, gate), source_name="generator")
-        .map(lambda kv: kv)
-        .name("enrich")
-        .key_by(lambda kv: kv[0])
-        .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .name("totals")
-        .sink_to(FileSink(out_dir))
-    )
+    # tests/unit/jobs/test_local_rescale.py's job, paced until the gate
+    env = _job(checkpoint_dir, out_dir, source=PacedUntilGate(lambda i: (i % 100, i), n, 20_000, gate))
     client = env.execute_async("ray-rescale")
     for parallelism in ({"enrich": 4, "totals": 4}, {"enrich": 1, "totals": 1}):
         _wait_for_checkpoint(client, max([c["checkpoint_id"] for c in client.checkpoints()], default=0))

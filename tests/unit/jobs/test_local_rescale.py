@@ -15,14 +15,19 @@ from weir.runtime.sources import RequestSplit
 N = 40_000
 
 
-def _job(checkpoint_dir, out_dir, n=N):
+def _job(checkpoint_dir, out_dir, n=N, source=None):
+    """``source``: a Source of ``(i % 100, i)`` in place of the paced generator."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.set_max_parallelism(8)
     env.enable_checkpointing(100)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
-    (
+    records = (
         env.from_generator(lambda i: (i % 100, i), count=n, records_per_second=20_000)
-        .map(lambda kv: kv)
+        if source is None
+        else env.from_source(source, source_name="generator")
+    )
+    (
+        records.map(lambda kv: kv)
         .name("enrich")
         .key_by(lambda kv: kv[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
