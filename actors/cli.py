@@ -178,17 +178,18 @@ def kill(ctx: click.Context, job: str, vertex: str, subtask: int) -> None:
 @click.pass_context
 def pool(ctx: click.Context, action: str) -> None:
     """The cluster's pool of started task actors and job coordinators: show it,
-    start it ahead of the first job, or stop it (after upgrading weir; it refuses
+    start it with the processes a first job takes, up when this returns (in a
+    cluster's start commands), or stop it (after upgrading weir; it refuses
     while jobs run)."""
     import ray
 
-    from weir.actors.pool import get_pool
+    from weir.actors.pool import get_pool, warm_pool
 
     handle = get_pool(ctx.obj["address"], create=action == "start")
     if handle is None:
         _emit(ctx, {"pool": "not started"})
         return
-    stats = ray.get(handle.stats.remote())
+    stats = warm_pool(ctx.obj["address"]) if action == "start" else ray.get(handle.stats.remote())
     if action == "stop":
         running = ray.get(handle.running_jobs.remote())
         if running:

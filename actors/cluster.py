@@ -89,7 +89,10 @@ def ensure_ray(address: str | None = None, start: bool = True) -> None:
         # finds its auth token (ray start turns token authentication on).
         ray.init(address="auto", runtime_env=runtime_env)
     elif start and address != "auto":  # RAY_ADDRESS=auto asks for a running cluster, as Ray's "auto" does
-        ray.init(address="local", runtime_env=runtime_env)
+        # Ray would start a worker per CPU for this driver's tasks, which weir's
+        # actors (in a runtime env of their own) never use: 2 s of CPU each,
+        # beside the pool's processes.
+        ray.init(address="local", runtime_env=runtime_env, _system_config={"prestart_worker_first_driver": False})
     else:
         raise NoClusterError(
             "no Ray cluster found on this machine (RAY_ADDRESS is unset): start one with `ray start --head`, "

@@ -55,9 +55,9 @@ log = logging.getLogger("weir.coordinator")
 SLOT_CONCURRENCY = 16
 
 
-def actor_resources(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, Any]:
-    """Ray actor options for a vertex's task actors."""
-    asks = dict(vertex.resources)
+def actor_resources(resources: dict[str, Any], execution: ExecutionConfig) -> dict[str, Any]:
+    """Ray actor options for the task actors of a vertex that asks for ``resources``."""
+    asks = dict(resources)
     options: dict[str, Any] = {
         "num_cpus": asks.pop("num_cpus", execution.task_cpus),
         "scheduling_strategy": "SPREAD" if execution.placement == "spread" else "DEFAULT",
@@ -71,16 +71,18 @@ def actor_resources(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, 
     return options
 
 
-def slot_shape(vertex: JobVertex, execution: ExecutionConfig, runtime_env: dict[str, Any]) -> Shape:
-    """The slot a task of ``vertex`` runs on: its Ray options and runtime env."""
-    return Shape({**actor_resources(vertex, execution), "max_concurrency": SLOT_CONCURRENCY}, runtime_env)
+def slot_shape(resources: dict[str, Any], execution: ExecutionConfig, runtime_env: dict[str, Any]) -> Shape:
+    """The slot a task of a vertex that asks for ``resources`` runs on: its Ray
+    options and runtime env (``{}`` and ``ExecutionConfig()``: the slot of a task
+    that asks for nothing of its own, which the pool starts ahead of a first job)."""
+    return Shape({**actor_resources(resources, execution), "max_concurrency": SLOT_CONCURRENCY}, runtime_env)
 
 
 def slots_wanted(graph: JobGraph, runtime_env: dict[str, Any]) -> list[tuple[Shape, int]]:
     """How many slots of each shape the job's tasks take."""
     wanted: dict[str, tuple[Shape, int]] = {}
     for v in graph.vertices.values():
-        shape = slot_shape(v, graph.execution, runtime_env)
+        shape = slot_shape(v.resources, graph.execution, runtime_env)
         wanted[shape.key] = (shape, wanted.get(shape.key, (shape, 0))[1] + v.parallelism)
     return list(wanted.values())
 
@@ -91,7 +93,7 @@ _RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 def _asks(vertex: JobVertex, execution: ExecutionConfig) -> dict[str, float]:
     """What each task of a vertex asks for, in weir's words (num_cpus, num_gpus,
     memory, custom resources)."""
-    options = actor_resources(vertex, execution)
+    options = actor_resources(vertex.resources, execution)
     return {**{k: options[k] for k in _RAY_NAMES if options.get(k)}, **options.get("resources", {})}
 
 
@@ -298,7 +300,7 @@ class RayGateway:
         wanted: dict[str, list[Deployment]] = {}
         shapes: dict[str, Shape] = {}
         for d in deployments:
-            shape = slot_shape(d.task.vertex, self._graph.execution, self._runtime_env)
+            shape = slot_shape(d.task.vertex.resources, self._graph.execution, self._runtime_env)
             shapes[shape.key] = shape
             self._shapes[d.key] = shape
             wanted.setdefault(shape.key, []).append(d)

@@ -149,7 +149,7 @@ class RefillPlan:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    idle_slots: int = 4  # fresh idle task actors kept per shape in use
+    idle_slots: int = 8  # fresh idle task actors kept per shape in use: a new driver's job at p=2 with 4 vertices
     idle_coordinators: int = 1  # fresh idle job coordinators kept per runtime env
     # Idle slots beyond the target leave after this; a shape no job leased for 6x
     # this long keeps none. Idle slots hold their CPU share, which Spark or Ray
@@ -170,12 +170,17 @@ class PoolSettings:
 
 
 class PoolLedger:
-    # A shape short of fresh slots gets more once it has been short this long,
-    # one at a time (its first spare at once): a short job's slots come back when
-    # it ends, and a process started meanwhile would compete with the job for CPU
+    # While a job runs, a shape short of fresh slots gets more once it has been
+    # short this long, one at a time, and a runtime env short of a standby
+    # coordinator gets one after as long: a short job's slots come back when it
+    # ends, and a process started meanwhile would compete with the job for CPU
     # (on 2 cores, 2 s let half of the 2-second jobs of bench.cost at p=4 pay 2
-    # boots: 2-4x their CPU).
+    # boots: 2-4x their CPU; a spare started at once beside a first job made it
+    # take 5 s where it takes 3). Once no job has run for QUIET_S, every missing
+    # one starts at once: a notebook's next cell, a new driver, finds them up,
+    # while a script's jobs back to back do not run beside a burst of starts.
     REFILL_DELAY_S = 5.0
+    QUIET_S = 2.0
     # After slots were lost, as many replacements start together this long
     # after: the job that lost them takes spares and redeploys first. On 2 cores a
     # process booting beside that recovery tripled it (bench.recovery, 10
@@ -192,13 +197,14 @@ class PoolLedger:
         self.coordinators: dict[str, CoordinatorEntry] = {}
         self.jobs: dict[str, JobEntry] = {}
         self.apps: dict[str, bool] = {}  # application id -> it has ended
-        self._short_since: dict[str, float] = {}  # shape key -> when it fell short of fresh slots
+        self._short_since: dict[str, float] = {}  # shape key or runtime env key -> when it fell short of spares
         self._leased_at: dict[str, float] = {}  # shape key -> its latest lease
         self._largest_lease: dict[str, int] = {}  # shape key -> most slots one lease took lately
         self._lost: dict[
             str, tuple[float, int]
         ] = {}  # shape key -> (when it first lost slots, how many): replace them soon
         self._scarce_until = 0.0  # idle slots were retired to free CPU: start none before this
+        self._busy_at = float("-inf")  # when a job last held a slot or a name
 
     # ------------------------------------------------------------ applications
     def ended(self, app: str | None) -> bool:
@@ -415,14 +421,19 @@ class PoolLedger:
         """What to start and retire now, with ``free_cpus`` CPUs free beyond the
         cluster's reserve. Fresh slots are kept per shape in use: enough to
         redeploy the largest job of the shape at once (so a failover never waits
-        for a process). A shape with none gets one at once, more after
-        REFILL_DELAY_S short of them, one at a time, and none beside a pool
-        process still starting (on a small machine it would compete with it);
-        lost slots are replaced REPLACE_DELAY_S after the loss, all together. An application's idle slots retire
-        after the idle timeout; when CPUs run short, idle slots go, the
-        applications' first, and none start for a while."""
+        for a process), and fresh coordinators per runtime env. Once no job has
+        run for QUIET_S every missing one starts at once; else one slot at a
+        time after REFILL_DELAY_S short of them, and none beside a pool process
+        still starting (on a small machine it would compete with it); lost
+        slots are replaced REPLACE_DELAY_S after the loss, all together. An
+        application's idle slots retire after the idle timeout; when CPUs run
+        short, idle slots go, the applications' first, and none start for a
+        while."""
         plan = RefillPlan()
         booting = any(not s.node_id for s in self.slots.values()) or any(not c.up for c in self.coordinators.values())
+        if any(s.job is not None for s in self.slots.values()) or not all(e.ended for e in self.jobs.values()):
+            self._busy_at = now
+        quiet = now - self._busy_at >= self.QUIET_S
         for key, shape in self.shapes.items():
             idle = sorted(
                 ((sid, s) for sid, s in self.slots.items() if s.shape == key and s.job is None),
@@ -431,7 +442,6 @@ class PoolLedger:
             fresh = [x for x in idle if x[1].app is None]
             in_use = now - self._leased_at.get(key, now) < 6 * self.settings.idle_timeout_s
             target = max(self.settings.idle_slots, self._largest_lease.get(key, 0)) if in_use else 0
-            short_s = now - self._short_since.setdefault(key, now)
             lost_at, lost = self._lost.get(key, (now, 0))
             if len(fresh) >= target:
                 self._short_since.pop(key, None)
@@ -442,7 +452,7 @@ class PoolLedger:
                 if starts:
                     self._lost.pop(key)
             else:
-                starts = 1 if not booting and (not fresh or short_s >= self.REFILL_DELAY_S) else 0
+                starts = self._spares_due(key, target - len(fresh), now, booting, quiet)
             for _ in range(starts):
                 if free_cpus < shape.cpus or now < self._scarce_until:
                     break
@@ -457,9 +467,11 @@ class PoolLedger:
                     plan.retire_slots.append(sid)
                     free_cpus += shape.cpus
                     self._scarce_until = now + self.settings.idle_timeout_s
-        for env_key in self.envs if not booting else ():
+        for env_key in self.envs:
             fresh_c = sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
-            plan.new_coordinators += [env_key] * (self.settings.idle_coordinators - fresh_c)
+            missing = self.settings.idle_coordinators - fresh_c
+            if self._spares_due(env_key, missing, now, booting, quiet):
+                plan.new_coordinators += [env_key] * missing
         for cid, c in self.coordinators.items():  # an application's idle coordinator retires as its slots do
             if (
                 c.app is not None
@@ -471,6 +483,32 @@ class PoolLedger:
                     plan.retire_coordinators.append(cid)
         self.drop(plan)
         return plan
+
+    def warm_up(self, shape: Shape, env_key: str, env: dict[str, Any], now: float, free_cpus: float) -> RefillPlan:
+        """A cluster's start (``weir pool start``): the fresh slots of ``shape`` and
+        the coordinators of runtime env ``env`` the pool keeps, to start at once,
+        so that a first job finds them up. The shape counts as in use from now."""
+        self.shapes.setdefault(shape.key, shape)
+        self.envs.setdefault(env_key, env)
+        self._leased_at.setdefault(shape.key, now)
+        fresh = sum(1 for s in self.slots.values() if s.shape == shape.key and s.app is None and s.job is None)
+        room = int(max(0.0, free_cpus) // shape.cpus) if shape.cpus else self.settings.idle_slots
+        fresh_c = sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
+        return RefillPlan(
+            new_slots=[shape.key] * min(room, max(0, self.settings.idle_slots - fresh)),
+            new_coordinators=[env_key] * max(0, self.settings.idle_coordinators - fresh_c),
+        )
+
+    def _spares_due(self, key: str, missing: int, now: float, booting: bool, quiet: bool) -> int:
+        """How many of ``missing`` spares of a shape or runtime env ``key`` to start
+        now (see :meth:`refill`)."""
+        if missing <= 0:
+            self._short_since.pop(key, None)
+            return 0
+        short_s = now - self._short_since.setdefault(key, now)
+        if booting:
+            return 0
+        return missing if quiet else (1 if short_s >= self.REFILL_DELAY_S else 0)
 
     def drop(self, plan: RefillPlan) -> None:
         """Retired on purpose: no refill for them."""

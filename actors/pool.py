@@ -51,10 +51,11 @@ from typing import Any
 import ray
 
 from weir.actors.cluster import NAMESPACE, actor_runtime_env, ensure_ray
-from weir.actors.coordinator import RemoteJobCoordinator
+from weir.actors.coordinator import RemoteJobCoordinator, slot_shape
 from weir.actors.ledger import Application, Conflict, JobAssignment, PoolLedger, PoolSettings, Shape, SlotState
 from weir.actors.slots import CANCEL_GRACE_S, POOL_NAME, actor_id, find_pool
 from weir.actors.task_actor import RemoteTaskActor
+from weir.runtime.config import ExecutionConfig
 from weir.runtime.errors import WeirError
 from weir.runtime.job_lifecycle import JobStatus
 
@@ -349,6 +350,26 @@ class SlotPool:
         if app.alive is not None:
             self._alive.setdefault(app.id, app.alive[0])
 
+    def warm_up(self, shape: Shape, runtime_env: dict[str, Any], wait_s: float) -> dict[str, Any]:
+        """Start at once the fresh slots of ``shape`` and the job coordinator of
+        ``runtime_env`` the pool keeps, and return the pool's stats once they are up (or after ``wait_s``): a
+        cluster's start, after which a first job starts as fast as later ones
+        (see :func:`warm_pool`)."""
+        env_key = json.dumps(runtime_env, sort_keys=True, default=str)
+        free = ray.available_resources().get("CPU", 0.0) - self.CPU_RESERVE
+        with self._lock:
+            plan = self.ledger.warm_up(shape, env_key, runtime_env, time.monotonic(), free)
+            for key in plan.new_slots:
+                self._new_slot(self.ledger.shapes[key])
+            for key in plan.new_coordinators:
+                self._new_coordinator(key)
+            starting = dict(self._starting)
+        ready, _ = ray.wait(list(starting.values()), num_returns=len(starting), timeout=wait_s)
+        for aid, ref in starting.items():
+            if ref in ready:
+                self._came_up(aid, ref)
+        return self.stats()
+
     # ------------------------------------------------------------ upkeep
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -408,7 +429,8 @@ class SlotPool:
         except ray.exceptions.RayError:
             node = None
         with self._lock:
-            self._starting.pop(aid, None)
+            if self._starting.pop(aid, None) is None:  # noted already (the refill thread and a warm-up both look)
+                return
             if aid in self.ledger.coordinators:
                 self.ledger.coordinators[aid].up = True
             elif node is None:  # a slot that died starting
@@ -449,6 +471,20 @@ def _owner_died(alive: Any) -> bool:
 
 
 RemoteSlotPool = ray.remote(SlotPool)
+
+
+def warm_pool(address: str | None = None, task_cpus: float | None = None, wait_s: float = 120.0) -> dict[str, Any]:
+    """Join the cluster (or start a local one, see :func:`ensure_ray`) and have its
+    pool start, at once, what this driver's first job takes: the fresh task
+    slots it keeps (``WEIR_POOL_IDLE_SLOTS``; of the default shape, or with
+    ``task_cpus`` as ``set_task_cpus`` gives them) and a job coordinator, in this
+    driver's runtime env. Returns the pool's stats once they are up. ``weir pool
+    start`` does this; so should a cluster's start commands: each process takes
+    seconds to start, which a job would otherwise wait for."""
+    pool = get_pool(address)
+    runtime_env = actor_runtime_env()
+    execution = ExecutionConfig() if task_cpus is None else ExecutionConfig(task_cpus=task_cpus)
+    return ray.get(pool.warm_up.remote(slot_shape({}, execution, runtime_env), runtime_env, wait_s))
 
 
 def get_pool(address: str | None = None, create: bool = True) -> Any:

@@ -9,10 +9,12 @@ A 1,000-record keyed running sum into a FileSink with 1 s checkpoints.
 - new drivers (``--new-drivers N``): N driver processes, one after another, each
   joining the warm cluster and running one job at p=2 (a second notebook
   opening): its first ``execute()``, on fresh processes from the pool since no
-  process that ran another driver's code serves it, and its connection to Ray;
+  process that ran another driver's code serves it (``warm_pool`` returns at
+  once: the pool has them up), and its connection to Ray;
 - cold (``--cold N``): N times, a driver on a machine with no cluster, which
-  starts Ray itself: Ray's start (``ray.init``) and the first job's
-  ``execute()`` after it.
+  starts Ray itself: Ray's start (``ray.init``), weir's processes
+  (``warm_pool``, as README's example does) and the first job's ``execute()``
+  after them.
 
     python3 -m bench.startup [--parallelism 1 2 4 8 16] [--repeat 5] [--new-drivers 5] [--cold 3]
 """
@@ -62,11 +64,17 @@ _DRIVER = """
 import json, sys, time
 started = time.perf_counter()
 from weir.actors.cluster import ensure_ray
+from weir.actors.pool import warm_pool
 ensure_ray()
 joined = time.perf_counter()
+import ray
+from weir.actors.pool import get_pool
+created = warm_pool(task_cpus=float(sys.argv[2]))["created"]["slots"]
+warmed = time.perf_counter()
 from bench.startup import tiny_job
 wall, _ = tiny_job(2, sys.argv[1], float(sys.argv[2]))
-print("BENCH-RESULT", json.dumps({"ray": joined - started, "execute": wall}))
+waited = ray.get(get_pool().stats.remote())["created"]["slots"] - created
+print("BENCH-RESULT", json.dumps({"ray": joined - started, "pool": warmed - joined, "execute": wall, "waited": waited}))
 """
 
 
@@ -125,7 +133,10 @@ def cold(count: int, task_cpus: float) -> None:
         "cold start, p=2: "
         + _spread("Ray's start (ray.init)", [r["ray"] for r in runs])
         + "; "
-        + _spread("then the first execute()", [r["execute"] for r in runs]),
+        + _spread("then weir's processes (warm_pool)", [r["pool"] for r in runs])
+        + "; "
+        + _spread("then the first execute()", [r["execute"] for r in runs])
+        + f", which started {max(r['waited'] for r in runs)} process(es)",
         flush=True,
     )
 

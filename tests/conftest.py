@@ -65,7 +65,11 @@ def ray_cluster():
         from weir.actors.cluster import java_env
 
         os.environ.update(java_env())
-        ray.init(include_dashboard=False, runtime_env={"env_vars": {**java_env(), **S3_ENV}})
+        ray.init(  # without Ray's workers for this driver's tasks, as ensure_ray's local cluster
+            include_dashboard=False,
+            runtime_env={"env_vars": {**java_env(), **S3_ENV}},
+            _system_config={"prestart_worker_first_driver": False},
+        )
     ensure_ray()
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()

@@ -118,9 +118,8 @@ def test_fresh_slots_are_the_refill_target_an_applications_idle_ones_do_not_coun
     pool.up()
     for sid in leased:
         pool.ledger.give_back("a-1", sid, now=0.0)
-    assert _started_at(pool, 0.0) == 3, "idle slots of A counted as spares for other applications"
-    pool.up()
-    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 4
+    assert _started_at(pool, 0.0) == 4, "idle slots of A counted as spares for other applications"
+    # (the pool's first round: quiet since it started)
 
 
 def test_an_applications_idle_slots_retire_after_the_idle_timeout(pool):
@@ -209,14 +208,23 @@ def test_a_coordinator_taking_a_job_over_gets_the_rescales_that_completed(pool):
 
 
 # ---------------------------------------------------------------- when spares start
-def test_a_shape_with_no_fresh_slot_gets_one_at_once_and_more_after_the_refill_delay(pool):
-    """A job that can fail over keeps a spare ready; beyond the first, a short
-    job's slots come back before the delay and nothing boots beside it."""
+def test_while_a_job_runs_spares_wait_for_the_refill_delay(pool):
+    """A short job's slots come back before the delay, and nothing boots beside it."""
     _running_job_of_4(pool)
-    assert _started_at(pool, 0.0) == 5, "no spare started for a shape without one"
-    pool.up()
-    assert _started_at(pool, PoolLedger.REFILL_DELAY_S - 0.1) == 5, "a second spare started before the delay"
-    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 6
+    assert _started_at(pool, 0.0) == 4, "a spare started at once beside the job"
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S - 0.1) == 4, "a spare started before the delay"
+    assert _started_at(pool, PoolLedger.REFILL_DELAY_S) == 5
+
+
+def test_once_no_job_has_run_for_a_while_every_missing_spare_starts_at_once(pool):
+    """A notebook's next cell, or a new driver, finds the spares up; a script's
+    next job, submitted at once, does not start beside a burst of them."""
+    leased = _running_job_of_4(pool)
+    pool.refill(1.0)  # a round while the job runs
+    for sid in leased:
+        pool.ledger.give_back("job", sid, now=1.0)
+    assert _started_at(pool, 1.0 + PoolLedger.QUIET_S - 0.1) == 4, "spares burst out right after a job"
+    assert _started_at(pool, 1.0 + PoolLedger.QUIET_S) == 8, "a quiet pool did not start the 4 it lacks at once"
 
 
 def test_spares_start_one_at_a_time_and_none_while_a_process_is_starting(pool):
@@ -232,14 +240,16 @@ def test_spares_start_one_at_a_time_and_none_while_a_process_is_starting(pool):
     assert pool.started["slots"] == 8, "the shape's target is the largest lease: 4 fresh beside the 4 leased"
 
 
-def test_no_fresh_coordinator_starts_while_a_job_slot_is_starting(pool):
+def test_a_standby_coordinator_starts_neither_while_a_job_slot_is_starting_nor_within_the_refill_delay(pool):
     pool.ledger.settings = PoolSettings(idle_slots=0, idle_coordinators=1)
     pool.ledger.envs["env"] = {}
     pool.lease("job", A, 2)  # its slots are starting
     pool.refill(0.0)
     assert pool.started["coordinators"] == 0, "a coordinator started beside the job's starting slots"
     pool.up()
-    pool.refill(0.25)
+    pool.refill(PoolLedger.REFILL_DELAY_S - 0.1)
+    assert pool.started["coordinators"] == 0, "a coordinator started beside the running job before the delay"
+    pool.refill(PoolLedger.REFILL_DELAY_S)
     assert pool.started["coordinators"] == 1
 
 
@@ -248,12 +258,11 @@ def test_lost_slots_are_replaced_after_the_failover_all_together_even_while_othe
     as were lost, without the refill delay; the shape's other missing spares come
     later, one at a time, so the boots do not crowd the next failover."""
     leased = _running_job_of_4(pool)
-    pool.refill(0.0)  # its first spare
     pool.lease("other", A, 1, shape=Shape(options={"num_cpus": 0.25}, runtime_env={}))  # starting: the pool is booting
     pool.ledger.forget_slots(leased[:2], now=0.1)  # two task actors of the running job died (a node, say)
-    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S - 0.05) == 6, "a replacement started beside the failover"
-    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S) == 6 + 2, "the lost slots were not replaced together"
-    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S + 0.25) == 8, "more than the lost ones started at once"
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S - 0.05) == 5, "a replacement started beside the failover"
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S) == 5 + 2, "the lost slots were not replaced together"
+    assert _started_at(pool, 0.1 + PoolLedger.REPLACE_DELAY_S + 0.25) == 7, "more than the lost ones started at once"
 
 
 def test_short_of_cpus_an_applications_idle_slots_retire_before_fresh_ones(pool):
@@ -277,3 +286,16 @@ def test_a_job_about_to_deploy_has_the_slots_it_lacks_started_beside_its_coordin
     pool._slot(SHAPE.key)
     assert pool.ledger.expect(SHAPE, 4, A.id) == 1, "its application's idle slots and fresh ones cover the rest"
     assert pool.ledger.expect(SHAPE, 4, B.id) == 3, "another application's idle slots do not count for it"
+
+
+def test_a_cluster_start_has_the_spares_a_first_job_takes_started_at_once_within_the_room_there_is(pool):
+    pool.ledger.settings = PoolSettings(idle_slots=4, idle_coordinators=1)
+    plan = pool.ledger.warm_up(SHAPE, "env", {}, now=0.0, free_cpus=CPUS)
+    assert plan.new_slots == [SHAPE.key] * 4 and plan.new_coordinators == ["env"]
+    pool._slot(SHAPE.key)
+    assert len(pool.ledger.warm_up(SHAPE, "env", {}, now=0.0, free_cpus=CPUS).new_slots) == 3, "a fresh one not counted"
+    assert len(pool.ledger.warm_up(SHAPE, "env", {}, now=0.0, free_cpus=1.0).new_slots) == 2, (
+        "more than fit (0.5 CPU each)"
+    )
+    pool.up()
+    assert _started_at(pool, 1.0) == 4, "the warmed shape is not kept at its target as one in use"
