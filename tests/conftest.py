@@ -15,6 +15,10 @@ if ROOT not in sys.path:
 
 # Coordinators of ended jobs leave soon: a test session runs many jobs.
 os.environ.setdefault("WEIR_JOB_LINGER_S", "20")
+# The session's pool keeps 4 fresh slots per shape, not 8: its driver's jobs
+# reuse its own slots, and the tests use many shapes, each of whose spares is a
+# process start (2 s of CPU) the suite would pay for.
+os.environ.setdefault("WEIR_POOL_IDLE_SLOTS", "4")
 # Every JVM of the session (Spark's driver, app master and executors, each
 # notebook kernel's, the Kafka broker) compiles with C1 only: on 2 cores a Spark
 # session then starts in 18 s instead of 21 and its first query takes 6 s
