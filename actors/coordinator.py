@@ -461,6 +461,9 @@ class _HostedJob:
     graph: JobGraph
     master: JobMaster
     gateway: RayGateway
+    incarnation: int
+    history: list[dict[str, Any]]  # the exceptions of its earlier incarnations, newest first
+    reported: object = None  # the latest failure the pool has heard of
 
 
 class JobCoordinator:
@@ -506,6 +509,10 @@ class JobCoordinator:
         self._metrics.report(
             hosted.graph.name, m.restarts.count, m.coordinator.completed, None if last is None else vars(last)
         )
+        latest = m.life.failures[-1] if m.life.failures else None
+        if latest is not hosted.reported:  # a successor, should this process die, lists them too
+            self._pool.exceptions_reported.remote(hosted.graph.name, hosted.incarnation, self._own_exceptions(m))
+            hosted.reported = latest
 
     def start(self, assignment: JobAssignment, recovering: bool = False) -> None:
         """Run a job; ``recovering``: take over one whose coordinator died (its
@@ -548,7 +555,7 @@ class JobCoordinator:
                 deploy_io=OffLoopThread(graph.name, "task deployment"),
             ),
         )
-        hosted = _HostedJob(graph, master, gateway)
+        hosted = _HostedJob(graph, master, gateway, assignment.incarnation, assignment.history)
         self._jobs[graph.name] = self._running = hosted
         threading.Thread(
             target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True
@@ -650,8 +657,13 @@ class JobCoordinator:
 
     def exceptions(self, job: str) -> list[dict[str, Any]]:
         """The failures that restarted or ended the job, newest first (its
-        exception history, as Flink's web UI shows it)."""
-        m = self._job(job).master
+        exception history, as Flink's web UI shows it), through the deaths of
+        its earlier coordinators."""
+        hosted = self._job(job)
+        return self._own_exceptions(hosted.master) + hosted.history
+
+    @staticmethod
+    def _own_exceptions(m: JobMaster) -> list[dict[str, Any]]:
         now, wall = m.clock(), time.time()
         out = []
         for f in reversed(tuple(m.life.failures)):  # a copy: the loop thread appends

@@ -31,6 +31,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir.runtime.job_lifecycle import JobLifecycle
+
 
 @dataclass(frozen=True)
 class Application:
@@ -61,6 +63,9 @@ class JobAssignment:
     slots: list[tuple["Shape", int]] = field(default_factory=list)  # how many slots of each shape its tasks take
     rescales: list[dict[str, int]] = field(default_factory=list)  # completed rescales, in order: a restart keeps them
     incarnation: int = 0  # how often another coordinator took the job over
+    # The exception history of its earlier incarnations, newest first, each
+    # ending with the death of its coordinator: a successor lists it under its own.
+    history: list[dict[str, Any]] = field(default_factory=list)
     # Its coordinator accepted it (``start`` returned). Until then its submitter,
     # not the pool, answers for it: a coordinator that dies with the start on
     # its way is replaced by the submitter's retry.
@@ -123,6 +128,7 @@ class JobEntry:
     coordinator: str
     ended: bool = False
     accepted: bool = False  # the coordinator's start returned: it answers for the job
+    reported: list[dict[str, Any]] = field(default_factory=list)  # its incarnation's exceptions, as last reported
 
 
 @dataclass(frozen=True)
@@ -350,24 +356,45 @@ class PoolLedger:
             del self.jobs[name]
         self.job_ended(cid, now)
 
-    def coordinator_died(self, cid: str) -> tuple[JobAssignment, str | None, str] | None:
-        """A coordinator has died. Its running job, if it had accepted one, goes
-        to a successor (:meth:`take_over`); a job still on its way there stays
-        with the submitter, who takes it over once its start has returned."""
+    def exceptions_reported(self, name: str, incarnation: int, entries: list[dict[str, Any]]) -> None:
+        """The coordinator of the job's ``incarnation`` lists these exceptions,
+        newest first: kept for its successor, should it die."""
+        entry = self.jobs.get(name)
+        if entry is not None and entry.assignment.incarnation == incarnation:
+            entry.reported = entries
+
+    def coordinator_died(self, cid: str, at: float) -> tuple[JobAssignment, str | None, str] | None:
+        """A coordinator has died (noticed at wall-clock time ``at``). Its running
+        job, if it had accepted one, goes to a successor (:meth:`take_over`); a
+        job still on its way there stays with the submitter, who takes it over
+        once its start has returned."""
         c = self.coordinators.pop(cid, None)
         for name in [n for n, e in self.jobs.items() if e.coordinator == cid and e.ended]:
             del self.jobs[name]  # ended records it kept: gone with it
         entry = self.jobs.get(c.job) if c is not None and c.job is not None else None
         if entry is None or entry.ended or entry.coordinator != cid or not entry.assignment.started:
             return None
-        return self.take_over(entry.assignment.name, c.env)
+        return self.take_over(entry.assignment.name, c.env, cid, at)
 
-    def take_over(self, name: str, env_key: str) -> tuple[JobAssignment, str | None, str]:
+    def take_over(self, name: str, env_key: str, dead: str, at: float) -> tuple[JobAssignment, str | None, str]:
         """The job's next incarnation goes to a standby coordinator: one of its
         application's, else a fresh one (None: the pool must start one and
-        :meth:`place_job` it there)."""
-        assignment = self.jobs[name].assignment
+        :meth:`place_job` it there). Its exception history so far, and the death
+        of coordinator ``dead`` at ``at``, go with it."""
+        entry = self.jobs[name]
+        assignment = entry.assignment
         assignment.incarnation += 1
+        died = {
+            "at": round(at, 3),
+            "task": None,
+            "attempt": None,
+            "operator": None,
+            "exception": "JobCoordinatorDied",
+            "message": f"the job coordinator ({dead[:8]}) died: another took the job over "
+            f"from its latest checkpoint (incarnation {assignment.incarnation})",
+        }
+        assignment.history = [died, *entry.reported, *assignment.history][: JobLifecycle.HISTORY_LIMIT]
+        entry.reported = []
         free = [
             (cid, c) for cid, c in self.coordinators.items() if c.env == env_key and c.job is None and not c.retiring
         ]

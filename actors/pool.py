@@ -194,7 +194,7 @@ class SlotPool:
             with self._lock:
                 assignment.started = self.ledger.jobs[assignment.name].accepted = True
                 orphaned = cid not in self.ledger.coordinators  # it died right after it accepted the job
-                successor = self.ledger.take_over(assignment.name, env_key) if orphaned else None
+                successor = self.ledger.take_over(assignment.name, env_key, cid, time.time()) if orphaned else None
             if successor is not None:
                 self._take_over(*successor)
             return actor, None
@@ -230,7 +230,7 @@ class SlotPool:
         with self._lock:
             for table in (self._actors, self._watches, self._starting):
                 table.pop(cid, None)
-            successor = self.ledger.coordinator_died(cid)
+            successor = self.ledger.coordinator_died(cid, time.time())
         if successor is not None:
             self._take_over(*successor)
 
@@ -275,6 +275,11 @@ class SlotPool:
             leaving = self.ledger.forget_job(job, coordinator_id)
         if leaving:
             self._retire([], [coordinator_id])
+
+    def exceptions_reported(self, job: str, incarnation: int, entries: list[dict[str, Any]]) -> None:
+        """The job's coordinator lists these exceptions (newest first): a successor keeps them."""
+        with self._lock:
+            self.ledger.exceptions_reported(job, incarnation, entries)
 
     def rescaled(self, job: str, parallelism: dict[str, int]) -> None:
         """A rescale of ``job`` completed: a coordinator taking the job over keeps it."""

@@ -256,17 +256,26 @@ def test_a_job_handed_to_a_coordinator_that_died_idle_runs_once_to_its_end(ray_c
 
 def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster, checkpoint_dir, out_dir, tmp_path):
     """Another driver's client (attach) and the submitter's keep working, and
-    coordinators can die any number of times: no Ray restart budget."""
+    coordinators can die any number of times: no Ray restart budget. The job's
+    exception history goes with it: a task's failure, then each coordinator's death."""
     n, gate = 60_000, str(tmp_path / "kills-done")
     client = _keyed_sum(checkpoint_dir, out_dir, n, gate=gate).execute_async("followed")
     watcher = RayJobClient.attach("followed")
     last = _wait_completed_after(client, 0)
+    victim = _vertex_subtask(client.tasks()[-1])
+    client.kill_task(*victim)
+    last = _wait_completed_after(client, last)
+    time.sleep(1.5)  # the coordinator tells the pool its exceptions once a second
     first, killed = client.coordinator, set()
     for _ in range(6):
         killed.add(watcher.coordinator._actor_id)
         ray.kill(watcher.coordinator)
         last = _wait_completed_after(watcher, last)
     assert len(killed) == 6 and watcher.info()["coordinator_recovered"]
+    history = watcher.exceptions()
+    assert [h["exception"] for h in history[:6]] == ["JobCoordinatorDied"] * 6, history
+    assert len(history) == 7 and history[6]["task"] == "/".join(map(str, victim)), history
+    assert [h["at"] for h in history] == sorted((h["at"] for h in history), reverse=True), "not newest first"
     _unpace(gate)
     assert client.wait(120).status is JobStatus.FINISHED
     assert client.coordinator._actor_id not in killed and first._actor_id in killed

@@ -183,11 +183,13 @@ def test_a_dead_coordinators_job_goes_to_a_standby_of_its_application_else_a_fre
     pool.ledger.add_coordinator(fresh, "env")
     assignment = pool.ledger.jobs["orders"].assignment
     assignment.started = True
-    assert pool.ledger.coordinator_died(dead) == (assignment, own, "env")
+    assert pool.ledger.coordinator_died(dead, at=2.0) == (assignment, own, "env")
     assert assignment.incarnation == 1 and pool.ledger.jobs["orders"].coordinator == own
     assert isinstance(pool.submit("orders", B), Conflict), "a job being taken over lost its name"
-    assert pool.ledger.coordinator_died(own) == (assignment, fresh, "env")
-    assert pool.ledger.coordinator_died(fresh) == (assignment, None, "env"), "no standby: the pool must start one"
+    assert pool.ledger.coordinator_died(own, at=3.0) == (assignment, fresh, "env")
+    assert pool.ledger.coordinator_died(fresh, at=4.0) == (assignment, None, "env"), (
+        "no standby: the pool must start one"
+    )
     assert assignment.incarnation == 3
 
 
@@ -195,9 +197,28 @@ def test_a_dead_coordinators_job_still_on_its_way_stays_with_its_submitter_and_e
     dead = pool.submit("ended-here", A)
     pool.ledger.job_ended(dead, now=1.0)
     dead = pool.submit("on-its-way", A)  # the same coordinator, its start not yet returned
-    assert pool.ledger.coordinator_died(dead) is None
+    assert pool.ledger.coordinator_died(dead, at=2.0) is None
     assert "ended-here" not in pool.ledger.jobs and pool.ledger.jobs["on-its-way"].assignment.incarnation == 0
-    assert pool.ledger.take_over("on-its-way", "env")[1] is None  # the submitter's start returned: it takes it over
+    assert (
+        pool.ledger.take_over("on-its-way", "env", dead, at=2.0)[1] is None
+    )  # the submitter's start returned: it takes it over
+
+
+def test_a_coordinator_taking_a_job_over_gets_the_exception_history_so_far_and_the_deaths_before_it(pool):
+    first = pool.submit("orders", A)
+    assignment = pool.ledger.jobs["orders"].assignment
+    assignment.started = True
+    failure = {"at": 1.5, "task": "count/1", "exception": "RuntimeError", "message": "boom"}
+    pool.ledger.exceptions_reported("orders", 0, [failure])
+    pool.ledger.add_coordinator("second", "env")
+    pool.ledger.coordinator_died(first, at=2.0)
+    pool.ledger.exceptions_reported("orders", 0, [{"message": "late"}])  # the dead incarnation's: ignored
+    pool.ledger.add_coordinator("third", "env")
+    pool.ledger.coordinator_died("second", at=3.0)
+    history = assignment.history
+    assert [h["exception"] for h in history] == ["JobCoordinatorDied", "JobCoordinatorDied", "RuntimeError"], history
+    assert [h["at"] for h in history] == [3.0, 2.0, 1.5] and "incarnation 2" in history[0]["message"]
+    assert first[:8] in history[1]["message"] and history[2] == failure
 
 
 def test_a_coordinator_taking_a_job_over_gets_the_rescales_that_completed(pool):
