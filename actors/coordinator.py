@@ -461,9 +461,7 @@ class _HostedJob:
     graph: JobGraph
     master: JobMaster
     gateway: RayGateway
-    incarnation: int
     history: list[dict[str, Any]]  # the exceptions of its earlier incarnations, newest first
-    reported: object = None  # the latest failure the pool has heard of
 
 
 class JobCoordinator:
@@ -509,10 +507,6 @@ class JobCoordinator:
         self._metrics.report(
             hosted.graph.name, m.restarts.count, m.coordinator.completed, None if last is None else vars(last)
         )
-        latest = m.life.failures[-1] if m.life.failures else None
-        if latest is not hosted.reported:  # a successor, should this process die, lists them too
-            self._pool.exceptions_reported.remote(hosted.graph.name, hosted.incarnation, self._own_exceptions(m))
-            hosted.reported = latest
 
     def start(self, assignment: JobAssignment, recovering: bool = False) -> None:
         """Run a job; ``recovering``: take over one whose coordinator died (its
@@ -552,10 +546,13 @@ class JobCoordinator:
                 first_attempt=assignment.incarnation * self.ATTEMPTS_PER_INCARNATION,
                 incarnation=assignment.incarnation,
                 on_end=lambda status: self._ended(hosted),
+                on_failure=lambda: self._pool.exceptions_reported.remote(  # a successor lists them too
+                    graph.name, assignment.incarnation, self._own_exceptions(hosted.master)
+                ),
                 deploy_io=OffLoopThread(graph.name, "task deployment"),
             ),
         )
-        hosted = _HostedJob(graph, master, gateway, assignment.incarnation, assignment.history)
+        hosted = _HostedJob(graph, master, gateway, assignment.history)
         self._jobs[graph.name] = self._running = hosted
         threading.Thread(
             target=self._run, args=(hosted, assignment.linger_s), name=f"jobmaster-{graph.name}", daemon=True

@@ -124,7 +124,7 @@ class JobMaster:
         self._cancel_requested: float | None = None
         self._failures: collections.deque[Failed] = collections.deque()  # to handle after the current letter
         self._done = threading.Event()
-        self._on_end = o.on_end
+        self._on_end, self._report_failure = o.on_end, o.on_failure
         self._held: list[MasterLetter] = []  # letters that came while a deploy ran
         self.final_metrics: list[dict[str, Any]] = []
         self.view = JobView([], [])
@@ -399,6 +399,8 @@ class JobMaster:
             return
         error = failed.error
         self.life.failed(error, failed.task, self.attempt)
+        if self._report_failure is not None:
+            self._report_failure()
         headline = str(error).splitlines()[0] if str(error) else repr(error)
         cancelling = self._cancel_requested is not None
         running = self.status is JobStatus.RUNNING

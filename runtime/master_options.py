@@ -23,7 +23,9 @@ class MasterOptions:
     storage with it, and one with a lower one stands down (see
     :class:`~weir.runtime.storage.CheckpointStorage`). ``on_end``:
     records the job's end where a restarted job master would look, before the end
-    is reported to anyone (an ended job never runs again). ``storage_io``,
+    is reported to anyone (an ended job never runs again). ``on_failure``: told
+    of each failure the job master records (a successor keeps the exception
+    history). ``storage_io``,
     ``coordinator_io``, ``deploy_io``: where storage writes (default: an
     :class:`~weir.runtime.off_loop.OffLoopThread`), coordinators' async calls
     (default: two threads) and deploys (default: at once) run.
@@ -36,6 +38,7 @@ class MasterOptions:
     first_attempt: int = 0
     incarnation: int = 0
     on_end: Callable[[JobStatus], None] | None = None
+    on_failure: Callable[[], None] | None = None
     storage_io: Callable[[Work], None] | None = None
     coordinator_io: Callable[[Work], None] | None = None
     restart_jitter: random.Random | None = None

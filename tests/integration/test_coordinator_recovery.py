@@ -265,7 +265,6 @@ def test_clients_follow_the_job_to_the_coordinator_that_took_it_over(ray_cluster
     victim = _vertex_subtask(client.tasks()[-1])
     client.kill_task(*victim)
     last = _wait_completed_after(client, last)
-    time.sleep(1.5)  # the coordinator tells the pool its exceptions once a second
     first, killed = client.coordinator, set()
     for _ in range(6):
         killed.add(watcher.coordinator._actor_id)
