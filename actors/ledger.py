@@ -495,8 +495,7 @@ class PoolLedger:
                     free_cpus += shape.cpus
                     self._scarce_until = now + self.settings.idle_timeout_s
         for env_key in self.envs:
-            fresh_c = sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
-            missing = self.settings.idle_coordinators - fresh_c
+            missing = self.settings.idle_coordinators - self._fresh_coordinators(env_key)
             if self._spares_due(env_key, missing, now, booting, quiet):
                 plan.new_coordinators += [env_key] * missing
         for cid, c in self.coordinators.items():  # an application's idle coordinator retires as its slots do
@@ -520,11 +519,13 @@ class PoolLedger:
         self._leased_at.setdefault(shape.key, now)
         fresh = sum(1 for s in self.slots.values() if s.shape == shape.key and s.app is None and s.job is None)
         room = int(max(0.0, free_cpus) // shape.cpus) if shape.cpus else self.settings.idle_slots
-        fresh_c = sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
         return RefillPlan(
             new_slots=[shape.key] * min(room, max(0, self.settings.idle_slots - fresh)),
-            new_coordinators=[env_key] * max(0, self.settings.idle_coordinators - fresh_c),
+            new_coordinators=[env_key] * max(0, self.settings.idle_coordinators - self._fresh_coordinators(env_key)),
         )
+
+    def _fresh_coordinators(self, env_key: str) -> int:
+        return sum(1 for c in self.coordinators.values() if c.env == env_key and c.app is None and c.job is None)
 
     def _spares_due(self, key: str, missing: int, now: float, booting: bool, quiet: bool) -> int:
         """How many of ``missing`` spares of a shape or runtime env ``key`` to start

@@ -357,9 +357,10 @@ class SlotPool:
 
     def warm_up(self, shape: Shape, runtime_env: dict[str, Any], wait_s: float) -> dict[str, Any]:
         """Start at once the fresh slots of ``shape`` and the job coordinator of
-        ``runtime_env`` the pool keeps, and return the pool's stats once they are up (or after ``wait_s``): a
-        cluster's start, after which a first job starts as fast as later ones
-        (see :func:`warm_pool`)."""
+        ``runtime_env`` the pool keeps, and return the pool's stats once those
+        of that shape and env are up (or after ``wait_s``): a cluster's start,
+        after which a first job starts as fast as later ones (see
+        :func:`warm_pool`)."""
         env_key = json.dumps(runtime_env, sort_keys=True, default=str)
         free = ray.available_resources().get("CPU", 0.0) - self.CPU_RESERVE
         with self._lock:
@@ -368,7 +369,9 @@ class SlotPool:
                 self._new_slot(self.ledger.shapes[key])
             for key in plan.new_coordinators:
                 self._new_coordinator(key)
-            starting = dict(self._starting)
+            ours = {sid for sid, slot in self.ledger.slots.items() if slot.shape == shape.key}
+            ours |= {cid for cid, c in self.ledger.coordinators.items() if c.env == env_key}
+            starting = {aid: ref for aid, ref in self._starting.items() if aid in ours}
         ready, _ = ray.wait(list(starting.values()), num_returns=len(starting), timeout=wait_s)
         for aid, ref in starting.items():
             if ref in ready:

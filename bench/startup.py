@@ -63,12 +63,11 @@ def tiny_job(parallelism: int, name: str, task_cpus: float, records: int = 1000)
 _DRIVER = """
 import json, sys, time
 started = time.perf_counter()
+import ray
 from weir.actors.cluster import ensure_ray
-from weir.actors.pool import warm_pool
+from weir.actors.pool import get_pool, warm_pool
 ensure_ray()
 joined = time.perf_counter()
-import ray
-from weir.actors.pool import get_pool
 created = warm_pool(task_cpus=float(sys.argv[2]))["created"]["slots"]
 warmed = time.perf_counter()
 from bench.startup import tiny_job
