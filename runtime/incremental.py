@@ -45,17 +45,22 @@ REMOVED = _Removed()
 class KeyedSnapshot:
     """One keyed backend's part of a snapshot: ``tables`` (state name -> key ->
     value) holds every entry, or with ``delta`` the entries of the keys touched
-    since its base. ``live_keys``: the entries the backend held at the time."""
+    since its base. ``live_keys``: the entries the backend held at the time;
+    ``ttl_states``: the states whose entries are ``(value, last_access_ms)``."""
 
     tables: dict[str, dict[Any, Any]]
     delta: bool = False
     live_keys: int = 0
+    ttl_states: tuple[str, ...] = ()
 
 
 class FileKeyed(abc.ABC):
     """A keyed snapshot that a backend keeps in files of its own (RocksDB's): it is
     always whole (never a delta), and any backend can read it as plain entries,
-    once :meth:`located` told it where its files are."""
+    once :meth:`located` told it where its files are. ``ttl_states``: as
+    :class:`KeyedSnapshot`'s."""
+
+    ttl_states: tuple[str, ...]
 
     @abc.abstractmethod
     def located(self, files: tuple[DbFile, ...]) -> "FileKeyed":
@@ -190,10 +195,8 @@ def merged(chain: list[Keyed]) -> Keyed:
     if len(chain) == 1 or not isinstance(chain[0], KeyedSnapshot):
         return chain[0]  # deltas follow only a heap backend's full snapshot
     tables: dict[str, dict[Any, Any]] = {}
-    live = 0
     for snap in chain:
         assert isinstance(snap, KeyedSnapshot)
-        live = snap.live_keys
         if not snap.delta:
             tables = dict(snap.tables)  # freshly unpickled: changed in place by the deltas after it
             continue
@@ -204,7 +207,11 @@ def merged(chain: list[Keyed]) -> Keyed:
                     table.pop(key, None)
                 else:
                     table[key] = value
-    return KeyedSnapshot({n: t for n, t in tables.items() if t}, live_keys=live)
+    newest = chain[-1]
+    assert isinstance(newest, KeyedSnapshot)
+    return KeyedSnapshot(
+        {n: t for n, t in tables.items() if t}, live_keys=newest.live_keys, ttl_states=newest.ttl_states
+    )
 
 
 def restore_into(

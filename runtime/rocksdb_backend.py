@@ -57,7 +57,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, MutableMapping
 
 import xxhash
@@ -566,7 +566,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if self._config.incremental:
             self._uploads.add(checkpoint_id, upload)
         self._pending.append(upload)
-        return RocksDBSnapshot(self._owner, tuple(upload.names), self._live_estimate())
+        return RocksDBSnapshot(
+            self._owner, tuple(upload.names), self._live_estimate(), ttl_states=tuple(sorted(self.ttl_states))
+        )
 
     def checkpoint_completed(self, checkpoint_id: int) -> None:
         self._uploads.completed(checkpoint_id)
@@ -719,6 +721,7 @@ class RocksDBSnapshot(FileKeyed):
     names: tuple[str, ...]
     live_keys: int = 0
     files: tuple[DbFile, ...] = ()
+    ttl_states: tuple[str, ...] = ()
 
     def located(self, files: tuple[DbFile, ...]) -> "RocksDBSnapshot":
         by_name = {f.name: f for f in files}
@@ -727,7 +730,7 @@ class RocksDBSnapshot(FileKeyed):
             raise CorruptCheckpointError(
                 missing[0], f"a RocksDB file of operator '{self.owner}' that its state handle does not name"
             )
-        return RocksDBSnapshot(self.owner, self.names, self.live_keys, tuple(by_name[n] for n in self.names))
+        return replace(self, files=tuple(by_name[n] for n in self.names))
 
     def rebuilt(self, path: str, options: Options) -> Rdict:
         """Its database in a new folder ``path``, open: the materialization's files

@@ -20,7 +20,6 @@ import pyarrow as pa
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.incremental import FileKeyed, KeyedSnapshot, located, merged
 from weir.runtime.keygroups import KeyGroupRange
-from weir.runtime.state import TtlValue
 from weir.runtime.storage import find_restore_point, handle_from_json, read_metadata, read_state
 
 
@@ -49,8 +48,11 @@ def read_keyed_state_dict(path: str, operator: str, state: str | None = None) ->
         chain = [read_state(link).get(uid) for link in links]
         keyed = [located(s.keyed, link.files) for s, link in zip(chain, links) if s is not None and s.keyed]
         if keyed:
-            for name, entries in _tables(merged(keyed), entry["max_parallelism"]).items():
-                tables.setdefault(name, {}).update(entries)
+            whole = merged(keyed)
+            ttl_states = getattr(whole, "ttl_states", ())  # an older snapshot: none
+            for name, entries in _tables(whole, entry["max_parallelism"]).items():
+                plain = {k: _without_timestamps(v) for k, v in entries.items()} if name in ttl_states else entries
+                tables.setdefault(name, {}).update(plain)
     if state is None and len(tables) == 1:
         state = next(iter(tables))
     if state not in tables:
@@ -59,7 +61,7 @@ def read_keyed_state_dict(path: str, operator: str, state: str | None = None) ->
             state,
             f"name one of {sorted(tables)} with state=..." if tables else "this operator holds no keyed state there",
         )
-    return {key: _plain(value) for key, value in tables[state].items()}
+    return tables[state]
 
 
 def _operator(metadata: dict[str, Any], operator: str, location: str) -> tuple[str, dict[str, Any]]:
@@ -89,12 +91,11 @@ def _tables(keyed: Any, max_parallelism: int) -> dict[str, dict[Any, Any]]:
     return out
 
 
-def _plain(value: Any) -> Any:
-    """A stored value without its time-to-live timestamps."""
-    if isinstance(value, TtlValue):
-        return value.value
-    if isinstance(value, list) and value and isinstance(value[0], TtlValue):
-        return [e.value for e in value]
-    if isinstance(value, dict) and value and isinstance(next(iter(value.values())), TtlValue):
-        return {k: e.value for k, e in value.items()}
-    return value
+def _without_timestamps(stored: Any) -> Any:
+    """A time-to-live state's stored value without its timestamps: its entry's
+    value, or its list or map of entries' values."""
+    if isinstance(stored, tuple):
+        return stored[0]
+    if isinstance(stored, list):
+        return [e[0] for e in stored]
+    return {k: e[0] for k, e in stored.items()}

@@ -80,15 +80,24 @@ class _Hog:
 
 
 def _hog_the_free_cpus():
-    """An actor holding all but a sliver of the free CPUs: the cluster could host
-    a task asking for one CPU, but not now."""
-    hog = _Hog.options(num_cpus=ray.available_resources()["CPU"] - 0.05).remote()
-    ray.get(hog.ready.remote())
-    return hog
+    """Actors holding all but a sliver of the free CPUs: the cluster could host a
+    task asking for one CPU, but not now. CPUs freed meanwhile (the pool retiring
+    the idle slots of the test before) are taken too, until none were for 2 s:
+    a hog of the first moment's free CPUs alone let such a task in."""
+    hogs = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 2.0:
+        free = ray.available_resources().get("CPU", 0) - 0.05
+        if free >= 0.05:
+            hogs.append(_Hog.options(num_cpus=round(free, 4)).remote())
+            ray.get(hogs[-1].ready.remote())
+            quiet_since = time.monotonic()
+        time.sleep(0.1)
+    return hogs
 
 
 def test_a_job_the_cluster_has_no_room_for_fails_naming_what_it_asks(ray_cluster, checkpoint_dir):
-    hog = _hog_the_free_cpus()
+    hogs = _hog_the_free_cpus()
     try:
         env = StreamExecutionEnvironment.get_execution_environment()
         env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
@@ -103,11 +112,12 @@ def test_a_job_the_cluster_has_no_room_for_fails_naming_what_it_asks(ray_cluster
             in str(info.value)
         )
     finally:
-        ray.kill(hog)
+        for hog in hogs:
+            ray.kill(hog)
 
 
 def test_cancel_reaches_a_job_waiting_for_room(ray_cluster, checkpoint_dir):
-    hog = _hog_the_free_cpus()
+    hogs = _hog_the_free_cpus()
     try:
         env = StreamExecutionEnvironment.get_execution_environment()
         env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
@@ -118,4 +128,5 @@ def test_cancel_reaches_a_job_waiting_for_room(ray_cluster, checkpoint_dir):
         client.cancel(timeout_s=5)  # raises TimeoutError when the cancel does not reach it
         assert client.get_job_status() is JobStatus.CANCELED
     finally:
-        ray.kill(hog)
+        for hog in hogs:
+            ray.kill(hog)

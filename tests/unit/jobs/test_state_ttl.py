@@ -5,6 +5,7 @@ TTL state gives exact output through killed tasks."""
 
 from __future__ import annotations
 
+import pathlib
 import random
 import threading
 
@@ -16,6 +17,7 @@ from weir import (
     EmbeddedRocksDBStateBackend,
     HashMapStateBackend,
     InvalidConfigurationError,
+    JobStatus,
     KeyedProcessFunction,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -24,6 +26,7 @@ from weir import (
     StreamExecutionEnvironment,
     Time,
     ValueStateDescriptor,
+    read_keyed_state_dict,
 )
 from weir.connectors.files import FileSink, read_committed
 from weir.runtime.testing import OperatorHarness
@@ -323,3 +326,57 @@ def test_a_ttl_job_matches_the_reference_through_killed_tasks_and_a_rescale(chec
     want = _job_reference(records)
     assert any(r[2] > 1 for r in want) and any(r[2] == 1 and r[1] > TTL_MS for r in want)  # both outcomes occur
     assert sorted(map(tuple, read_committed(out_dir))) == sorted(want)
+
+
+class Kept(KeyedProcessFunction):
+    """Keeps each record's value in a TTL value, list and map state, and in a plain
+    value state as a pair that looks like a TTL entry (value, int)."""
+
+    def open(self, ctx):
+        config = _ttl(60_000)
+        self.value = ctx.get_state(_named(ValueStateDescriptor, "value", config))
+        self.items = ctx.get_list_state(_named(ListStateDescriptor, "items", config))
+        self.seen = ctx.get_map_state(_named(MapStateDescriptor, "seen", config))
+        self.pair = ctx.get_state(ValueStateDescriptor("pair"))
+
+    def process_element(self, value, ctx):
+        key, v = value
+        self.value.update(v)
+        self.items.add(v)
+        self.seen.put(v, -v)
+        self.pair.update((v, 7))
+        yield value
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_ttl_entries_are_stored_as_plain_tuples_and_read_back_without_their_timestamps(
+    checkpoint_dir, out_dir, backend
+):
+    """A TTL entry is a plain ``(value, last_access_ms)`` tuple, which pickles five
+    times as fast as the class of weir's it was (no class name in the state files);
+    read_keyed_state knows the TTL states from the snapshot, so a plain state whose
+    values are pairs is read as it is."""
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_state_backend(backend())
+    env.enable_checkpointing(60_000)  # only the final checkpoint
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    records = [(k, 10 * k + i) for i in range(3) for k in range(50)]
+    env.from_collection(records).key_by(lambda r: r[0]).process(Kept()).uid("kept").sink_to(FileSink(out_dir))
+    assert env.execute("ttl-plain", executor="local").status is JobStatus.FINISHED
+    (final,) = pathlib.Path(checkpoint_dir.removeprefix("file://")).glob("ttl-plain/*/chk-*")
+    state_files = [p for p in final.parent.parent.rglob("*") if p.is_file()]
+    assert state_files and not [p for p in state_files if b"TtlValue" in p.read_bytes()]
+    last = {k: 10 * k + 2 for k in range(50)}
+    assert read_keyed_state_dict(str(final), "kept", "value") == last
+    assert read_keyed_state_dict(str(final), "kept", "items") == {k: [10 * k, 10 * k + 1, 10 * k + 2] for k in last}
+    assert read_keyed_state_dict(str(final), "kept", "seen") == {
+        k: {10 * k + i: -(10 * k + i) for i in range(3)} for k in last
+    }
+    assert read_keyed_state_dict(str(final), "kept", "pair") == {k: (v, 7) for k, v in last.items()}
+
+
+def test_a_snapshot_of_the_earlier_ttl_entries_still_restores():
+    """Snapshots before 2026-11-29 hold ``TtlValue`` entries: they restore, and expire as theirs."""
+    _, snap = _write_then_snapshot(True, {"a": 0, "b": 400}, snapshot_ms=900)
+    snap.keyed.tables["s"] = {k: weir.runtime.state.TtlValue(*entry) for k, entry in snap.keyed.tables["s"].items()}
+    assert _restored(snap, 1_000).process(("a", "read", None), ("b", "read", None)) == [None, "B"]

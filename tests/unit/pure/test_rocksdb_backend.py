@@ -23,7 +23,6 @@ from weir.runtime.state import (
     KeyedStateBackend,
     ListStateDescriptor,
     StateTtlConfig,
-    TtlValue,
     ValueStateDescriptor,
     _Ttl,
     keyed_state,
@@ -484,7 +483,7 @@ def test_a_snapshots_ttl_cleanup_checks_a_bounded_number_of_entries_and_a_few_sn
     n = 4_500
     for k in range(n):  # written at 0 (the odd ones) and at 900 (the even ones)
         backend.touch(k)
-        table[k] = TtlValue(k, 900 if k % 2 == 0 else 0)
+        table[k] = (k, 900 if k % 2 == 0 else 0)
     backend.touched = set()
     backend.write_back() if kind == "rocksdb" else None
     calls = [0]
