@@ -17,6 +17,7 @@ A 1,000-record keyed running sum into a FileSink with 1 s checkpoints.
   after them.
 
     python3 -m bench.startup [--parallelism 1 2 4 8 16] [--repeat 5] [--new-drivers 5] [--cold 3]
+    python3 -m bench.startup --cold 1 --parallelism --new-drivers 0   # the cold start alone
 """
 
 from __future__ import annotations
@@ -140,9 +141,35 @@ def cold(count: int, task_cpus: float) -> None:
     )
 
 
+def warm(parallelisms: list[int], repeat: int, task_cpus: float, settle_s: float) -> None:
+    """The table of first and later runs at each parallelism, on a warm cluster."""
+    table = Table(
+        title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)"
+    )
+    for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
+        table.add_column(col, justify="right")
+    for p in parallelisms:
+        tiny_job(p, f"bench-startup-p{p}-warmup", task_cpus)
+        settle_pool(settle_s)
+        runs = [tiny_job(p, f"bench-startup-p{p}-{i}", task_cpus) for i in range(repeat)]
+        walls = [w for w, _ in runs]
+        print(f"  parallelism {p}: execute() median {statistics.median(walls):.3f} s", flush=True)
+        table.add_row(
+            str(p),
+            str(2 * p),
+            f"{statistics.median(walls):.3f}",
+            f"{min(walls):.3f}",
+            f"{max(walls):.3f}",
+            f"{statistics.median(d for _, d in runs):.3f}",
+        )
+    Console().print(table)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument(
+        "--parallelism", type=int, nargs="*", default=[1, 2, 4, 8, 16], help="none: no rows on a warm cluster"
+    )
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(
         "--task-cpus",
@@ -163,26 +190,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cold:
         cold(args.cold, args.task_cpus)
-    table = Table(
-        title=f"start-up: 1,000-record keyed sum, FileSink, 1 s checkpoints ({os.cpu_count()} cores, warm cluster)"
-    )
-    for col in ("parallelism", "tasks", "execute() median (s)", "min", "max", "job duration median (s)"):
-        table.add_column(col, justify="right")
-    for p in args.parallelism:
-        tiny_job(p, f"bench-startup-p{p}-warmup", args.task_cpus)
-        settle_pool(args.settle_s)
-        runs = [tiny_job(p, f"bench-startup-p{p}-{i}", args.task_cpus) for i in range(args.repeat)]
-        walls = [w for w, _ in runs]
-        print(f"  parallelism {p}: execute() median {statistics.median(walls):.3f} s", flush=True)
-        table.add_row(
-            str(p),
-            str(2 * p),
-            f"{statistics.median(walls):.3f}",
-            f"{min(walls):.3f}",
-            f"{max(walls):.3f}",
-            f"{statistics.median(d for _, d in runs):.3f}",
-        )
-    Console().print(table)
+    if args.parallelism:
+        warm(args.parallelism, args.repeat, args.task_cpus, args.settle_s)
     if args.new_drivers:
         import ray
 

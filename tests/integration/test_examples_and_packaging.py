@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import importlib
-import io
 import os
 import pathlib
 import subprocess
@@ -15,6 +12,7 @@ import zipfile
 import pytest
 import yaml
 
+from tests.benches import printed_by
 from tests.venvs import new_venv, pinned_to_this_environment, uv
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -152,21 +150,13 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
 
 def _bench(ray_cluster: str, module: str, *args: str) -> str:
     """What ``python -m <module> <args>`` prints, run in this process, on the test
-    session's cluster and driver: the benchmark's ``main()`` with those arguments,
-    as its ``__main__`` block calls it. A driver of its own would cost seconds of
-    CPU joining Ray, and every task of its jobs a fresh process (no process that
-    ran another driver's code serves it); the figures themselves come from full
-    runs. What a benchmark measures in processes of their own (bench.startup's new
-    drivers and cold start) it still starts itself. An exception fails the test."""
+    session's cluster and driver. A driver of its own would cost seconds of CPU
+    joining Ray, and every task of its jobs a fresh process (no process that ran
+    another driver's code serves it); the figures themselves come from full runs.
+    What a benchmark measures in processes of their own (bench.startup's new
+    drivers) it still starts itself."""
     assert ray_cluster  # the session's cluster is up, and this process is its driver
-    argv, printed = sys.argv, io.StringIO()
-    sys.argv = [module, *args]
-    try:
-        with contextlib.redirect_stdout(printed):
-            importlib.import_module(module).main()
-    finally:
-        sys.argv = argv
-    return printed.getvalue()
+    return printed_by(module, *args)
 
 
 @pytest.mark.ray
@@ -222,15 +212,9 @@ def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_
                 "--new-drivers",
                 "1",
                 "--cold",
-                "1",
+                "0",  # on the other worker: test_finding_the_cluster.py
             ],
-            [
-                "parallelism 2: execute() median",
-                "new driver on a warm cluster, p=2: first execute() median",
-                "cold start, p=2: Ray's start (ray.init) median",
-                "then weir's processes (warm_pool) median",
-                "which started 0 process(es)",  # the first job waits for none: they are up
-            ],
+            ["parallelism 2: execute() median", "new driver on a warm cluster, p=2: first execute() median"],
         ),
         (
             [
@@ -269,10 +253,8 @@ def test_the_state_at_scale_benchmark_prints_its_ratios_and_times_a_restore(ray_
         ),
     ],
 )
-def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected, monkeypatch):
-    """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes
-    (the cold start's pool keeps the 4 processes its job takes, not 8)."""
-    monkeypatch.setenv("WEIR_POOL_IDLE_SLOTS", "4")
+def test_the_scale_out_benchmarks_print_their_figures(ray_cluster, command, expected):
+    """Tiny runs of the start-up, cost, and recovery/rescale benchmarks README quotes."""
     stdout = _bench(ray_cluster, *command)
     assert all(e in stdout for e in expected), stdout[-2000:]
 

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.benches import printed_by
 from tests.own_ray import own_ray_tmpdir
 
 pytestmark = pytest.mark.ray
@@ -105,3 +106,18 @@ def test_a_driver_joins_the_cluster_ray_start_recorded():
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().endswith(f":{port}"), run.stdout
     assert took < 60, f"it took {took:.1f} s"
+
+
+def test_the_cold_start_benchmark_prints_its_figures():
+    """bench.startup's cold start, which README quotes: a driver on a machine with
+    no cluster starts Ray, then weir's processes (``warm_pool``), and its first job
+    starts none. Here, on the worker without the session's cluster, beside the
+    other drivers that start clusters of their own (the session's worker runs the
+    benchmark's warm rows)."""
+    stdout = printed_by("bench.startup", "--cold", "1", "--parallelism", "--new-drivers", "0")
+    for line in (
+        "cold start, p=2: Ray's start (ray.init) median",
+        "then weir's processes (warm_pool) median",
+        "which started 0 process(es)",  # the first job waits for none: they are up
+    ):
+        assert line in stdout, stdout[-2000:]
