@@ -17,6 +17,7 @@ from typing import Iterator
 import pytest
 
 from tests.benches import printed_by
+from tests.integration.test_cli import weir_process
 from tests.own_ray import own_ray_tmpdir
 
 pytestmark = pytest.mark.ray
@@ -121,3 +122,15 @@ def test_the_cold_start_benchmark_prints_its_figures():
         "which started 0 process(es)",  # the first job waits for none: they are up
     ):
         assert line in stdout, stdout[-2000:]
+
+
+def test_commands_that_look_at_jobs_never_start_a_cluster():
+    """Issue #16: `weir list` with no cluster reachable started an empty local one
+    and reported no jobs. It fails at once, naming where it looked (three `weir`
+    processes: in a process that joined Ray the command could not fail)."""
+    started = time.monotonic()
+    for command in (["list"], ["status", "some-job"], ["pool"]):
+        r = weir_process("127.0.0.1:1", *command)
+        assert r.returncode == 1, (command, r.stdout, r.stderr)
+        assert "no Ray cluster found at 127.0.0.1:1" in r.stderr, r.stderr
+    assert time.monotonic() - started < 60  # Ray alone waits minutes for an address that does not answer
