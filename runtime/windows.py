@@ -551,7 +551,9 @@ class WindowCall:
             self._call = apply
         self._with_window = self._call is apply and apply is not None
         clear = getattr(fn, "clear", None)
-        self._clear = clear if callable(clear) and not self._with_window else None
+        # The base classes' clear() does nothing: not called per key and window.
+        inherited = getattr(type(fn), "clear", None) in (ProcessWindowFunction.clear, ProcessAllWindowFunction.clear)
+        self._clear = clear if callable(clear) and not self._with_window and not inherited else None
         self.role = "window function" if self._with_window else "process window function"
 
     def emit(self, key: Any, window: TimeWindow, watermark: int, elements: list[Any]) -> Iterable[Any] | None:

@@ -214,3 +214,21 @@ def test_count_windows_with_a_window_function_are_exact_after_killed_tasks(check
         for i in range(0, len(vs) - 99, 100)
     ]
     assert sorted(map(tuple, read_committed(out_dir))) == sorted(want)
+
+
+class NoClear(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield from elements
+
+
+class NoClearAll(ProcessAllWindowFunction):
+    def process(self, context, elements):
+        yield from elements
+
+
+def test_a_window_function_without_its_own_clear_is_not_called_per_key_and_window():
+    """The base classes' ``clear()`` does nothing: calling it for every key of every
+    fired window cost Nexmark's q5 a tenth of its time (150,000 calls for 460,000 bids)."""
+    assert WindowCall(WithWindow(), True, "w").clears
+    assert not WindowCall(NoClear(), True, "w").clears
+    assert not WindowCall(NoClearAll(), False, "w").clears
