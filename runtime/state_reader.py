@@ -20,6 +20,7 @@ import pyarrow as pa
 from weir.runtime.errors import InvalidConfigurationError
 from weir.runtime.incremental import FileKeyed, KeyedSnapshot, located, merged
 from weir.runtime.keygroups import KeyGroupRange
+from weir.runtime.state import TtlValue
 from weir.runtime.storage import find_restore_point, handle_from_json, read_metadata, read_state
 
 
@@ -49,10 +50,9 @@ def read_keyed_state_dict(path: str, operator: str, state: str | None = None) ->
         keyed = [located(s.keyed, link.files) for s, link in zip(chain, links) if s is not None and s.keyed]
         if keyed:
             whole = merged(keyed)
-            ttl_states = getattr(whole, "ttl_states", ())  # an older snapshot: none
+            ttl_states = getattr(whole, "ttl_states", ())  # a snapshot before they were named: none
             for name, entries in _tables(whole, entry["max_parallelism"]).items():
-                plain = {k: _without_timestamps(v) for k, v in entries.items()} if name in ttl_states else entries
-                tables.setdefault(name, {}).update(plain)
+                tables.setdefault(name, {}).update(_plain(entries, name in ttl_states))
     if state is None and len(tables) == 1:
         state = next(iter(tables))
     if state not in tables:
@@ -89,6 +89,22 @@ def _tables(keyed: Any, max_parallelism: int) -> dict[str, dict[Any, Any]]:
         for name, entries in groups.items():
             out.setdefault(name, {}).update(entries)
     return out
+
+
+def _plain(entries: dict[Any, Any], ttl: bool) -> dict[Any, Any]:
+    """A state's entries without their time-to-live timestamps: those of a state the
+    snapshot names as a TTL state, or (a snapshot before 2026-11-29, which names
+    none) those held in weir's old ``TtlValue`` class, which every entry of such a
+    state was."""
+    if not ttl and not _old_ttl_entry(next(iter(entries.values()), None)):
+        return entries
+    return {k: _without_timestamps(v) for k, v in entries.items()}
+
+
+def _old_ttl_entry(stored: Any) -> bool:
+    if isinstance(stored, (list, dict)) and stored:
+        stored = next(iter(stored if isinstance(stored, list) else stored.values()))
+    return isinstance(stored, TtlValue)
 
 
 def _without_timestamps(stored: Any) -> Any:

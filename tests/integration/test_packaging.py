@@ -2,7 +2,7 @@
 one package, weir, and runs the main example; the cluster config is valid for
 `ray up`; the license is the one pyproject names; README's test command keeps a
 file's tests on one worker. (A file of its own so that these run on the worker
-without the session's cluster, which ends the suite.)"""
+without the session's cluster, which carries most of the suite's time.)"""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from weir import (
     read_keyed_state_dict,
 )
 from weir.connectors.files import FileSink, read_committed
+from weir.runtime.state_reader import _plain
 from weir.runtime.testing import OperatorHarness
 
 UpdateType = StateTtlConfig.UpdateType
@@ -376,7 +377,14 @@ def test_ttl_entries_are_stored_as_plain_tuples_and_read_back_without_their_time
 
 
 def test_a_snapshot_of_the_earlier_ttl_entries_still_restores():
-    """Snapshots before 2026-11-29 hold ``TtlValue`` entries: they restore, and expire as theirs."""
+    """Snapshots before 2026-11-29 hold ``TtlValue`` entries: they restore, expire
+    as theirs, and read without their timestamps."""
     _, snap = _write_then_snapshot(True, {"a": 0, "b": 400}, snapshot_ms=900)
     snap.keyed.tables["s"] = {k: weir.runtime.state.TtlValue(*entry) for k, entry in snap.keyed.tables["s"].items()}
     assert _restored(snap, 1_000).process(("a", "read", None), ("b", "read", None)) == [None, "B"]
+    # read_keyed_state strips their timestamps too, though such snapshots name no TTL states.
+    old = weir.runtime.state.TtlValue
+    assert _plain({"a": old("A", 0)}, ttl=False) == {"a": "A"}
+    assert _plain({"a": [old(1, 0), old(2, 5)]}, ttl=False) == {"a": [1, 2]}
+    assert _plain({"a": {"x": old(1, 0)}}, ttl=False) == {"a": {"x": 1}}
+    assert _plain({"a": ("A", 0)}, ttl=False) == {"a": ("A", 0)}  # a plain state's pair, as it is
