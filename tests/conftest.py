@@ -39,13 +39,25 @@ os.environ.update(S3_ENV)
 # session runs on it too), in file order, so that a file's tests share one
 # worker's state; the other takes the rest: the in-process tests, Kafka against
 # its own broker, and the files that start Ray clusters of their own. The first
-# is busy at about 1.3 of 2 cores, mostly with processes starting; the second
-# fills the gap.
+# worker's files are the longer share, so a few of them (SECOND_CLUSTER, no
+# Spark in them) form a group of their own, which xdist hands to the worker that
+# runs out of work first: the other one, which starts a session cluster of its
+# own for them once its in-process tests are done (where the first worker used
+# to run alone for a third of the suite with the second core half idle).
+SECOND_CLUSTER = ("test_coordinator_recovery.py", "test_stress.py", "test_targeted_kills.py")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     on_cluster = {item.path for item in items if "ray_cluster" in item.fixturenames}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group("session-cluster" if item.path in on_cluster else "apart"))
+        if item.path not in on_cluster:
+            group = "apart"
+        elif item.path.name in SECOND_CLUSTER:
+            group = "second-cluster"
+        else:
+            group = "session-cluster"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:

@@ -148,8 +148,9 @@ def test_ci_runs_readmes_test_command():
 
 def test_the_test_command_keeps_a_files_tests_on_one_worker_and_the_cluster_files_together():
     """README's `-n 2 --dist loadgroup` runs files on the session's Ray cluster on
-    one worker and the rest on the other (tests/conftest.py); pytest 9.2 would
-    silently drop the groups (pytest-dev/pytest-xdist#1386)."""
+    one worker and the rest on the other, a few cluster files on whichever runs out
+    of work first (tests/conftest.py); pytest 9.2 would silently drop the groups
+    (pytest-dev/pytest-xdist#1386)."""
     out = subprocess.run(
         [
             sys.executable,
@@ -179,3 +180,10 @@ def test_the_test_command_keeps_a_files_tests_on_one_worker_and_the_cluster_file
     assert len(ran) == 9, out.stdout[-3000:]
     assert all(t.endswith("@apart") for t in ran if "test_mailbox.py" in t or "license" in t), ran
     assert [t for t in ran if "readme_has_examples" in t][0].endswith("@session-cluster"), ran
+    # The files that may run on the other worker's own cluster exist, run on a cluster, and use no Spark
+    # (a second Spark session would cost more than the move saves).
+    from tests.conftest import SECOND_CLUSTER
+
+    for name in SECOND_CLUSTER:
+        text = (ROOT / "tests" / "integration" / name).read_text()
+        assert "ray_cluster," in text and not re.search(r"def test_\w+\([^)]*\bspark\b", text), name
