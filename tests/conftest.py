@@ -44,7 +44,13 @@ os.environ.update(S3_ENV)
 # runs out of work first: the other one, which starts a session cluster of its
 # own for them once its in-process tests are done (where the first worker used
 # to run alone for a third of the suite with the second core half idle).
-SECOND_CLUSTER = ("test_coordinator_recovery.py", "test_stress.py", "test_targeted_kills.py")
+SECOND_CLUSTER = (
+    "test_coordinator_recovery.py",
+    "test_rocksdb_on_ray.py",
+    "test_stress.py",
+    "test_targeted_kills.py",
+    "test_ttl_windows_batches_on_ray.py",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
