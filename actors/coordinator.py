@@ -247,7 +247,7 @@ class RayGateway:
                     _, dead = _answers(setups, until, self._stopped)
                 if not dead:
                     break
-                self._pool.forget.remote([actors.pop(k) for k in dead])
+                ray.get(self._pool.forget_dead.remote([actors.pop(k) for k in dead]))
                 actors.update(self._slots_for([d for d in deployments if d.key in dead]))
             else:
                 raise TaskFailedError(

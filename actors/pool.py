@@ -66,6 +66,7 @@ class SlotPool:
     REFILL_EVERY_S = 0.25
     CPU_RESERVE = 1.0
     SWEEP_WAIT_S = 5.0  # for a retiring slot's sweep of its node (see _retire)
+    PROBE_WAIT_S = 2.0  # for idle slots to answer (see forget_dead); one still starting is left alone
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
@@ -119,6 +120,24 @@ class SlotPool:
             for a in actors:
                 ray.kill(a, no_restart=True)
         self._wake.set()
+
+    def forget_dead(self, actors: list[Any]) -> None:
+        """A job found these idle slots dead at its setup. What killed them (a lost
+        node, a user killing many) may have killed their idle siblings too: each
+        idle slot is asked at once, and those found dead go with them, before the
+        job leases replacements (it tries its setup a few times, and would lease
+        the dead ones a batch a try)."""
+        self.forget(actors)
+        pings = {a.ping.remote(): a for a in self.idle_slots()}
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=self.PROBE_WAIT_S)
+        dead = []
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                dead.append(pings[ref])
+        if dead:
+            self.forget(dead)
 
     def reclaim(self, job: str) -> int:
         """Take back every slot leased to ``job`` (another coordinator takes the
