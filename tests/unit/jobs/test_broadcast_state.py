@@ -281,10 +281,10 @@ def test_a_broadcast_job_is_exact_after_its_operator_tasks_are_killed(checkpoint
 def test_broadcast_state_follows_rescales_2_3_1_while_running(checkpoint_dir, out_dir, keyed):
     events = _events(40_000)
     env = _env(checkpoint_dir)
-    _job(env, events, out_dir, keyed, events_per_second=20_000, rules_per_second=30)
+    _job(env, events, out_dir, keyed, events_per_second=10_000, rules_per_second=30)  # 4 s: as the kill case's
     client = env.execute_async("broadcast-rescale", executor="local")
     for p in (3, 1):
-        _wait_for_checkpoint(client, _latest(client) + 5)
+        _wait_for_checkpoint(client, _latest(client) + 3)
         client.rescale({"apply": p})
         assert sum(t.startswith("apply/") for t in client.tasks()) == p
     result = client.wait(120)
