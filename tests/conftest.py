@@ -46,6 +46,7 @@ os.environ.update(S3_ENV)
 # to run alone for a third of the suite with the second core half idle).
 SECOND_CLUSTER = (
     "test_coordinator_recovery.py",
+    "test_nexmark_on_ray.py",
     "test_rocksdb_on_ray.py",
     "test_stress.py",
     "test_targeted_kills.py",
