@@ -7,9 +7,11 @@ rescales 2 -> 3 -> 1 the jobs match a plain-Python reference exactly."""
 from __future__ import annotations
 
 import collections
+import os
 
 import pytest
 
+from tests.pausing import GatedGenerator
 from weir import (
     BroadcastProcessFunction,
     InvalidConfigurationError,
@@ -228,8 +230,11 @@ def _rules():
     return [(f"c{c}", c + 2) for c in range(CATEGORIES)]
 
 
-def _job(env, events, out_dir, keyed, events_per_second, rules_per_second):
-    stream = env.from_generator(lambda i: events[i], count=len(events), records_per_second=events_per_second)
+def _job(env, events, out_dir, keyed, gate, rules_per_second):
+    """Each events reader passes on a quarter of the events, then waits for ``gate``:
+    the job runs until the test has acted, however loaded the machine."""
+    free = len(events) // 4
+    stream = env.from_source(GatedGenerator(lambda i: events[i], len(events), gate, free), source_name="events")
     rules = env.from_generator(
         lambda i: _rules()[i], count=CATEGORIES, records_per_second=rules_per_second
     ).set_parallelism(1)
@@ -266,12 +271,13 @@ def _latest(client):
 def test_a_broadcast_job_is_exact_after_its_operator_tasks_are_killed(checkpoint_dir, out_dir, keyed):
     events = _events(30_000)
     env = _env(checkpoint_dir)
-    # 3 s of events: room for two kills and their restarts on a loaded CI machine (at 1.5 s one job ended first)
-    _job(env, events, out_dir, keyed, events_per_second=10_000, rules_per_second=40)
+    gate = os.path.join(out_dir, os.pardir, "gate")
+    _job(env, events, out_dir, keyed, gate, rules_per_second=40)
     client = env.execute_async("broadcast-kills", executor="local")
     for subtask in (0, 1):  # each once, with rules both before and after the checkpoint it restores
-        _wait_for_checkpoint(client, _latest(client) + 3)  # 150 ms on: some rules are in it
+        _wait_for_checkpoint(client, _latest(client) + 5)  # 250 ms on: some rules are in it
         client.kill_task("apply", subtask)
+    open(gate, "w").close()
     result = client.wait(120)
     assert result.restarts == 2
     assert sorted(map(tuple, read_committed(out_dir))) == _expected(events)
@@ -281,12 +287,14 @@ def test_a_broadcast_job_is_exact_after_its_operator_tasks_are_killed(checkpoint
 def test_broadcast_state_follows_rescales_2_3_1_while_running(checkpoint_dir, out_dir, keyed):
     events = _events(40_000)
     env = _env(checkpoint_dir)
-    _job(env, events, out_dir, keyed, events_per_second=10_000, rules_per_second=30)  # 4 s: as the kill case's
+    gate = os.path.join(out_dir, os.pardir, "gate")
+    _job(env, events, out_dir, keyed, gate, rules_per_second=30)
     client = env.execute_async("broadcast-rescale", executor="local")
     for p in (3, 1):
-        _wait_for_checkpoint(client, _latest(client) + 3)
+        _wait_for_checkpoint(client, _latest(client) + 5)
         client.rescale({"apply": p})
         assert sum(t.startswith("apply/") for t in client.tasks()) == p
+    open(gate, "w").close()
     result = client.wait(120)
     assert result.restarts == 0
     out = sorted(map(tuple, read_committed(out_dir)))
