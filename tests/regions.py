@@ -54,7 +54,8 @@ def kill_and_watch(
 ) -> Window:
     """Kill task ``kill`` once both pipelines read and a checkpoint completed;
     measure ``other``'s records from when the killed task is gone until its
-    replacement is deployed (calling ``probe`` in between)."""
+    replacement is deployed (calling ``probe`` in between, until it answers
+    something: the job's published view may lag the task's removal by a tick)."""
     while not (
         _records_in(client, kill[0])
         and _records_in(client, other)
@@ -70,6 +71,8 @@ def kill_and_watch(
     probed = probe() if probe is not None else None
     while not any(t.endswith(task) for t in client.tasks()):
         assert not client.status().is_terminal, "the job ended during the recovery"
+        if probe is not None and not probed:
+            probed = probe()
         time.sleep(0.01)
     return Window(name, before, _records_in(client, other), time.monotonic() - gone, probed)
 
