@@ -3,6 +3,7 @@ with task actors killed, against the same plain-Python references."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -48,8 +49,10 @@ def test_a_keyed_co_process_job_is_exact_when_its_task_actors_are_killed(ray_clu
 def test_broadcast_state_survives_killed_task_actors(ray_cluster, checkpoint_dir, out_dir, keyed):
     events = _events(60_000)
     env = _env(checkpoint_dir)
-    _job(env, events, out_dir, keyed, events_per_second=10_000, rules_per_second=8)
+    gate = os.path.join(out_dir, os.pardir, "gate")  # the events wait there until both kills are done
+    _job(env, events, out_dir, keyed, gate, rules_per_second=8)
     client = env.execute_async("broadcast-on-ray")
     _kill_after_checkpoints(client, "apply", [0, 1])
+    open(gate, "w").close()
     assert client.wait(300).restarts == 2
     assert sorted(map(tuple, read_committed(out_dir))) == _expected(events)
