@@ -3,7 +3,6 @@ with task actors killed, against the same plain-Python references."""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -46,10 +45,10 @@ def test_a_keyed_co_process_job_is_exact_when_its_task_actors_are_killed(ray_clu
 
 
 @pytest.mark.parametrize("keyed", [True, False])
-def test_broadcast_state_survives_killed_task_actors(ray_cluster, checkpoint_dir, out_dir, keyed):
+def test_broadcast_state_survives_killed_task_actors(ray_cluster, checkpoint_dir, out_dir, tmp_path, keyed):
     events = _events(60_000)
     env = _env(checkpoint_dir)
-    gate = os.path.join(out_dir, os.pardir, "gate")  # the events wait there until both kills are done
+    gate = str(tmp_path / "kills-done")  # the events wait there until both kills are done
     _job(env, events, out_dir, keyed, gate, rules_per_second=8)
     client = env.execute_async("broadcast-on-ray")
     _kill_after_checkpoints(client, "apply", [0, 1])

@@ -7,7 +7,6 @@ rescales 2 -> 3 -> 1 the jobs match a plain-Python reference exactly."""
 from __future__ import annotations
 
 import collections
-import os
 
 import pytest
 
@@ -268,10 +267,10 @@ def _latest(client):
 
 
 @pytest.mark.parametrize("keyed", [True, False])
-def test_a_broadcast_job_is_exact_after_its_operator_tasks_are_killed(checkpoint_dir, out_dir, keyed):
+def test_a_broadcast_job_is_exact_after_its_operator_tasks_are_killed(checkpoint_dir, out_dir, tmp_path, keyed):
     events = _events(30_000)
     env = _env(checkpoint_dir)
-    gate = os.path.join(out_dir, os.pardir, "gate")
+    gate = str(tmp_path / "acted")
     _job(env, events, out_dir, keyed, gate, rules_per_second=40)
     client = env.execute_async("broadcast-kills", executor="local")
     for subtask in (0, 1):  # each once, with rules both before and after the checkpoint it restores
@@ -284,10 +283,10 @@ def test_a_broadcast_job_is_exact_after_its_operator_tasks_are_killed(checkpoint
 
 
 @pytest.mark.parametrize("keyed", [True, False])
-def test_broadcast_state_follows_rescales_2_3_1_while_running(checkpoint_dir, out_dir, keyed):
+def test_broadcast_state_follows_rescales_2_3_1_while_running(checkpoint_dir, out_dir, tmp_path, keyed):
     events = _events(40_000)
     env = _env(checkpoint_dir)
-    gate = os.path.join(out_dir, os.pardir, "gate")
+    gate = str(tmp_path / "acted")
     _job(env, events, out_dir, keyed, gate, rules_per_second=30)
     client = env.execute_async("broadcast-rescale", executor="local")
     for p in (3, 1):
