@@ -325,6 +325,11 @@ class RayGateway:
         if isinstance(letter, OperatorEvent):
             self._events[ref] = task  # one that is lost fails the task over
 
+    def running(self) -> dict[TaskKey, Any]:
+        """The actors of the tasks that run now: a task whose ``run()`` returned
+        has left its slot to the job as a spare, and killing that kills no task."""
+        return {k: a for k, a in self.actors.items() if k not in self._ended}
+
     def kill(self, tasks: frozenset[TaskKey]) -> None:
         """Stop these tasks now; they report nothing more. A slot whose task had
         ended stays with the job; a running task is cancelled, and its slot waits
@@ -650,7 +655,7 @@ class JobCoordinator:
         return self._job(job).master.view.checkpoints
 
     def tasks(self, job: str) -> list[str]:
-        return [task_actor_name(job, *k) for k in list(self._job(job).gateway.actors)]
+        return [task_actor_name(job, *k) for k in self._job(job).gateway.running()]
 
     def exceptions(self, job: str) -> list[dict[str, Any]]:
         """The failures that restarted or ended the job, newest first (its
@@ -681,8 +686,8 @@ class JobCoordinator:
         return self._job(job).master.graph.to_svg()  # drawn here: the driver never unpickles user functions
 
     def task_actor(self, job: str, vertex: str, subtask: int) -> Any:
-        """The Ray actor running a task now (None when it is not deployed)."""
-        return self._job(job).gateway.actors.get((vertex, subtask))
+        """The Ray actor running a task now (None when it is not deployed, or has finished)."""
+        return self._job(job).gateway.running().get((vertex, subtask))
 
     def metrics(self, job: str) -> list[dict[str, Any]]:
         hosted = self._job(job)

@@ -11,6 +11,7 @@ import ray
 
 from tests.chaos import RECORDS, keyed_sum_with_kills
 from tests.checker import check_running_sums
+from tests.pausing import GatedGenerator
 from weir import (
     DiscardingSink,
     EmbeddedRocksDBStateBackend,
@@ -23,6 +24,7 @@ from weir import (
     UserFunctionError,
 )
 from weir.connectors.files import FileSink, read_committed
+from weir.runtime.errors import UnknownTaskError
 
 pytestmark = pytest.mark.ray
 
@@ -134,6 +136,30 @@ def test_job_client_status_tasks_checkpoints_metrics_and_cancel(ray_cluster, che
     with pytest.raises(JobCancelledError):
         client.wait(60)
     assert client.status() is JobStatus.CANCELED
+
+
+def test_a_finished_task_leaves_the_jobs_tasks_and_cannot_be_killed(ray_cluster, checkpoint_dir, tmp_path):
+    """A task that finished (its source ran out) gives its slot back to the job:
+    ``tasks()`` no longer names it and ``task_actor`` refuses it, so a kill meant
+    for a running task (``weir kill``, a chaos test) never lands on a spare slot,
+    where it would kill no task and restart nothing."""
+    gate = str(tmp_path / "open-to-end-the-long-source")
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
+    short = env.from_collection([1, 2, 3]).name("short")
+    long = env.from_source(GatedGenerator(lambda i: i, 100, gate, free=10), source_name="long")
+    short.union(long).map(lambda i: i + 1).name("plus").sink_to(DiscardingSink())
+    client = env.execute_async("finished-task")
+    deadline = time.monotonic() + 60
+    while "finished-task/short/0" in (tasks := client.tasks()) or len(tasks) != 2:  # up, then "short" ends
+        assert time.monotonic() < deadline, f"the finished source is still listed: {tasks}"
+        time.sleep(0.05)
+    with pytest.raises(UnknownTaskError, match="has no task short/0 running"):
+        client.task_actor("short", 0)
+    assert ray.get(client.task_actor("source-long", 0).ping.remote())
+    open(gate, "w").close()
+    assert client.wait(60).restarts == 0
 
 
 def test_ten_tasks_run_on_two_cores(ray_cluster, checkpoint_dir, out_dir):
