@@ -240,6 +240,36 @@ def _text(rng: np.random.Generator, lengths: np.ndarray, filler: int | None, let
     return pa.StringArray.from_buffers(len(lengths), pa.py_buffer(offsets), pa.py_buffer(chars))
 
 
+# Arrays are built from buffers, never from Python or numpy values: any such
+# conversion in pyarrow (pa.array, a plain value given to a compute function,
+# to_numpy) imports pandas first, about a second of CPU, which each task process
+# of an in-process source would pay (and a task busy importing misses its
+# cancel's grace on a failover, so its slot is replaced).
+def _ints(values: Any) -> pa.Array:
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
+
+
+def _strings(values: list[str]) -> pa.Array:
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def _joined(*parts: pa.Array | str) -> pa.Array:
+    """Each row's parts concatenated (a ``str`` part: the same text in every row)."""
+    n = next(len(p) for p in parts if not isinstance(p, str))
+    texts = [[p] * n if isinstance(p, str) else p.to_pylist() for p in parts]
+    return _strings(["".join(row) for row in zip(*texts)])
+
+
+def _lengths(strings: pa.Array) -> np.ndarray:
+    """The characters of each string (ASCII: its bytes), as numpy."""
+    lengths = pc.utf8_length(strings)
+    return np.frombuffer(lengths.buffers()[1], dtype=np.int32, count=len(lengths), offset=4 * lengths.offset)
+
+
 def next_string(rng: np.random.Generator, max_length: int, size: int, filler: int = ord(" ")) -> pa.Array:
     """Nexmark's ``nextString``: 3 to ``max_length - 1`` characters."""
     return _text(rng, 3 + rng.integers(0, max_length - 3, size=size), filler, letter_ends=filler == ord(" "))
@@ -268,11 +298,13 @@ def channels(seed: int) -> tuple[pa.Array, pa.Array]:
     rng = np.random.default_rng([seed, 0xC4A77E15])
     n = len(HOT_CHANNELS) + NUM_CHANNELS
     parts = [next_string(rng, 5, n, filler=ord("_")) for _ in range(3)]
-    urls = pc.binary_join_element_wise("https://www.nexmark.com", parts[0], parts[1], parts[2], "item.htm?query=1", "/")
+    site, query = "https://www.nexmark.com/", "/item.htm?query=1"
     tagged = rng.integers(0, 10, size=NUM_CHANNELS) > 0
-    suffix = [f"&channel_id={_java_reverse_abs(k)}" if tagged[k] else "" for k in range(NUM_CHANNELS)]
-    urls = pc.binary_join_element_wise(urls, pa.array([""] * len(HOT_CHANNELS) + suffix), "")
-    names = pa.array(list(HOT_CHANNELS) + [f"channel-{k}" for k in range(NUM_CHANNELS)])
+    suffix = [""] * len(HOT_CHANNELS) + [
+        f"&channel_id={_java_reverse_abs(k)}" if tagged[k] else "" for k in range(NUM_CHANNELS)
+    ]
+    urls = _joined(site, parts[0], "/", parts[1], "/", parts[2], query, _strings(suffix))
+    names = _strings(list(HOT_CHANNELS) + [f"channel-{k}" for k in range(NUM_CHANNELS)])
     return names, urls
 
 
@@ -296,7 +328,14 @@ def block(cfg: GeneratorConfig, index: int) -> dict[str, pa.Table]:
 
 def _table(kind: str, events: np.ndarray, columns: dict[str, Any]) -> pa.Table:
     schema = SCHEMAS[kind].insert(0, pa.field("event", pa.int64()))
-    return pa.Table.from_pydict({"event": events, **columns}, schema=schema)
+    arrays = {"event": events, **columns}
+    return pa.Table.from_arrays(
+        [
+            a if isinstance(a, pa.Array) else _strings(a) if isinstance(a, list) else _ints(a)
+            for a in (arrays[f.name] for f in schema)
+        ],
+        schema=schema,
+    )
 
 
 def _persons(cfg: GeneratorConfig, rng: np.random.Generator, events: np.ndarray) -> pa.Table:
@@ -305,15 +344,14 @@ def _persons(cfg: GeneratorConfig, rng: np.random.Generator, events: np.ndarray)
         f"{FIRST_NAMES[f]} {LAST_NAMES[s]}"
         for f, s in zip(rng.integers(0, len(FIRST_NAMES), n), rng.integers(0, len(LAST_NAMES), n))
     ]
-    emails = pc.binary_join_element_wise(next_string(rng, 7, n), next_string(rng, 5, n), "@")
-    emails = pc.binary_join_element_wise(emails, ".com", "")
+    emails = _joined(next_string(rng, 7, n), "@", next_string(rng, 5, n), ".com")
     cards = [" ".join(f"{d:04d}" for d in row) for row in rng.integers(0, 10_000, size=(n, 4)).tolist()]
     cities = [US_CITIES[i] for i in rng.integers(0, len(US_CITIES), n)]
     states = [US_STATES[i] for i in rng.integers(0, len(US_STATES), n)]
     size = (
         8
         + np.array([len(s) for s in names], dtype=np.int64)
-        + pc.utf8_length(emails).to_numpy()
+        + _lengths(emails)
         + 19  # the credit card
         + np.array([len(c) for c in cities], dtype=np.int64)
         + 2  # the state
@@ -348,7 +386,7 @@ def _auctions(cfg: GeneratorConfig, rng: np.random.Generator, events: np.ndarray
     expires = now + 1 + rng.integers(0, np.maximum(horizon * 2, 1))
     names, descriptions = next_string(rng, 20, n), next_string(rng, 100, n)
     reserve = initial + next_price(rng, n)
-    size = 8 + pc.utf8_length(names).to_numpy() + pc.utf8_length(descriptions).to_numpy() + 40
+    size = 8 + _lengths(names) + _lengths(descriptions) + 40
     return _table(
         "auction",
         events,
@@ -383,7 +421,7 @@ def _bids(cfg: GeneratorConfig, rng: np.random.Generator, events: np.ndarray) ->
         len(HOT_CHANNELS) + rng.integers(0, NUM_CHANNELS, n),
     )
     names, urls = channels(cfg.seed)
-    take = pa.array(channel)
+    take = _ints(channel)
     return _table(
         "bid",
         events,
