@@ -61,6 +61,7 @@ class LocalGateway:
         self.tasks: dict[TaskKey, StreamTask] = {}
         self.attempts: dict[TaskKey, int] = {}  # each task's current attempt: only it reports
         self._threads: dict[TaskKey, threading.Thread] = {}
+        self._ended: set[TaskKey] = set()  # tasks whose run() returned in their current attempt
         self._exits: list[tuple[TaskKey, TaskResult]] = []
         self._wake: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
@@ -77,6 +78,7 @@ class LocalGateway:
         with self._lock:
             self.tasks = {**self.tasks, **tasks}
             self.attempts.update({d.key: d.attempt for d in deployments})
+            self._ended -= tasks.keys()
             self._change()
         for d in deployments:
             t = threading.Thread(
@@ -90,6 +92,7 @@ class LocalGateway:
         with self._lock:
             if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
+                self._ended.add(key)
             self._change()
         self._wake()
 
@@ -118,6 +121,11 @@ class LocalGateway:
     def _change(self) -> None:  # with the lock held
         self.changes += 1
         self.changed.notify_all()
+
+    def running(self) -> list[TaskKey]:
+        """The tasks that run now: one whose ``run()`` returned is no task to kill."""
+        with self._lock:
+            return [k for k in self.tasks if k not in self._ended]
 
     def crash(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""
@@ -209,7 +217,7 @@ class LocalJobClient(JobClient):
         return self._master.view.checkpoints
 
     def tasks(self) -> list[str]:
-        return [task_name(k) for k in self._gateway.tasks]
+        return [task_name(k) for k in self._gateway.running()]
 
     def graph_svg(self) -> str:
         return self._master.graph.to_svg()
@@ -220,9 +228,9 @@ class LocalJobClient(JobClient):
         return self._gateway.metrics()
 
     def kill_task(self, vertex: str, subtask: int) -> str:
-        if (vertex, subtask) not in self._gateway.tasks:
+        if (vertex, subtask) not in self._gateway.running():
             raise UnknownTaskError(
-                f"job '{self.job_name}' has no task {vertex}/{subtask}; its tasks: {', '.join(self.tasks()) or 'none'}"
+                f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}"
             )
         self._gateway.crash((vertex, subtask))
         return task_name((vertex, subtask))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
+
+from weir.runtime.errors import UnknownTaskError
 
 
 def kill_each_after_checkpoints(
@@ -19,3 +22,17 @@ def kill_each_after_checkpoints(
             300,
         )
         client.kill_task(vertex, subtask)
+
+
+def kill_one_at_random(client: Any, rng: random.Random, vertex: str | None = None) -> str | None:
+    """Kill one running task (of ``vertex`` if given), chosen by ``rng``; its name,
+    or None when none runs (a restart is deploying them) or the one chosen
+    finished before the kill reached it: a kill that killed nothing."""
+    tasks = [t for t in client.tasks() if vertex is None or t.rsplit("/", 2)[-2] == vertex]
+    if not tasks:
+        return None
+    task_vertex, subtask = rng.choice(tasks).rsplit("/", 2)[-2:]
+    try:
+        return client.kill_task(task_vertex, int(subtask))
+    except UnknownTaskError:
+        return None

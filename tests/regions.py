@@ -65,7 +65,7 @@ def kill_and_watch(
         time.sleep(0.02)
     name = client.kill_task(*kill)
     task = f"{kill[0]}/{kill[1]}"
-    while any(t.endswith(task) for t in client.tasks()):  # until the job master took it down
+    while any(t.endswith(task) for t in client.tasks()):  # until it is gone (ended, or taken down)
         time.sleep(0.01)
     gone, before = time.monotonic(), _records_in(client, other)
     probed = probe() if probe is not None else None

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import weir.connectors.kafka
 from tests.checker import check_running_sums
+from tests.kills import kill_one_at_random
 from weir import (
     InvalidJobGraphError,
     JobExecutionError,
@@ -164,9 +165,7 @@ def _kill_randomly(client: Any, seed: int, kills: int) -> None:
     landed = 0
     while landed < kills and not client.status().is_terminal:
         time.sleep(rng.uniform(0.2, 0.6))
-        if tasks := client.tasks():
-            vertex, subtask = rng.choice(tasks).rsplit("/", 2)[-2:]
-            client.kill_task(vertex, int(subtask))
+        if kill_one_at_random(client, rng):
             landed += 1
 
 

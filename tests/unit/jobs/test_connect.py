@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from tests.checker import check_running_sums
+from tests.kills import kill_one_at_random
 from weir import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -298,10 +299,7 @@ def test_a_keyed_co_process_job_is_exact_when_tasks_are_killed(checkpoint_dir, o
     kills = 0
     while kills < 3 and not client.status().is_terminal:
         threading.Event().wait(rng.uniform(0.05, 0.3))
-        co = [t for t in client.tasks() if t.startswith("sum/")]  # none while a restart deploys
-        if client.checkpoints() and client.status().name == "RUNNING" and co:
-            vertex, subtask = rng.choice(co).split("/")
-            client.kill_task(vertex, int(subtask))
+        if client.checkpoints() and client.status().name == "RUNNING" and kill_one_at_random(client, rng, "sum"):
             kills += 1
     result = client.wait(120)
     assert kills >= 1 and 1 <= result.restarts <= kills

@@ -6,7 +6,6 @@ cannot list or read."""
 from __future__ import annotations
 
 import errno
-import os
 import pathlib
 import shutil
 import threading
@@ -42,18 +41,19 @@ def _job(
     savepoint: str | None = None,
     rate: float | None = 40_000,
     interval_ms: int = 100,
-    held: bool = False,
+    gate: str | None = None,
 ) -> StreamExecutionEnvironment:
-    """The keyed sum of N records. ``held``: each reader stops after a quarter of
-    its records and the job runs until the test stops or cancels it (a paced job
-    could end first on a loaded machine)."""
+    """The keyed sum of N records. With ``gate`` (a file path) each reader stops
+    after an eighth of the records and reads on once the file exists: the job
+    runs until the test opens the gate, stops or cancels it (a paced job could
+    end first on a loaded machine)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     if savepoint:
         env.restore_from_savepoint(savepoint)
-    if held:
-        source = env.from_source(GatedGenerator(_pair, N, os.path.join(out_dir, os.pardir, "never-opened"), N // 8))
+    if gate is not None:
+        source = env.from_source(GatedGenerator(_pair, N, gate, N // 8))
     else:
         source = env.from_generator(_pair, count=N, records_per_second=rate)
     (
@@ -91,7 +91,7 @@ def test_an_aborted_savepoint_deletes_nothing_it_did_not_write(tmp_path, checkpo
         real(uri, data)
 
     monkeypatch.setattr(weir.runtime.storage, "_atomic_write", full_disk_under_target)
-    client = _running(_job(checkpoint_dir, out_dir, held=True), "aborted-savepoint")
+    client = _running(_job(checkpoint_dir, out_dir, gate=str(tmp_path / "never-opened")), "aborted-savepoint")
     with pytest.raises(WeirError, match="No space left on device"):
         client.savepoint(str(target))
     client.cancel()
@@ -101,7 +101,7 @@ def test_an_aborted_savepoint_deletes_nothing_it_did_not_write(tmp_path, checkpo
 
 def test_each_savepoint_gets_a_fresh_folder_that_can_be_moved_and_restored(tmp_path, checkpoint_dir, out_dir):
     target = tmp_path / "savepoints"
-    client = _running(_job(checkpoint_dir, out_dir, held=True), "two-savepoints")
+    client = _running(_job(checkpoint_dir, out_dir, gate=str(tmp_path / "never-opened")), "two-savepoints")
     first, second = (client.savepoint(str(target)).removeprefix("file://") for _ in range(2))
     client.cancel()
     assert first != second and {pathlib.Path(first).parent, pathlib.Path(second).parent} == {target}
@@ -123,7 +123,7 @@ def test_a_savepoint_without_a_path_is_kept_after_the_checkpoints_that_follow_an
 ):
     """Before, it was a retained checkpoint that the next completion deleted: the
     restore from the printed path failed with "no completed checkpoint or savepoint there"."""
-    client = _running(_job(checkpoint_dir, out_dir, held=True), "default-savepoint")
+    client = _running(_job(checkpoint_dir, out_dir, gate=str(tmp_path / "never-opened")), "default-savepoint")
     location = client.savepoint()
     after = max(c["checkpoint_id"] for c in client.checkpoints())
     client.wait_until(
@@ -141,7 +141,7 @@ def test_a_savepoint_without_a_path_is_kept_after_the_checkpoints_that_follow_an
 
 def test_restore_from_the_folder_a_savepoint_was_asked_into(tmp_path, checkpoint_dir, out_dir):
     target = tmp_path / "savepoints"
-    client = _running(_job(checkpoint_dir, out_dir, held=True), "restore-by-target")
+    client = _running(_job(checkpoint_dir, out_dir, gate=str(tmp_path / "never-opened")), "restore-by-target")
     client.stop(str(target), drain=False)
     assert client.wait(30).status is JobStatus.SUSPENDED
     resumed = _job(checkpoint_dir, out_dir, savepoint=str(target), rate=None).execute(

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from tests.checker import check_running_sums
+from tests.kills import kill_one_at_random
 from weir import (
     DiscardingSink,
     InvalidConfigurationError,
@@ -26,6 +27,7 @@ from weir import (
     ValueStateDescriptor,
 )
 from weir.connectors.files import FileSink, read_committed
+from weir.runtime.errors import UnknownTaskError
 
 
 def _env(checkpoint_dir: str, p: int = 2, interval_ms: int | None = 50) -> StreamExecutionEnvironment:
@@ -85,10 +87,7 @@ def test_killed_tasks_restart_from_the_checkpoint_exactly_once(checkpoint_dir, o
     kills = 0
     while kills < 3 and not client.status().is_terminal:
         threading.Event().wait(rng.uniform(0.05, 0.3))
-        tasks = client.tasks()  # none for a moment while a restart deploys them
-        if client.checkpoints() and client.status().name == "RUNNING" and tasks:
-            vertex, subtask = rng.choice(tasks).split("/")
-            client.kill_task(vertex, int(subtask))
+        if client.checkpoints() and client.status().name == "RUNNING" and kill_one_at_random(client, rng):
             kills += 1
     result = client.wait(120)
     v = _verdict(out_dir, n)
@@ -200,7 +199,8 @@ def test_flat_map_filter_union_rebalance_broadcast(checkpoint_dir, out_dir):
 
 def test_restart_after_a_source_finished_skips_it_and_stays_exact(checkpoint_dir, out_dir):
     """FLIP-147: a short source finishes and exits while a long one runs; checkpoints
-    go on; a failure then restores with the short source marked finished."""
+    go on; a failure then restores with the short source marked finished. The
+    finished source is no task to kill: a kill aimed at it would restart nothing."""
     env = _env(checkpoint_dir, p=1)
     short = env.from_collection([(k, 1) for k in range(10)])
     long = env.from_generator(lambda i: (i % 10, 1), count=20_000, records_per_second=40_000)
@@ -211,6 +211,9 @@ def test_restart_after_a_source_finished_skips_it_and_stays_exact(checkpoint_dir
         return any(m["task"] == "source-collection/0" and m["state"] == "FINISHED" for m in client.metrics())
 
     client.wait_until(lambda c: short_source_exited() and sum(s["status"] == "COMPLETED" for s in c.checkpoints()) >= 2)
+    assert "source-collection/0" not in client.tasks() and "sum/0" in client.tasks()
+    with pytest.raises(UnknownTaskError, match="has no task source-collection/0 running"):
+        client.kill_task("source-collection", 0)
     client.kill_task("sum", 0)
     result = client.wait(60)
     assert result.restarts == 1

@@ -22,19 +22,23 @@ def s3(s3_server):
     return s3_server.uri("checkpoints"), s3_server.uri("out")
 
 
-def test_a_keyed_sum_on_s3_storage_into_an_s3_file_sink_is_exact_with_tasks_killed(s3):
+def test_a_keyed_sum_on_s3_storage_into_an_s3_file_sink_is_exact_with_tasks_killed(s3, tmp_path):
     checkpoints, out = s3
-    client = _keyed_sum(checkpoints, out, rate=8_000, interval_ms=300).execute_async("s3-kills", executor="local")
+    gate = tmp_path / "killed"  # the readers wait for it: the reduce runs until both kills landed
+    client = _keyed_sum(checkpoints, out, interval_ms=300, gate=str(gate)).execute_async("s3-kills", executor="local")
     kill_each_after_checkpoints(client, "reduce", checkpoints=2)
+    gate.touch()
     result = client.wait(120)
     assert result.status is JobStatus.FINISHED and result.restarts == 2
     v = check_running_sums(map(tuple, read_committed(out)), ((i % 50, i) for i in range(N)))
     assert (v.lost, v.duplicated, v.keys_wrong, v.outputs) == (0, 0, 0, N), v
 
 
-def test_a_savepoint_without_a_path_lands_on_s3_and_restores(s3):
+def test_a_savepoint_without_a_path_lands_on_s3_and_restores(s3, tmp_path):
     checkpoints, out = s3
-    client = _keyed_sum(checkpoints, out, rate=8_000, interval_ms=300).execute_async("s3-savepoint", executor="local")
+    client = _keyed_sum(checkpoints, out, interval_ms=300, gate=str(tmp_path / "never-opened")).execute_async(
+        "s3-savepoint", executor="local"
+    )
     client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()), 60)
     location = client.savepoint()
     path, query = checkpoints.split("?")
