@@ -63,13 +63,20 @@ class PausingReader(_Wrapping):
 
 
 class GatedGenerator(GeneratorSource):
-    """``from_generator(generator, count)`` whose every reader passes on ``free``
-    records, then waits until the file ``gate`` exists (a test creates it): what
-    the test does meanwhile happens while the source still runs, however slowly
-    the job started."""
+    """``from_generator(generator, count, records_per_second)`` whose every reader
+    passes on ``free`` records (at that pace, if given), then waits until the
+    file ``gate`` exists (a test creates it): what the test does meanwhile
+    happens while the source still runs, however slowly the job started."""
 
-    def __init__(self, generator: Callable[[int], Any], count: int, gate: str, free: int) -> None:
-        super().__init__(generator, count, None)
+    def __init__(
+        self,
+        generator: Callable[[int], Any],
+        count: int,
+        gate: str,
+        free: int,
+        records_per_second: float | None = None,
+    ) -> None:
+        super().__init__(generator, count, records_per_second)
         self.gate, self.free = gate, free
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:

@@ -43,17 +43,17 @@ def _job(
     interval_ms: int = 100,
     gate: str | None = None,
 ) -> StreamExecutionEnvironment:
-    """The keyed sum of N records. With ``gate`` (a file path) each reader stops
-    after an eighth of the records and reads on once the file exists: the job
-    runs until the test opens the gate, stops or cancels it (a paced job could
-    end first on a loaded machine)."""
+    """The keyed sum of N records, ``rate`` a second. With ``gate`` (a file path)
+    each of the two readers stops after a quarter of the records and reads on
+    once the file exists: the job runs until the test opens the gate, stops or
+    cancels it (a paced job could end first on a loaded machine)."""
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     if savepoint:
         env.restore_from_savepoint(savepoint)
     if gate is not None:
-        source = env.from_source(GatedGenerator(_pair, N, gate, N // 8))
+        source = env.from_source(GatedGenerator(_pair, N, gate, N // 4, rate))
     else:
         source = env.from_generator(_pair, count=N, records_per_second=rate)
     (

@@ -24,8 +24,10 @@ def s3(s3_server):
 
 def test_a_keyed_sum_on_s3_storage_into_an_s3_file_sink_is_exact_with_tasks_killed(s3, tmp_path):
     checkpoints, out = s3
-    gate = tmp_path / "killed"  # the readers wait for it: the reduce runs until both kills landed
-    client = _keyed_sum(checkpoints, out, interval_ms=300, gate=str(gate)).execute_async("s3-kills", executor="local")
+    gate = tmp_path / "killed"  # half the input flows at 8,000 a second, then waits until both kills landed
+    client = _keyed_sum(checkpoints, out, rate=8_000, interval_ms=300, gate=str(gate)).execute_async(
+        "s3-kills", executor="local"
+    )
     kill_each_after_checkpoints(client, "reduce", checkpoints=2)
     gate.touch()
     result = client.wait(120)
