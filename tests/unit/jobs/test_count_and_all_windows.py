@@ -9,6 +9,7 @@ import collections
 import pytest
 
 from tests.kills import kill_each_after_checkpoints
+from tests.pausing import GatedGenerator
 from weir import (
     AggregateFunction,
     DiscardingSink,
@@ -120,12 +121,13 @@ def test_window_all_with_event_time_windows_matches_the_reference(checkpoint_dir
     assert sorted(spans.execute_and_collect(executor="local", limit=10_000)) == want
 
 
-def test_a_count_windows_partial_contents_survive_a_killed_task_exactly(checkpoint_dir, out_dir):
+def test_a_count_windows_partial_contents_survive_a_killed_task_exactly(checkpoint_dir, out_dir, tmp_path):
     n = 60_000
     records = _records(n)
     env = _env(checkpoint_dir)
+    gate = tmp_path / "killed"  # half the input at 30,000 a second, the rest once both kills landed
     (
-        env.from_generator(lambda i: records[i], count=n, records_per_second=30_000)
+        env.from_source(GatedGenerator(lambda i: records[i], n, str(gate), n // 2, 30_000), source_name="generator")
         .set_parallelism(1)
         .key_by(lambda r: r[0])
         .count_window(100)
@@ -135,6 +137,7 @@ def test_a_count_windows_partial_contents_survive_a_killed_task_exactly(checkpoi
     )
     client = env.execute_async("count-window-kill", executor="local")
     kill_each_after_checkpoints(client, "windows")
+    gate.touch()
     assert client.wait(120).restarts == 2
     want = [(k, sum(w)) for k, vs in _per_key(records).items() for w in _tumbling(vs, 100)]
     assert sorted(map(tuple, read_committed(out_dir))) == sorted(want)

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.kills import kill_each_after_checkpoints
+from tests.pausing import GatedGenerator
 from weir import (
     DiscardingSink,
     InvalidConfigurationError,
@@ -150,7 +151,7 @@ def test_misuse_names_the_operator_and_the_setting():
         env.execute("not-rows", executor="local")
 
 
-def test_a_map_batches_job_is_exact_after_its_tasks_are_killed(checkpoint_dir, out_dir):
+def test_a_map_batches_job_is_exact_after_its_tasks_are_killed(checkpoint_dir, out_dir, tmp_path):
     n = 60_000
     rows = _rows(n)
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
@@ -158,9 +159,11 @@ def test_a_map_batches_job_is_exact_after_its_tasks_are_killed(checkpoint_dir, o
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.01))
     # Batches of 1,000 at 30,000 rows/s: every barrier finds a partial batch,
-    # which only the flush before the snapshot saves from being lost.
+    # which only the flush before the snapshot saves from being lost. Half the
+    # input comes so, the rest once both kills landed.
+    gate = tmp_path / "killed"
     (
-        env.from_generator(lambda i: rows[i], count=n, records_per_second=30_000)
+        env.from_source(GatedGenerator(lambda i: rows[i], n, str(gate), n // 2, 30_000), source_name="generator")
         .set_parallelism(1)
         .rebalance()
         .map_batches(double_pandas, batch_size=1_000, batch_format="pandas", batch_timeout_ms=None)
@@ -170,5 +173,6 @@ def test_a_map_batches_job_is_exact_after_its_tasks_are_killed(checkpoint_dir, o
     )
     client = env.execute_async("map-batches-kill", executor="local")
     kill_each_after_checkpoints(client, "batches")
+    gate.touch()
     assert client.wait(120).restarts == 2
     assert sorted(map(tuple, read_committed(out_dir))) == _reference(rows)

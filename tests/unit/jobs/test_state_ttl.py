@@ -13,6 +13,7 @@ import pytest
 
 import weir.runtime.state
 from tests.kills import kill_each_after_checkpoints
+from tests.pausing import GatedGenerator
 from weir import (
     EmbeddedRocksDBStateBackend,
     HashMapStateBackend,
@@ -296,7 +297,7 @@ def _job_reference(records):
 
 
 @pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
-def test_a_ttl_job_matches_the_reference_through_killed_tasks_and_a_rescale(checkpoint_dir, out_dir, backend):
+def test_a_ttl_job_matches_the_reference_through_killed_tasks_and_a_rescale(checkpoint_dir, out_dir, tmp_path, backend):
     """Each entry's write time travels through the restores of two kills and a
     rescale from 2 to 3 subtasks, on either backend."""
     n = 30_000
@@ -307,8 +308,10 @@ def test_a_ttl_job_matches_the_reference_through_killed_tasks_and_a_rescale(chec
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
     env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.01))
     # One source subtask: each key's records reach its subtask in order, so its clock only moves forward.
+    # Half the records at 7,500 a second, the rest once the kills and the rescale are done.
+    gate = tmp_path / "rescaled"
     (
-        env.from_generator(lambda i: records[i], count=n, records_per_second=7_500)
+        env.from_source(GatedGenerator(lambda i: records[i], n, str(gate), n // 2, 7_500), source_name="generator")
         .set_parallelism(1)
         .key_by(lambda r: r[0])
         .process(Sessions())
@@ -323,6 +326,7 @@ def test_a_ttl_job_matches_the_reference_through_killed_tasks_and_a_rescale(chec
     )
     client.rescale({"sessions": 3})
     assert sum(t.startswith("sessions/") for t in client.tasks()) == 3
+    gate.touch()
     assert client.wait(120).restarts == 2
     want = _job_reference(records)
     assert any(r[2] > 1 for r in want) and any(r[2] == 1 and r[1] > TTL_MS for r in want)  # both outcomes occur

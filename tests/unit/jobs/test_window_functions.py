@@ -13,6 +13,7 @@ import collections
 import pytest
 
 from tests.kills import kill_each_after_checkpoints
+from tests.pausing import GatedGenerator
 from weir import (
     AggregateFunction,
     AllWindowFunction,
@@ -189,12 +190,13 @@ def test_misused_window_functions_name_the_call_and_the_operator():
         failing.execute_and_collect(executor="local", limit=10)
 
 
-def test_count_windows_with_a_window_function_are_exact_after_killed_tasks(checkpoint_dir, out_dir):
+def test_count_windows_with_a_window_function_are_exact_after_killed_tasks(checkpoint_dir, out_dir, tmp_path):
     n = 60_000
     records = [(f"k{i % 7}", i) for i in range(n)]
     env = _env(checkpoint_dir)
+    gate = tmp_path / "killed"  # half the input at 30,000 a second, the rest once both kills landed
     (
-        env.from_generator(lambda i: records[i], count=n, records_per_second=30_000)
+        env.from_source(GatedGenerator(lambda i: records[i], n, str(gate), n // 2, 30_000), source_name="generator")
         .set_parallelism(1)
         .key_by(lambda r: r[0])
         .count_window(100)
@@ -204,6 +206,7 @@ def test_count_windows_with_a_window_function_are_exact_after_killed_tasks(check
     )
     client = env.execute_async("window-function-kill", executor="local")
     kill_each_after_checkpoints(client, "windows")
+    gate.touch()
     assert client.wait(120).restarts == 2
     per_key = collections.defaultdict(list)
     for key, v in records:
