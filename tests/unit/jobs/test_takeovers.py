@@ -57,18 +57,6 @@ def _master(graph: Any, incarnation: int) -> tuple[JobMaster, LocalGateway]:
     return master, gateway
 
 
-def _die(gateway: LocalGateway) -> None:
-    """The tasks die with their job master: nothing of theirs writes after this.
-    (A kill waits 2 s for a task's thread, then leaves it behind; under load a
-    thread busy uploading state to moto outlived that and wrote a file after the
-    next job master's sweep.)"""
-    threads = list(gateway._threads.values())
-    gateway.kill_all()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), f"{t.name} still runs a minute after its kill"
-
-
 def _run_until(masters: list[JobMaster], done: Any, timeout_s: float = 60) -> None:
     """Drive the job masters until ``done()``, asked every 50 ms (it may list storage)."""
     deadline = time.monotonic() + timeout_s
@@ -124,7 +112,7 @@ def test_a_job_taken_over_three_times_keeps_the_retained_checkpoints_and_no_file
         # stay in the shared folder, named by no complete checkpoint.
         cid = master.checkpoints.trigger(master.clock())
         _run_until([], lambda cid=cid: len(_shared(run, cid)) >= 2)
-        _die(gateway)
+        gateway.kill_all()
         leftovers = _shared(run, cid)
         master, gateway = _master(graph, incarnation)  # recovers: retention and the sweep run before any task
         (kept,) = _complete(run)  # one retained: the predecessors' older checkpoints are gone
