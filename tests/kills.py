@@ -1,4 +1,4 @@
-"""Killing a local job's tasks at moments that prove something (Ray-free)."""
+"""Killing a job's tasks at moments that prove something, through its client (Ray-free: on Ray and in-process alike)."""
 
 from __future__ import annotations
 
