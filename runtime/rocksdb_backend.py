@@ -86,7 +86,7 @@ from weir.runtime.local_folders import ROCKSDB_PREFIX, OwnedFolder, sweep
 from weir.runtime.rocksdb_timers import RocksDBTimers, timer_of
 from weir.runtime.serialization import dumps_each, dumps_state, loads, loads_each
 from weir.runtime.state import KeyedStateBackend
-from weir.runtime.storage import DbFile, _safe, download_file, join, read_file, upload_file, within
+from weir.runtime.storage import DbFile, download_file, join, read_file, safe_name, upload_file, within
 from weir.runtime.timer_queues import TIMERS
 
 _META = b"\xff\xff"  # + state id -> state name; sorts after every key group (at most 32768 of them)
@@ -356,14 +356,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         super().__init__(max_parallelism, key_groups, clock)
         self._config = config
         self._operator = operator
-        self._owner = _safe(uid)
+        self._owner = safe_name(uid)
         self._cache_bound = config.cache_entries
         self._entries_held = 0  # at least the cache's entries: counted since the last count, once per record and table
         paths = config.storage_paths or (tempfile.gettempdir(),)
         self._parent = parent = paths[key_groups.start % len(paths)]
         sweep(parent)  # a killed task's folder, with hard links to files storage freed long ago
         with _on_local_disk(parent, operator):
-            owned = OwnedFolder(parent, f"{ROCKSDB_PREFIX}{_safe(folder_name)}-")
+            owned = OwnedFolder(parent, f"{ROCKSDB_PREFIX}{safe_name(folder_name)}-")
         self.folder = owned.path
         self._remove_folder = weakref.finalize(self, owned.remove)
         self._options = _options(config)
@@ -702,7 +702,7 @@ class RocksDBUpload:
             for f in self.files:
                 kept = self.reusable.get(self.reuse_key(f)) if shared else None
                 if kept is None or not within(kept.handle.uri, folder):  # another run's may go
-                    uri = join(folder, _safe(f"{prefix}-{self.owner}-{f}"))
+                    uri = join(folder, safe_name(f"{prefix}-{self.owner}-{f}"))
                     kept = DbFile(f"{self.owner}/{f}", upload_file(os.path.join(self.local, f), uri))
                 out.append(kept)
         finally:

@@ -8,11 +8,19 @@ A backend that keeps its state in files of its own (RocksDB's) hands over
 the state file's handle names what they uploaded.
 
 It remembers the chain of files behind each checkpoint it wrote, so that a
-later checkpoint based on one (see ``weir.runtime.incremental``) names them."""
+later checkpoint based on one (see ``weir.runtime.incremental``) names them.
+
+A task that fails or is cancelled abandons its writes: one still queued never
+runs, and one under way deletes what it wrote instead of acknowledging it. No
+checkpoint will name those files, and the job master that would sweep them (a
+failover's, a takeover's) may have listed storage already: without this, the
+last write of a dead attempt left files that nothing ever deleted."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import posixpath
+import threading
 from typing import Protocol
 
 from weir.runtime import faults
@@ -20,7 +28,7 @@ from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.incremental import FileUpload
 from weir.runtime.state import SnapshotSummary
-from weir.runtime.storage import StateHandle, shared_folder, write_state
+from weir.runtime.storage import StateHandle, delete_files, safe_name, shared_folder, write_state
 
 
 class CheckpointReplies(Protocol):
@@ -34,6 +42,7 @@ class CheckpointReplies(Protocol):
 
 
 MAX_CHAIN = 32  # files a restore reads for one task at most
+ABANDON_WAIT_S = 10.0  # how long a failed task's exit waits for its write under way
 
 
 class SnapshotWriter:
@@ -44,6 +53,8 @@ class SnapshotWriter:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"chk-{task}")
         self._writes: list[concurrent.futures.Future[None]] = []
         self._chains: dict[int, tuple[StateHandle, ...]] = {}  # checkpoint id -> its files, oldest first
+        self._lock = threading.Lock()
+        self._abandoned = False
 
     def base_for(self, barrier: CheckpointBarrier) -> int | None:
         """The checkpoint this snapshot may write only changes against: the
@@ -81,8 +92,17 @@ class SnapshotWriter:
         for f in self._writes:
             f.result()
 
-    def shutdown(self) -> None:
+    def shutdown(self, abandon: bool = False) -> None:
+        """The task ends. ``abandon``: it failed or was cancelled, so its writes
+        are dropped (see the module's doc); this waits, up to ``ABANDON_WAIT_S``,
+        for the one under way to delete its files. A finished task's last write
+        goes on and is acknowledged."""
+        with self._lock:
+            self._abandoned = abandon
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if abandon:
+            # A cancelled future never counts as done for wait(): leave those out.
+            concurrent.futures.wait([f for f in self._writes if not f.cancelled()], timeout=ABANDON_WAIT_S)
 
     def _write_and_ack(
         self,
@@ -95,17 +115,13 @@ class SnapshotWriter:
     ) -> None:
         faults.point("task-writing-snapshot")
         name = self._task.replace("/", "-")
+        shared = barrier.kind is CheckpointKind.CHECKPOINT
+        folder = shared_folder(barrier.location) if shared else barrier.location
+        prefix = f"{name}-{barrier.checkpoint_id}-{self._attempt}" if shared else name
         try:
-            if barrier.kind is CheckpointKind.CHECKPOINT:
-                chain = self._chains[base] if base is not None else ()
-                folder = shared_folder(barrier.location)
-                unique = f"{name}-{barrier.checkpoint_id}-{self._attempt}"
-                files = tuple(f for u in uploads for f in u.run(folder, unique, shared=True))
-                handle = write_state(folder, unique, payload, chain, files)
-                self._chains[barrier.checkpoint_id] = handle.chain
-            else:
-                files = tuple(f for u in uploads for f in u.run(barrier.location, name, shared=False))
-                handle = write_state(barrier.location, name, payload, files=files)
+            chain = self._chains[base] if base is not None else ()
+            files = tuple(f for u in uploads for f in u.run(folder, prefix, shared))
+            handle = write_state(folder, prefix, payload, chain, files)
         except Exception as exc:
             self._ports.decline_checkpoint(
                 barrier.checkpoint_id,
@@ -113,4 +129,13 @@ class SnapshotWriter:
                 f"writing its state failed: {exc}",
             )
             return
+        with self._lock:
+            if self._abandoned:
+                # What this write made is named after ``prefix``; a reused upload
+                # (an SST an earlier checkpoint names too) is not, and stays.
+                own = safe_name(prefix)
+                delete_files([uri for uri in handle.uris if posixpath.basename(uri).startswith(own)])
+                return
+            if shared:
+                self._chains[barrier.checkpoint_id] = handle.chain
         self._ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries, alignment_ms)

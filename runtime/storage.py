@@ -200,7 +200,7 @@ def prepare_location(location: str) -> str:
 
 def savepoint_location(target: str, run_id: str) -> str:
     """A fresh folder for one savepoint under the user's ``target``."""
-    return join(target, f"savepoint-{_safe(run_id)[:6]}-{uuid.uuid4().hex[:12]}")
+    return join(target, f"savepoint-{safe_name(run_id)[:6]}-{uuid.uuid4().hex[:12]}")
 
 
 def _retrying(read: Any) -> Any:
@@ -234,7 +234,7 @@ def write_state(
     """Write state already pickled by :func:`pickle_state` into ``location``;
     ``files``: the backend files (uploaded already) its snapshots name."""
     digest = hashlib.sha256(payload).hexdigest()
-    uri = join(location, f"{_safe(name)}.state")
+    uri = join(location, f"{safe_name(name)}.state")
     _atomic_write(uri, _MAGIC + digest.encode() + b"\n" + payload)
     return StateHandle(uri, digest, len(payload), base, files)
 
@@ -457,8 +457,8 @@ class CheckpointStorage:
     INCARNATION = "_incarnation"
 
     def __init__(self, uri: str, job_name: str, run_id: str = "", incarnation: int = 0) -> None:
-        self.job_root = join(validate_storage_uri(uri), _safe(job_name))
-        self.root = join(self.job_root, _safe(run_id)) if run_id else self.job_root
+        self.job_root = join(validate_storage_uri(uri), safe_name(job_name))
+        self.root = join(self.job_root, safe_name(run_id)) if run_id else self.job_root
         self.job_name = job_name
         self.incarnation = incarnation
 
@@ -600,5 +600,6 @@ def handle_from_json(data: dict[str, Any]) -> StateHandle:
     return StateHandle(data["uri"], data["sha256"], int(data["size"]), base, files)
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """``name`` with every run of characters a file name should not hold made one ``_``."""
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", name)

@@ -264,7 +264,7 @@ class StreamTask:
             text = str(exc) if isinstance(exc, WeirError) else "".join(traceback.format_exception(exc))
             result = TaskResult(TaskState.FAILED, exc, text)
         self.mailbox.close()
-        self.snapshots.shutdown()
+        self.snapshots.shutdown(abandon=result.state is not TaskState.FINISHED)
         return result
 
     def _step(self) -> None:

@@ -292,3 +292,54 @@ def test_a_tasks_chain_of_files_is_cut_at_its_length_limit(tmp_path):
     lengths = [len(acks.handles[cid].chain) for cid in sorted(acks.handles)]
     assert max(lengths) == MAX_CHAIN and lengths[MAX_CHAIN] == 1, lengths  # the next one writes everything
     assert bases[MAX_CHAIN] is None and bases[MAX_CHAIN + 1] == MAX_CHAIN + 1
+
+
+class _HeldUpload:
+    """A backend's upload that waits for ``go`` (a slow store), then uploads one
+    file of its own and names one that an earlier checkpoint uploaded."""
+
+    def __init__(self, local: str, reused: str):
+        import threading
+
+        self.started, self.go, self.local, self.reused = threading.Event(), threading.Event(), local, reused
+
+    def run(self, folder, prefix, shared):
+        from weir.runtime.storage import DbFile, StateHandle, join, upload_file
+
+        self.started.set()
+        self.go.wait(10)
+        return (
+            DbFile("db/new.sst", upload_file(self.local, join(folder, f"{prefix}-db-new.sst"))),
+            DbFile("db/old.sst", StateHandle(self.reused, "", 3)),
+        )
+
+
+def test_a_failed_tasks_write_under_way_deletes_its_files_but_not_a_reused_upload_and_a_queued_one_never_runs(
+    tmp_path,
+):
+    """Before, a write under way when its task failed went on, and its files stayed
+    for ever: no checkpoint names them, and a takeover's sweep had run already."""
+    import threading
+
+    from weir.runtime.events import CheckpointBarrier
+    from weir.runtime.snapshot_writer import SnapshotWriter
+
+    (tmp_path / "run" / "shared").mkdir(parents=True)
+    (tmp_path / "run" / "shared" / "v-0-1-attempt-db-old.sst").write_bytes(b"sst")
+    (tmp_path / "sst").write_bytes(b"sst")
+    upload = _HeldUpload(str(tmp_path / "sst"), f"file://{tmp_path}/run/shared/v-0-1-attempt-db-old.sst")
+    acks = _Acks()
+    writer = SnapshotWriter("v/0", "attempt", acks)
+    for cid in (2, 3):
+        writer.submit(
+            CheckpointBarrier(cid, 0, location=f"file://{tmp_path}/run/chk-{cid}"), b"state", {}, None, [upload]
+        )
+    assert upload.started.wait(10)
+    ended = threading.Thread(target=writer.shutdown, kwargs={"abandon": True})
+    ended.start()
+    upload.go.set()
+    ended.join(10)
+    assert not ended.is_alive()
+    left = sorted(p.name for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert acks.handles == {}
+    assert left == ["v-0-1-attempt-db-old.sst"], left  # checkpoint 2's own files are gone, 3 never ran
