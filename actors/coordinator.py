@@ -330,6 +330,10 @@ class RayGateway:
         has left its slot to the job as a spare, and killing that kills no task."""
         return {k: a for k, a in self.actors.items() if k not in self._ended}
 
+    def finished(self, task: TaskKey) -> bool:
+        """Whether the task's ``run()`` returned in its current deployment."""
+        return task in self._ended
+
     def kill(self, tasks: frozenset[TaskKey]) -> None:
         """Stop these tasks now; they report nothing more. A slot whose task had
         ended stays with the job; a running task is cancelled, and its slot waits
@@ -685,9 +689,18 @@ class JobCoordinator:
     def graph_svg(self, job: str) -> str:
         return self._job(job).master.graph.to_svg()  # drawn here: the driver never unpickles user functions
 
-    def task_actor(self, job: str, vertex: str, subtask: int) -> Any:
-        """The Ray actor running a task now (None when it is not deployed, or has finished)."""
-        return self._job(job).gateway.running().get((vertex, subtask))
+    def task_actor(self, job: str, vertex: str, subtask: int) -> tuple[str, Any]:
+        """("running", the Ray actor that runs the task now), or why there is none:
+        "deploying" (not deployed yet, or failing over: ask again), "finished", or
+        "absent" (the job has no such task)."""
+        hosted = self._job(job)
+        key = (vertex, subtask)
+        actor = hosted.gateway.running().get(key)
+        if actor is not None:
+            return "running", actor
+        if key not in hosted.master.graph.task_names():
+            return "absent", None
+        return ("finished" if hosted.gateway.finished(key) else "deploying"), None
 
     def metrics(self, job: str) -> list[dict[str, Any]]:
         hosted = self._job(job)

@@ -26,7 +26,7 @@ from weir.runtime.errors import (
     UnknownTaskError,
     WeirError,
 )
-from weir.runtime.executor import Executor, JobClient, JobExecutionResult, JobStatus
+from weir.runtime.executor import TASK_WAIT_S, Executor, JobClient, JobExecutionResult, JobStatus
 from weir.runtime.graph import JobGraph
 from weir.runtime.storage import CheckpointStorage
 from weir.runtime.testing import refuse_in_process_operators
@@ -166,18 +166,18 @@ class RayJobClient(JobClient):
 
     def task_actor(self, vertex: str, subtask: int) -> Any:
         """The Ray actor that runs task ``vertex/subtask`` now. Task actors come
-        from a pool and carry no Ray name: this is the way from a task to its actor."""
-        deadline = time.monotonic() + 60  # a job just submitted, or failing over, may not have deployed it yet
-        name = task_actor_name(self.job_name, vertex, subtask)
-        while (actor := self._ask("task_actor", vertex, subtask)) is None:
-            tasks = self.tasks()
-            if time.monotonic() > deadline or (tasks and name not in tasks) or self.status().is_terminal:
-                break  # deployed (and it has no such task), or ended
+        from a pool and carry no Ray name: this is the way from a task to its actor.
+        A task not deployed yet (a job just submitted, or failing over) is waited
+        for; one that finished, or that the job does not have, is refused."""
+        deadline = time.monotonic() + TASK_WAIT_S
+        while (answer := self._ask("task_actor", vertex, subtask))[0] == "deploying" and time.monotonic() < deadline:
+            if self.status().is_terminal:
+                answer = ("ended", None)
+                break
             time.sleep(0.05)
+        state, actor = answer
         if actor is None:
-            raise UnknownTaskError(
-                f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}"
-            )
+            raise UnknownTaskError.of(self.job_name, vertex, subtask, state, self.tasks())
         return actor
 
     def kill_task(self, vertex: str, subtask: int) -> str:

@@ -240,7 +240,22 @@ class TaskFailedError(WeirError):
 
 
 class UnknownTaskError(WeirError):
-    """A client named a task the job does not run; lists those it runs."""
+    """A client named a task the job does not run; says why, and lists those it runs."""
+
+    WHY = {
+        "finished": "it finished",
+        "absent": "the job has no such task",
+        "ended": "the job ended",
+        "deploying": "it is not deployed yet",
+    }
+
+    @classmethod
+    def of(cls, job: str, vertex: str, subtask: int, state: str, running: list[str]) -> "UnknownTaskError":
+        """``state``: a key of ``WHY``, or the reason itself."""
+        return cls(
+            f"job '{job}' has no task {vertex}/{subtask} running ({cls.WHY.get(state, state)}); "
+            f"its tasks: {', '.join(running) or 'none'}"
+        )
 
 
 class OperatorContractError(WeirError):

@@ -48,6 +48,9 @@ class CollectChannel(ABC):
 _BUILTIN = {"ray": "weir.actors.executor:RayExecutor", "local": "weir.runtime.local:LocalExecutor"}
 
 
+TASK_WAIT_S = 60  # how long a client waits for a task that is not deployed yet (failing over)
+
+
 class JobClient(ABC):
     """A handle on a submitted job, from the process that submitted it or any other."""
 

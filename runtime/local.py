@@ -23,7 +23,7 @@ from weir.runtime.clock import SYSTEM_CLOCK, Clock
 from weir.runtime.collect import LocalCollectChannel
 from weir.runtime.deployment import Deployment, MasterPorts
 from weir.runtime.errors import JobCancelledError, TaskFailedError, UnknownTaskError
-from weir.runtime.executor import Executor, JobClient
+from weir.runtime.executor import TASK_WAIT_S, Executor, JobClient
 from weir.runtime.graph import JobGraph
 from weir.runtime.job_lifecycle import JobExecutionResult, JobStatus
 from weir.runtime.jobmaster import JobMaster
@@ -228,12 +228,18 @@ class LocalJobClient(JobClient):
         return self._gateway.metrics()
 
     def kill_task(self, vertex: str, subtask: int) -> str:
-        if (vertex, subtask) not in self._gateway.running():
-            raise UnknownTaskError(
-                f"job '{self.job_name}' has no task {vertex}/{subtask} running; its tasks: {', '.join(self.tasks()) or 'none'}"
-            )
-        self._gateway.crash((vertex, subtask))
-        return task_name((vertex, subtask))
+        """Crash a running task; one not deployed yet (failing over) is waited for."""
+        key, gw, m = (vertex, subtask), self._gateway, self._master
+        state = "absent" if key not in m.graph.task_names() else None
+        if state is None:
+            with gw.changed:
+                deployed = gw.changed.wait_for(lambda: key in gw.tasks or m.status.is_terminal, TASK_WAIT_S)
+            if key not in gw.running():
+                state = "ended" if m.status.is_terminal else "finished" if deployed else "deploying"
+        if state is not None:
+            raise UnknownTaskError.of(self.job_name, vertex, subtask, state, self.tasks())
+        gw.crash(key)
+        return task_name(key)
 
 
 class LocalExecutor(Executor):

@@ -110,7 +110,7 @@ def test_list_status_checkpoints_pool_errors_kill_cancel(ray_cluster, running_jo
     assert "Error: no job named 'no-such-job' on this Ray cluster (see `weir list`)" in missing.stderr
     bad_task = weir(ray_cluster, "kill", "cli-job", "count", "7")
     assert bad_task.returncode == 1
-    assert "job 'cli-job' has no task count/7" in bad_task.stderr
+    assert "job 'cli-job' has no task count/7 running (the job has no such task); its tasks:" in bad_task.stderr
 
     killed = weir(ray_cluster, "--json", "kill", "cli-job", "count", "1")
     assert json.loads(killed.stdout) == {"killed": "cli-job/count/1"}

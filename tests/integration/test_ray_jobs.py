@@ -155,8 +155,10 @@ def test_a_finished_task_leaves_the_jobs_tasks_and_cannot_be_killed(ray_cluster,
     while "finished-task/short/0" in (tasks := client.tasks()) or len(tasks) != 2:  # up, then "short" ends
         assert time.monotonic() < deadline, f"the finished source is still listed: {tasks}"
         time.sleep(0.05)
-    with pytest.raises(UnknownTaskError, match="has no task short/0 running"):
+    with pytest.raises(UnknownTaskError, match=r"has no task short/0 running \(it finished\)"):
         client.task_actor("short", 0)
+    with pytest.raises(UnknownTaskError, match=r"has no task plus/1 running \(the job has no such task\)"):
+        client.task_actor("plus", 1)
     assert ray.get(client.task_actor("source-long", 0).ping.remote())
     open(gate, "w").close()
     assert client.wait(60).restarts == 0

@@ -212,8 +212,13 @@ def test_restart_after_a_source_finished_skips_it_and_stays_exact(checkpoint_dir
 
     client.wait_until(lambda c: short_source_exited() and sum(s["status"] == "COMPLETED" for s in c.checkpoints()) >= 2)
     assert "source-collection/0" not in client.tasks() and "sum/0" in client.tasks()
-    with pytest.raises(UnknownTaskError, match="has no task source-collection/0 running"):
+    with pytest.raises(UnknownTaskError, match=r"has no task source-collection/0 running \(it finished\)"):
         client.kill_task("source-collection", 0)
+    with pytest.raises(
+        UnknownTaskError,
+        match=r"has no task sum/1 running \(the job has no such task\); its tasks: source-generator/0, sum/0",
+    ):
+        client.kill_task("sum", 1)
     client.kill_task("sum", 0)
     result = client.wait(60)
     assert result.restarts == 1
