@@ -86,7 +86,16 @@ from weir.runtime.local_folders import ROCKSDB_PREFIX, OwnedFolder, sweep
 from weir.runtime.rocksdb_timers import RocksDBTimers, timer_of
 from weir.runtime.serialization import dumps_each, dumps_state, loads, loads_each
 from weir.runtime.state import KeyedStateBackend
-from weir.runtime.storage import DbFile, download_file, join, read_file, safe_name, upload_file, within
+from weir.runtime.storage import (
+    DbFile,
+    delete_files,
+    download_file,
+    join,
+    read_file,
+    safe_name,
+    upload_file,
+    within,
+)
 from weir.runtime.timer_queues import TIMERS
 
 _META = b"\xff\xff"  # + state id -> state name; sorts after every key group (at most 32768 of them)
@@ -697,14 +706,20 @@ class RocksDBUpload:
         return [f"{self.owner}/{f}" for f in self.files]
 
     def run(self, folder: str, prefix: str, shared: bool) -> tuple[DbFile, ...]:
-        out = []
+        """A failed upload deletes what this one uploaded before it: no checkpoint
+        will name those files."""
+        out, made = [], []
         try:
             for f in self.files:
                 kept = self.reusable.get(self.reuse_key(f)) if shared else None
                 if kept is None or not within(kept.handle.uri, folder):  # another run's may go
                     uri = join(folder, safe_name(f"{prefix}-{self.owner}-{f}"))
                     kept = DbFile(f"{self.owner}/{f}", upload_file(os.path.join(self.local, f), uri))
+                    made.append(uri)
                 out.append(kept)
+        except BaseException:
+            delete_files(made)
+            raise
         finally:
             shutil.rmtree(self.local, ignore_errors=True)
         if shared:

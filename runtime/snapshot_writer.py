@@ -14,7 +14,9 @@ A task that fails or is cancelled abandons its writes: one still queued never
 runs, and one under way deletes what it wrote instead of acknowledging it. No
 checkpoint will name those files, and the job master that would sweep them (a
 failover's, a takeover's) may have listed storage already: without this, the
-last write of a dead attempt left files that nothing ever deleted."""
+last write of a dead attempt left files that nothing ever deleted. A write that
+fails (the store is full, unreachable) deletes the uploads it made before it
+failed, for the same reason, and declines the checkpoint."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from weir.runtime.errors import CheckpointFailureReason
 from weir.runtime.events import CheckpointBarrier, CheckpointKind
 from weir.runtime.incremental import FileUpload
 from weir.runtime.state import SnapshotSummary
-from weir.runtime.storage import StateHandle, delete_files, safe_name, shared_folder, write_state
+from weir.runtime.storage import DbFile, StateHandle, delete_files, safe_name, shared_folder, write_state
 
 
 class CheckpointReplies(Protocol):
@@ -118,11 +120,14 @@ class SnapshotWriter:
         shared = barrier.kind is CheckpointKind.CHECKPOINT
         folder = shared_folder(barrier.location) if shared else barrier.location
         prefix = f"{name}-{barrier.checkpoint_id}-{self._attempt}" if shared else name
+        files: list[DbFile] = []
         try:
             chain = self._chains[base] if base is not None else ()
-            files = tuple(f for u in uploads for f in u.run(folder, prefix, shared))
-            handle = write_state(folder, prefix, payload, chain, files)
+            for u in uploads:
+                files += u.run(folder, prefix, shared)  # one that fails deletes its own
+            handle = write_state(folder, prefix, payload, chain, tuple(files))
         except Exception as exc:
+            _delete_own(prefix, [f.handle.uri for f in files])  # no checkpoint will name them
             self._ports.decline_checkpoint(
                 barrier.checkpoint_id,
                 CheckpointFailureReason.DECLINED_STORAGE_FAILED,
@@ -131,11 +136,15 @@ class SnapshotWriter:
             return
         with self._lock:
             if self._abandoned:
-                # What this write made is named after ``prefix``; a reused upload
-                # (an SST an earlier checkpoint names too) is not, and stays.
-                own = safe_name(prefix)
-                delete_files([uri for uri in handle.uris if posixpath.basename(uri).startswith(own)])
+                _delete_own(prefix, handle.uris)
                 return
             if shared:
                 self._chains[barrier.checkpoint_id] = handle.chain
         self._ports.acknowledge_checkpoint(barrier.checkpoint_id, handle, summaries, alignment_ms)
+
+
+def _delete_own(prefix: str, uris: list[str]) -> None:
+    """Delete the files a write made: those named after its ``prefix``. A reused
+    upload (an SST an earlier checkpoint names too) is not, and stays."""
+    own = safe_name(prefix)
+    delete_files([uri for uri in uris if posixpath.basename(uri).startswith(own)])

@@ -343,3 +343,30 @@ def test_a_failed_tasks_write_under_way_deletes_its_files_but_not_a_reused_uploa
     left = sorted(p.name for p in (tmp_path / "run").rglob("*") if p.is_file())
     assert acks.handles == {}
     assert left == ["v-0-1-attempt-db-old.sst"], left  # checkpoint 2's own files are gone, 3 never ran
+
+
+class _FailingUpload:
+    def run(self, folder, prefix, shared):
+        raise OSError(28, "No space left on device")
+
+
+def test_a_write_that_fails_deletes_what_the_uploads_before_it_made_and_declines(tmp_path):
+    from weir.runtime.events import CheckpointBarrier
+    from weir.runtime.snapshot_writer import SnapshotWriter
+
+    (tmp_path / "run" / "shared").mkdir(parents=True)
+    (tmp_path / "run" / "shared" / "v-0-1-attempt-db-old.sst").write_bytes(b"sst")
+    (tmp_path / "sst").write_bytes(b"sst")
+    first = _HeldUpload(str(tmp_path / "sst"), f"file://{tmp_path}/run/shared/v-0-1-attempt-db-old.sst")
+    first.go.set()
+    declined = []
+    acks = _Acks()
+    acks.decline_checkpoint = lambda cid, reason, detail: declined.append((cid, detail))
+    writer = SnapshotWriter("v/0", "attempt", acks)
+    writer.submit(
+        CheckpointBarrier(2, 0, location=f"file://{tmp_path}/run/chk-2"), b"state", {}, None, [first, _FailingUpload()]
+    )
+    writer.wait()
+    writer.shutdown()
+    assert declined == [(2, "writing its state failed: [Errno 28] No space left on device")]
+    assert sorted(p.name for p in (tmp_path / "run").rglob("*") if p.is_file()) == ["v-0-1-attempt-db-old.sst"]

@@ -161,6 +161,39 @@ def test_a_materializing_checkpoint_uploads_only_the_ssts_its_base_did_not_name(
     b.close()
 
 
+def test_an_upload_that_fails_deletes_the_files_it_uploaded_but_not_those_its_base_named(tmp_path, monkeypatch):
+    """Before, the SSTs uploaded before the failing one stayed in the shared folder,
+    named by no checkpoint, for the run's life."""
+    from weir.runtime import rocksdb_backend
+
+    storage = _Storage(tmp_path)
+    b = _rocks(1, 0, MATERIALIZING)
+    for cid, keys in enumerate((range(100), range(100, 110)), start=1):
+        for key in keys:
+            b.touch(key)
+            keyed_state(b, ValueStateDescriptor("v")).update(key)
+        if cid == 1:
+            storage.checkpoint(b, 0, cid, base=None)
+    before = {p.name for p in (tmp_path / "shared").iterdir()}
+    b.incremental_base = 1
+    b.snapshot(2)
+    (upload,) = b.take_uploads()
+    upload_file, calls = rocksdb_backend.upload_file, []
+
+    def failing_second(local, uri):
+        calls.append(uri)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return upload_file(local, uri)
+
+    monkeypatch.setattr(rocksdb_backend, "upload_file", failing_second)
+    with pytest.raises(OSError, match="No space left"):
+        upload.run(storage.shared, "t0-2", shared=True)
+    assert len(calls) == 2, "checkpoint 2 uploads at least two files of its own"
+    assert {p.name for p in (tmp_path / "shared").iterdir()} == before
+    b.close()
+
+
 def test_between_materializations_a_checkpoint_uploads_one_change_log_and_a_restore_replays_them(tmp_path):
     storage = _Storage(tmp_path)
     b = _rocks(1, 0, RocksDBSettings(cache_entries=7, write_buffer_bytes=4_000))
