@@ -456,16 +456,28 @@ class FlatMapOperator(UdfOperator):
         f = self.call
         out: list[Any] = []
         extend = out.extend
-        ts_out: list[int] | None = None if timestamps is None else []
         r = None
+        ts_out: list[int] | None = None
         try:
-            for i, r in enumerate(records):
-                produced = f(r)
-                if produced is not None:
-                    before = len(out)
-                    extend(produced)
-                    if ts_out is not None:
-                        ts_out.extend([timestamps[i]] * (len(out) - before))  # type: ignore[index]
+            if timestamps is None:
+                for r in records:
+                    produced = f(r)
+                    if produced is not None:
+                        extend(produced)
+            else:
+                ts_out = []
+                add, repeat = ts_out.append, ts_out.extend
+                n = 0
+                for t, r in zip(timestamps, records):
+                    produced = f(r)
+                    if produced is not None:
+                        extend(produced)
+                        k = len(out) - n  # most records make one or none: no list per record
+                        n += k
+                        if k == 1:
+                            add(t)
+                        elif k:
+                            repeat([t] * k)
         except Exception as exc:
             raise self.fail("flat_map function", exc, r, True) from exc
         self.output.collect(out, ts_out)
