@@ -23,12 +23,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
 
 from tests.chaos import keyed_sum_with_kills, kill_coordinator, kill_random_task
 from tests.checker import check_running_sums
+from tests.pausing import PacedUntilGate
 from weir import StreamExecutionEnvironment
 from weir.connectors.files import FileSink, read_committed
 
@@ -42,6 +44,8 @@ def _dist(samples: list[float]) -> str:
 
 
 def recovery(kills: int, seed: int, pause_s: tuple[float, float], victim=kill_random_task) -> list[float]:
+    """The samples; once the kills are done and recovered from, the rest of the
+    input runs out at full speed (nothing is measured there)."""
     rate = 60_000
     run = keyed_sum_with_kills(
         seed,
@@ -53,6 +57,7 @@ def recovery(kills: int, seed: int, pause_s: tuple[float, float], victim=kill_ra
         rate=rate,
         victim=victim,
         default_restarts=True,
+        unpace_gate=os.path.join(tempfile.mkdtemp(prefix="weir-rec-gate-"), "kills-done"),
     )
     assert run.verdict is not None and (run.verdict.lost, run.verdict.duplicated) == (0, 0), run.verdict
     return run.recovery_s
@@ -63,14 +68,16 @@ def coordinator_recovery(kills: int, seed: int) -> list[float]:
 
 
 def rescales(count: int) -> list[float]:
-    # Long enough to outlast every rescale: one waits, with the job running, until
-    # the processes its new tasks need are up (seconds on a loaded small machine).
+    # Paced until the rescales are done (one waits, with the job running, until the
+    # processes its new tasks need are up: seconds on a loaded small machine), then
+    # the rest at full speed.
     n, out = 40_000 * (4 * count + 10), tempfile.mkdtemp(prefix="weir-scale-out-")
+    gate = os.path.join(tempfile.mkdtemp(prefix="weir-scale-gate-"), "rescales-done")
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     env.enable_checkpointing(500)
     env.get_checkpoint_config().set_checkpoint_storage("file://" + tempfile.mkdtemp(prefix="weir-scale-chk-"))
     (
-        env.from_generator(lambda i: (i % 1000, i), count=n, records_per_second=40_000)
+        env.from_source(PacedUntilGate(lambda i: (i % 1000, i), n, 40_000, gate), source_name="generator")
         .key_by(lambda kv: kv[0])
         .sum(1)
         .name("total")
@@ -81,6 +88,7 @@ def rescales(count: int) -> list[float]:
     for i in range(count):
         time.sleep(0.5)
         pauses.append(client.rescale({"total": 3 if i % 2 == 0 else 2}))
+    open(gate, "w").close()
     client.wait(600)
     v = check_running_sums(map(tuple, read_committed(out)), ((i % 1000, i) for i in range(n)))
     assert (v.lost, v.duplicated, v.keys_wrong) == (0, 0, 0), v
