@@ -176,7 +176,8 @@ class RayGateway:
         self.actors: dict[TaskKey, Any] = {}
         self._attempts: dict[TaskKey, int] = {}
         self._runs: dict[Any, TaskKey] = {}
-        self._ended: set[TaskKey] = set()  # run() returned: the slot is free for this job
+        # run() returned: the slot is free for this job; True: the task finished (not failed or cancelled)
+        self._ended: dict[TaskKey, bool] = {}
         self._spare: dict[str, list[Any]] = {}  # shape key -> free slots of this job
         # shape key -> (slot, its run() call, when cancelled) of tasks a failover stopped
         self._cancelling: dict[str, list[tuple[Any, Any, float]]] = {}
@@ -266,7 +267,8 @@ class RayGateway:
         # from other threads. Routes stay within the deployed tasks (a region).
         self.actors = {**self.actors, **actors}
         self._attempts.update({d.key: d.attempt for d in deployments})
-        self._ended -= set(actors)
+        for k in actors:
+            self._ended.pop(k, None)
         runs = {actors[d.key].run.remote(d.attempt): d.key for d in deployments}
         self._runs.update(runs)
         for ref in runs:  # the end is heard when it comes, not polled for
@@ -331,8 +333,9 @@ class RayGateway:
         return {k: a for k, a in self.actors.items() if k not in self._ended}
 
     def finished(self, task: TaskKey) -> bool:
-        """Whether the task's ``run()`` returned in its current deployment."""
-        return task in self._ended
+        """Whether the task finished in its current deployment (one that failed is
+        on its way to a failover, not finished)."""
+        return self._ended.get(task, False)
 
     def kill(self, tasks: frozenset[TaskKey]) -> None:
         """Stop these tasks now; they report nothing more. A slot whose task had
@@ -357,7 +360,8 @@ class RayGateway:
         self.actors = {k: a for k, a in self.actors.items() if k not in tasks}
         self._runs = {ref: k for ref, k in self._runs.items() if k not in tasks}
         self._events = {ref: k for ref, k in self._events.items() if k not in tasks}
-        self._ended -= tasks
+        for k in tasks:
+            self._ended.pop(k, None)
         self._drop(dead)
 
     def _returned(self, shape: str) -> list[Any]:
@@ -414,7 +418,7 @@ class RayGateway:
             key = self._runs.pop(ref)
             try:
                 result = ray.get(ref)
-                self._ended.add(key)
+                self._ended[key] = result.state is TaskState.FINISHED
             except ray.exceptions.RayError as exc:
                 detail = (
                     "the actor was killed or crashed" if isinstance(exc, ray.exceptions.RayActorError) else str(exc)

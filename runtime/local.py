@@ -61,7 +61,8 @@ class LocalGateway:
         self.tasks: dict[TaskKey, StreamTask] = {}
         self.attempts: dict[TaskKey, int] = {}  # each task's current attempt: only it reports
         self._threads: dict[TaskKey, threading.Thread] = {}
-        self._ended: set[TaskKey] = set()  # tasks whose run() returned in their current attempt
+        # Tasks whose run() returned in their current attempt; True: it finished (not failed or cancelled).
+        self._ended: dict[TaskKey, bool] = {}
         self._exits: list[tuple[TaskKey, TaskResult]] = []
         self._wake: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
@@ -78,7 +79,8 @@ class LocalGateway:
         with self._lock:
             self.tasks = {**self.tasks, **tasks}
             self.attempts.update({d.key: d.attempt for d in deployments})
-            self._ended -= tasks.keys()
+            for k in tasks:
+                self._ended.pop(k, None)
             self._change()
         for d in deployments:
             t = threading.Thread(
@@ -92,7 +94,7 @@ class LocalGateway:
         with self._lock:
             if self.attempts.get(key) == attempt:
                 self._exits.append((key, result))
-                self._ended.add(key)
+                self._ended[key] = result.state is TaskState.FINISHED
             self._change()
         self._wake()
 
@@ -126,6 +128,14 @@ class LocalGateway:
         """The tasks that run now: one whose ``run()`` returned is no task to kill."""
         with self._lock:
             return [k for k in self.tasks if k not in self._ended]
+
+    def state_of(self, task: TaskKey) -> str:
+        """ "running", "finished", or "deploying": not deployed yet, failing over, or
+        failed and about to be. Reads without the lock (a waiter on ``changed`` holds it)."""
+        if task not in self.tasks:
+            return "deploying"
+        ended = self._ended.get(task)
+        return "running" if ended is None else "finished" if ended else "deploying"
 
     def crash(self, task: TaskKey) -> None:
         """Simulate a dead task: it stops and the job master sees it fail."""
@@ -230,13 +240,15 @@ class LocalJobClient(JobClient):
     def kill_task(self, vertex: str, subtask: int) -> str:
         """Crash a running task; one not deployed yet (failing over) is waited for."""
         key, gw, m = (vertex, subtask), self._gateway, self._master
-        state = "absent" if key not in m.graph.task_names() else None
-        if state is None:
+        if key not in m.graph.task_names():
+            state = "absent"
+        else:
             with gw.changed:
-                deployed = gw.changed.wait_for(lambda: key in gw.tasks or m.status.is_terminal, TASK_WAIT_S)
-            if key not in gw.running():
-                state = "ended" if m.status.is_terminal else "finished" if deployed else "deploying"
-        if state is not None:
+                gw.changed.wait_for(lambda: gw.state_of(key) != "deploying" or m.status.is_terminal, TASK_WAIT_S)
+            state = gw.state_of(key)
+            if state != "running" and m.status.is_terminal:
+                state = "ended"
+        if state != "running":
             raise UnknownTaskError.of(self.job_name, vertex, subtask, state, self.tasks())
         gw.crash(key)
         return task_name(key)

@@ -197,6 +197,27 @@ def test_flat_map_filter_union_rebalance_broadcast(checkpoint_dir, out_dir):
     assert sorted(read_committed(out_dir)) == sorted(["A", "B", "C", "1", "3"] * 2)
 
 
+def test_a_kill_during_the_last_kills_failover_waits_for_the_task_and_lands(checkpoint_dir, out_dir):
+    """The second kill comes while the first one's failover waits out its restart
+    delay: before, it was refused ("has no task sum/0 running"), or taken for a
+    finished task; now it waits for the new attempt and kills it."""
+    env = _env(checkpoint_dir, p=1)
+    env.set_restart_strategy(RestartStrategy.fixed_delay(5, 0.5))
+    inputs = [(i % 10, 1) for i in range(20_000)]
+    env.from_generator(lambda i: (i % 10, 1), count=20_000, records_per_second=10_000).key_by(lambda kv: kv[0]).sum(
+        1
+    ).sink_to(FileSink(out_dir))
+    client = env.execute_async("local-kill-twice", executor="local")
+    client.wait_until(lambda c: any(s["status"] == "COMPLETED" for s in c.checkpoints()))
+    client.kill_task("sum", 0)
+    client.wait_until(lambda c: "sum/0" not in c.tasks())  # failing over: 0.5 s until it is back
+    client.kill_task("sum", 0)
+    result = client.wait(60)
+    assert result.restarts == 2
+    v = check_running_sums(map(tuple, read_committed(out_dir)), inputs)
+    assert v.exact, v
+
+
 def test_restart_after_a_source_finished_skips_it_and_stays_exact(checkpoint_dir, out_dir):
     """FLIP-147: a short source finishes and exits while a long one runs; checkpoints
     go on; a failure then restores with the short source marked finished. The
