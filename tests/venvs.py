@@ -33,11 +33,15 @@ def pinned_to_this_environment(where: Path) -> Path:
 
 def new_venv(venv: Path, *install: str, timeout_s: float = 600) -> str:
     """A virtual environment at ``venv`` with ``install`` (uv pip install's
-    arguments) installed; returns its python."""
+    arguments) installed, compiled to bytecode as README's commands install;
+    returns its python."""
     subprocess.run([uv(), "venv", "-q", "--python", sys.executable, str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
     run = subprocess.run(
-        [uv(), "pip", "install", "-q", "--python", python, *install], capture_output=True, text=True, timeout=timeout_s
+        [uv(), "pip", "install", "-q", "--compile-bytecode", "--python", python, *install],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return python
