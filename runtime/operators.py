@@ -617,7 +617,6 @@ class KeyedReduceOperator(_KeyedUdfOperator):
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         values = self._values
         get = values.get
-        touched = self.keyed_backend.changed_hook()  # type: ignore[union-attr]
         keys = self._keys(records, self.key_selector)
         self.keyed_backend.read_ahead(keys)  # type: ignore[union-attr]
         f = self.call
@@ -635,9 +634,8 @@ class KeyedReduceOperator(_KeyedUdfOperator):
                 except Exception as exc:
                     raise self.fail("reduce function", exc, r, True) from exc
             values[k] = r
-            if touched is not None:
-                touched(k)
             append(r)
+        self.keyed_backend.changed(keys)  # type: ignore[union-attr]
         if self._final_only:
             self._timed = self._timed or timestamps is not None
         else:

@@ -427,10 +427,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if self._entries_held > self._cache_bound:
             self._write_back_if_full()
 
-    def changed_hook(self) -> None:
-        """Nothing to do per key: :meth:`read_ahead` counted the batch's entries
-        (and wrote the cache back first if they would not fit)."""
-        return None
+    def changed(self, keys: list[Any]) -> None:
+        """Nothing to do: :meth:`read_ahead` counted the batch's entries (and wrote
+        the cache back first if they would not fit)."""
 
     def _write_back_if_full(self, coming: int = 0) -> None:
         """Count the cache's entries (the running count only bounds them: a hot key

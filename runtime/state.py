@@ -387,11 +387,11 @@ class KeyedStateBackend:
         self.current_key = key
         self.touched.add(key)
 
-    def changed_hook(self) -> Callable[[Any], None] | None:
+    def changed(self, keys: list[Any]) -> None:
         """What a hot loop that reads tables itself (a keyed reduce, after
-        :meth:`read_ahead` of its batch) calls with each key after its record:
-        :meth:`touch` without setting the current key; None when nothing is due."""
-        return self.touched.add
+        :meth:`read_ahead` of its batch) calls once with its batch's keys after
+        the batch: :meth:`touch` of each, without setting the current key."""
+        self.touched.update(keys)
 
     def read_ahead(self, keys: list[Any]) -> None:
         """Before a batch of records with these keys: an on-disk backend reads

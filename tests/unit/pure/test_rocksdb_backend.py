@@ -398,12 +398,12 @@ def test_hot_keys_stay_cached_however_many_records_touch_them():
     writes = []
     real = b.write_back
     b.write_back = lambda: (writes.append(len(counts.cache)), real())[1]  # type: ignore[method-assign]
-    assert b.changed_hook() is None  # a reduce's loop: read_ahead counts each batch's entries
-    for start in range(0, 5_000, 50):  # 5,000 records over 20 keys, in batches
+    for start in range(0, 5_000, 50):  # 5,000 records over 20 keys, in batches, as a reduce's loop
         batch = [i % 20 for i in range(start, start + 50)]
-        b.read_ahead(batch)
+        b.read_ahead(batch)  # it counts each batch's entries
         for key in batch:
             counts[key] = counts.get(key, 0) + 1
+        b.changed(batch)
     assert writes == []  # 20 entries never outgrow a bound of 100
     assert dict(counts.items()) == {k: 250 for k in range(20)}
     for key in range(20, 200):  # 180 new keys do
