@@ -31,15 +31,26 @@ def actor_id(actor: Any) -> str:
 
 
 # Modules a job imports from these folders stay loaded when its process is reset
-# (Ray, numpy and the like: many C extensions cannot be loaded twice).
+# (Ray, numpy and the like: many C extensions cannot be loaded twice), and so do
+# weir's own, wherever it is installed: an editable install (README's) keeps them
+# in the project's folder, and a job that imported one (a connector, PyFlink's
+# module paths) would leave the next job to import it again, its classes anew.
 _KEPT_PATHS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _kept(name: str, module: Any) -> bool:
+    return (
+        name == "weir"
+        or name.startswith("weir.")
+        or str(getattr(module, "__file__", None) or "").startswith(_KEPT_PATHS)
+    )
 
 
 class JobScope:
     """What one job leaves in a reused process, and its removal: the environment
     variables the job set (weir's failure injection) and the modules it imported
-    from outside the standard library and site-packages, so that a user's edited
-    module is imported afresh by the next job."""
+    from outside the standard library, site-packages and weir, so that a user's
+    edited module is imported afresh by the next job."""
 
     def __init__(self) -> None:
         self._own_modules = set(sys.modules)  # what the process loaded before any job
@@ -57,8 +68,7 @@ class JobScope:
         dropped = [
             name
             for name, module in list(sys.modules.items())
-            if name not in self._own_modules
-            and not str(getattr(module, "__file__", None) or "").startswith(_KEPT_PATHS)
+            if name not in self._own_modules and not _kept(name, module)
         ]
         for name in dropped:
             del sys.modules[name]
