@@ -5,7 +5,8 @@ Each file is one split. The enumerator runs on the job master: it lists the
 source's paths off the job master's loop (``context.call_async``: listing an
 object store may block), once for a bounded source and every discovery interval
 for a monitored one, and hands each file it has not seen before to the next
-reader that asks, one file per request. A request that finds nothing waits until
+reader that asks, one file per request (a bounded source's reader asks again as it
+starts the last file it holds). A request that finds nothing waits until
 a listing finds a file; a bounded source answers "no more splits" once its one
 listing is handed out, a monitored one never does (the source never ends).
 
@@ -365,7 +366,7 @@ class FileSource(Source[Any]):
         )
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
-        return FileReader(self.format)
+        return FileReader(self.format, ask_ahead=self.bounded)
 
 
 @dataclass(frozen=True)
@@ -578,10 +579,13 @@ def _in_progress(relative: str) -> bool:
 
 
 class FileReader(SourceReader):
-    """Reads its files one at a time, in the order they came, on its task's loop thread."""
+    """Reads its files one at a time, in the order they came, on its task's loop thread.
+    ``ask_ahead``: asks for the next file as it starts its last (a bounded source;
+    a watched folder's new file goes to a reader with none, not to one still busy)."""
 
-    def __init__(self, fmt: ReaderFormat) -> None:
+    def __init__(self, fmt: ReaderFormat, ask_ahead: bool = False) -> None:
         self._format = fmt
+        self._ask_ahead = ask_ahead
         self._splits: list[FileSplit] = []
         self._open: FileRecords | None = None  # reading self._splits[0]
         self._filesystems: dict[str, pafs.FileSystem] = {}
@@ -611,6 +615,9 @@ class FileReader(SourceReader):
             if records:
                 return Poll(records, split_id=split.path)
         return Poll([], end=True)
+
+    def running_low(self) -> bool:
+        return self._ask_ahead and len(self._splits) == 1
 
     def snapshot_splits(self) -> list[Any]:
         if self._open is None:

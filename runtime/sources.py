@@ -3,7 +3,8 @@ readers read them and remember where they are.
 
 The enumerator is the source operator's coordinator: it runs on the job master
 and its state (the splits nobody has yet) is in every checkpoint. A reader asks
-for a split whenever it has none; the enumerator assigns one, or says there are
+for a split whenever it has none, or, if it says it is running low
+(``SourceReader.running_low``), while it reads its last; the enumerator assigns one, or says there are
 no more, and then a reader with nothing left finishes (``EndOfData``). A reader
 checkpoints its splits with their positions (operator list state), so a restore
 rewinds every split, also with another parallelism; splits assigned after the
@@ -66,6 +67,13 @@ class SourceReader(ABC):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """The checkpoint that holds this reader's snapshot completed (a Kafka
         reader commits its offsets back to the consumer group here)."""
+
+    def running_low(self) -> bool:
+        """Whether the reader is on its last split and wants the next one now, so
+        that it comes while this one is read: the request's round trip to the
+        enumerator (milliseconds, more on a busy machine) is then not a pause per
+        split. The default, False: ask only when out of splits."""
+        return False
 
     def close(self) -> None:
         pass
@@ -486,6 +494,8 @@ class SourceOperator(StreamOperator):
             # Out of splits: ask for one, unless asked already; the answer is an event.
             self._request_split()
             result = Poll([], wait_s=self.WAIT_FOR_SPLITS_S)
+        elif result.records and not self._asked and not self._no_more_splits and self.reader.running_low():
+            self._request_split()
         if result.side:
             for tag_id, records in result.side.items():
                 self.output.collect_side(tag_id, records)

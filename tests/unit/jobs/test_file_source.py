@@ -32,7 +32,8 @@ from weir import (
 from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
 from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
 from weir.connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
-from weir.runtime.sources import AddSplits, NoMoreSplits
+from weir.runtime.operators import OperatorContext, Output, RestoredState
+from weir.runtime.sources import AddSplits, NoMoreSplits, SourceOperator
 from weir.runtime.storage import handle_from_json, read_metadata, read_state
 
 
@@ -269,6 +270,48 @@ def test_a_bounded_enumerator_lists_once_and_then_says_no_more(tmp_path):
     restored, ctx = FileEnumerator((str(folder),), None, e.snapshot_state()), _Context()
     restored.start(ctx)
     assert ctx.calls == []  # listed before the checkpoint: a restore does not list again
+
+
+def test_a_reader_asks_for_its_next_file_while_it_reads_its_last(tmp_path):
+    """The request's round trip to the enumerator is hidden behind the reading: a
+    reader asks for a file whenever it is left with one to read, so the next one is
+    there when that one ends; every line still comes once, in file order."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"f{i}.txt").write_text("".join(f"{i}-{j}\n" for j in range(10)))
+    enumerator, ctx = FileEnumerator((str(folder),), None, FileEnumeratorState()), _Context()
+    enumerator.start(ctx)
+    ctx.run_calls()
+    source = _source(StreamFormat.text_line_format(), str(folder))
+    op = SourceOperator("files", "files-uid", source)
+    requests: list[int] = []  # how many lines had been emitted at each request
+
+    def send(uid: str, event: Any) -> None:
+        requests.append(len(got))
+        enumerator.handle_split_request(0, ctx)
+
+    got: list[str] = []
+    op.setup(OperatorContext("job", "files", 0, 1, 128, "attempt", send_operator_event=send), _Lines(got))
+    op.initialize_state(RestoredState())
+    op.open()
+    while True:
+        while ctx.events:
+            op.handle_operator_event(ctx.events.pop(0)[1])
+        if op.poll(4).end:
+            break
+    assert got == [f"{i}-{j}" for i in range(3) for j in range(10)]
+    # At the start; with the first file's first batch; as the first and the second end
+    # (the last answer: no more). Asking only when out of files: [0, 10, 20, 30].
+    assert requests == [0, 0, 8, 18]
+
+
+class _Lines(Output):
+    def __init__(self, got: list[Any]) -> None:
+        self.got = got
+
+    def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
+        self.got.extend(records)
 
 
 # ------------------------------------------------------------------ exactly-once while tasks are killed
