@@ -4,8 +4,9 @@ readers read them and remember where they are.
 The enumerator is the source operator's coordinator: it runs on the job master
 and its state (the splits nobody has yet) is in every checkpoint. A reader asks
 for a split whenever it has none, or, if it says it is running low
-(``SourceReader.running_low``), while it reads its last; the enumerator assigns one, or says there are
-no more, and then a reader with nothing left finishes (``EndOfData``). A reader
+(``SourceReader.running_low``), while it reads its last (the answer waits in
+the source operator until the reader runs out); the enumerator assigns one, or
+says there are no more, and then a reader with nothing left finishes (``EndOfData``). A reader
 checkpoints its splits with their positions (operator list state), so a restore
 rewinds every split, also with another parallelism; splits assigned after the
 restored checkpoint are back with the restored enumerator, or, when one subtask
@@ -452,6 +453,11 @@ class SourceOperator(StreamOperator):
         self._watermarks = WatermarkEmitter(strategy, watermark_interval_ms) if stamps else None  # type: ignore[arg-type]
         self._last_check_ms = 0.0
         self._asked = False  # a split request is on its way
+        self._asked_ahead = False  # ... asked by a reader running low (see SourceReader.running_low)
+        # The answer to that: the reader gets it when it runs out. Until then it is
+        # in this subtask's checkpoint but not the reader's, so it does not hold
+        # back the watermark, as a split not handed out yet does not.
+        self._ahead: list[Any] = []
         self._no_more_splits = False
 
     def initialize_state(self, restored: RestoredState) -> None:
@@ -470,32 +476,39 @@ class SourceOperator(StreamOperator):
         if not self.reader.snapshot_splits():
             self._request_split()
 
-    def _request_split(self) -> None:
+    def _request_split(self, ahead: bool = False) -> None:
         if not self._asked:
-            self._asked = True
+            self._asked, self._asked_ahead = True, ahead
             self.ctx.send_operator_event(self.uid, RequestSplit())
 
     def handle_operator_event(self, event: Any) -> None:
         if isinstance(event, AddSplits):
-            self.reader.add_splits(event.splits)
-            self._asked = False
+            if self._asked_ahead:
+                self._ahead.extend(event.splits)
+            else:
+                self.reader.add_splits(event.splits)
+            self._asked = self._asked_ahead = False
         elif isinstance(event, NoMoreSplits):
             self._no_more_splits = True
-            self._asked = False
+            self._asked = self._asked_ahead = False
         else:
             super().handle_operator_event(event)
 
     def poll(self, max_records: int) -> Poll:
         try:
             result = self.reader.poll(max_records)
+            if result.end and self._ahead:
+                self.reader.add_splits(self._ahead)
+                self._ahead = []
+                result = self.reader.poll(max_records)
         except Exception as exc:
             raise self.fail("source reader", exc) from exc
         if result.end and not self._no_more_splits:
             # Out of splits: ask for one, unless asked already; the answer is an event.
             self._request_split()
             result = Poll([], wait_s=self.WAIT_FOR_SPLITS_S)
-        elif result.records and not self._asked and not self._no_more_splits and self.reader.running_low():
-            self._request_split()
+        elif result.records and not (self._asked or self._ahead or self._no_more_splits) and self.reader.running_low():
+            self._request_split(ahead=True)
         if result.side:
             for tag_id, records in result.side.items():
                 self.output.collect_side(tag_id, records)
@@ -536,7 +549,7 @@ class SourceOperator(StreamOperator):
         self.operator_state.lists[self.SPLITS] = [
             (split, generators[_split_id(split)].snapshot() if _split_id(split) in generators else None)
             for split in self.reader.snapshot_state(checkpoint_id)
-        ]
+        ] + [(split, None) for split in self._ahead]
         return super().snapshot_state(checkpoint_id)
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ from weir import (
 from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
 from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
 from weir.connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
+from weir.runtime.events import Watermark
 from weir.runtime.operators import OperatorContext, Output, RestoredState
 from weir.runtime.sources import AddSplits, NoMoreSplits, SourceOperator
 from weir.runtime.storage import handle_from_json, read_metadata, read_state
@@ -274,8 +275,9 @@ def test_a_bounded_enumerator_lists_once_and_then_says_no_more(tmp_path):
 
 def test_a_reader_asks_for_its_next_file_while_it_reads_its_last(tmp_path):
     """The request's round trip to the enumerator is hidden behind the reading: a
-    reader asks for a file whenever it is left with one to read, so the next one is
-    there when that one ends; every line still comes once, in file order."""
+    reader asks for a file as it starts its last, so the next one is there when
+    that one ends; every line still comes once, in file order, and the file that
+    waits does not hold back the watermark (the lines' time: file * 100 + line)."""
     folder = tmp_path / "in"
     folder.mkdir()
     for i in range(3):
@@ -284,34 +286,51 @@ def test_a_reader_asks_for_its_next_file_while_it_reads_its_last(tmp_path):
     enumerator.start(ctx)
     ctx.run_calls()
     source = _source(StreamFormat.text_line_format(), str(folder))
-    op = SourceOperator("files", "files-uid", source)
+    line_time = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda line: int(line[0]) * 100 + int(line[2:])
+    )
+    op = SourceOperator("files", "files-uid", source, line_time, watermark_interval_ms=0)
+    out = _Lines()
     requests: list[int] = []  # how many lines had been emitted at each request
 
     def send(uid: str, event: Any) -> None:
-        requests.append(len(got))
+        requests.append(len(out.lines))
         enumerator.handle_split_request(0, ctx)
 
-    got: list[str] = []
-    op.setup(OperatorContext("job", "files", 0, 1, 128, "attempt", send_operator_event=send), _Lines(got))
+    op.setup(OperatorContext("job", "files", 0, 1, 128, "attempt", send_operator_event=send), out)
     op.initialize_state(RestoredState())
     op.open()
+    snapshots = []
     while True:
         while ctx.events:
             op.handle_operator_event(ctx.events.pop(0)[1])
         if op.poll(4).end:
             break
-    assert got == [f"{i}-{j}" for i in range(3) for j in range(10)]
-    # At the start; with the first file's first batch; as the first and the second end
-    # (the last answer: no more). Asking only when out of files: [0, 10, 20, 30].
-    assert requests == [0, 0, 8, 18]
+        op.snapshot_state(len(snapshots) + 1)
+        snapshots.append([os.path.basename(split.path) for split, _ in op.operator_state.lists[op.SPLITS]])
+    assert out.lines == [f"{i}-{j}" for i in range(3) for j in range(10)]
+    # A checkpoint holds the file that waits ahead: a restore reads it.
+    assert snapshots == [["f0.txt"], ["f0.txt", "f1.txt"], ["f1.txt"], ["f1.txt"], ["f1.txt", "f2.txt"]] + [
+        ["f2.txt"]
+    ] * 3 + [[]]
+    # Each file's watermarks as it is read (monotonous: the last line's time, minus 1), with
+    # the next file waiting ahead; were that file the reader's, it would hold them back.
+    assert out.watermarks == [(2, 4), (6, 8), (102, 14), (106, 18), (202, 24), (206, 28)]
+    # At the start, then with each file's first batch (the last answer: no more).
+    # Asking only when out of files: [0, 10, 20, 30].
+    assert requests == [0, 0, 10, 20]
 
 
 class _Lines(Output):
-    def __init__(self, got: list[Any]) -> None:
-        self.got = got
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.watermarks: list[tuple[int, int]] = []  # (watermark, lines emitted before it)
 
     def collect(self, records: list[Any], timestamps: list[int] | None = None) -> None:
-        self.got.extend(records)
+        self.lines.extend(records)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self.watermarks.append((watermark.timestamp, len(self.lines)))
 
 
 # ------------------------------------------------------------------ exactly-once while tasks are killed
