@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any, Callable, Iterable, NamedTuple
 
 from weir.runtime.config import RuntimeExecutionMode
@@ -466,7 +466,7 @@ class FlatMapOperator(UdfOperator):
                         extend(produced)
             else:
                 ts_out = []
-                add, repeat = ts_out.append, ts_out.extend
+                add, add_all = ts_out.append, ts_out.extend
                 n = 0
                 for t, r in zip(timestamps, records):
                     produced = f(r)
@@ -477,7 +477,7 @@ class FlatMapOperator(UdfOperator):
                         if k == 1:
                             add(t)
                         elif k:
-                            repeat([t] * k)
+                            add_all([t] * k)
         except Exception as exc:
             raise self.fail("flat_map function", exc, r, True) from exc
         self.output.collect(out, ts_out)
@@ -737,24 +737,28 @@ class KeyedProcessOperator(TimerOperator):
         backend = self.keyed_backend
         assert backend is not None
         emitted = Emitted(timestamps is not None)
-        keys = None
-        if key_of is None:
-            backend.current_key = NO_KEY
-        else:
-            keys = self._keys(records, key_of)
+        keyed = key_of is not None
+        keys: Iterable[Any]
+        if keyed:
+            keys = self._keys(records, key_of)  # type: ignore[arg-type]
             backend.read_ahead(keys)
-        for i, r in enumerate(records):
-            if keys is not None:
-                k = keys[i]
+        else:
+            backend.current_key = NO_KEY
+            keys = repeat(None)
+        touch = backend.touch
+        for r, k, t in zip(records, keys, repeat(None) if timestamps is None else timestamps):
+            if keyed:
                 try:
                     hash(k)
                 except Exception as exc:
                     raise self._key_failed(exc, r) from exc
-                backend.touch(k)
+                touch(k)
                 ctx._key = k
-            t = ctx._timestamp = None if timestamps is None else timestamps[i]
+            ctx._timestamp = t
             try:
-                emitted.add(f(r, ctx), t)
+                produced = f(r, ctx)
+                if produced is not None:  # a function that returns nothing (no generator)
+                    emitted.add(produced, t)
             except Exception as exc:
                 raise self.fail(role, exc, r, True) from exc
         emitted.flush(self.output)
