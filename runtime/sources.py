@@ -496,10 +496,12 @@ class SourceOperator(StreamOperator):
 
     def poll(self, max_records: int) -> Poll:
         try:
+            low = self._running_low()  # before the poll: a file read in one poll counts
             result = self.reader.poll(max_records)
             if result.end and self._ahead:
                 self.reader.add_splits(self._ahead)
                 self._ahead = []
+                low = self._running_low()
                 result = self.reader.poll(max_records)
         except Exception as exc:
             raise self.fail("source reader", exc) from exc
@@ -507,7 +509,7 @@ class SourceOperator(StreamOperator):
             # Out of splits: ask for one, unless asked already; the answer is an event.
             self._request_split()
             result = Poll([], wait_s=self.WAIT_FOR_SPLITS_S)
-        elif result.records and not (self._asked or self._ahead or self._no_more_splits) and self.reader.running_low():
+        elif result.records and low:
             self._request_split(ahead=True)
         if result.side:
             for tag_id, records in result.side.items():
@@ -530,6 +532,9 @@ class SourceOperator(StreamOperator):
             # subtask with no Kafka partition must not hold event time back for ever.
             wm.emit(now_ms, [_split_id(split) for split in splits] or [_NO_SPLIT], self.output)
         return result
+
+    def _running_low(self) -> bool:
+        return not (self._asked or self._ahead or self._no_more_splits) and self.reader.running_low()
 
     def process_batch(self, records: list[Any], timestamps: list[int] | None = None) -> None:
         raise RuntimeError("a source has no input")
