@@ -739,8 +739,8 @@ class KeyedProcessOperator(TimerOperator):
         emitted = Emitted(timestamps is not None)
         keyed = key_of is not None
         keys: Iterable[Any]
-        if keyed:
-            keys = self._keys(records, key_of)  # type: ignore[arg-type]
+        if key_of is not None:
+            keys = self._keys(records, key_of)
             backend.read_ahead(keys)
         else:
             backend.current_key = NO_KEY
