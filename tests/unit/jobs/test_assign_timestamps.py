@@ -235,3 +235,14 @@ def test_watermarks_are_periodic_windows_fire_while_an_endless_stream_runs(check
     client.wait_until(lambda c: bool(read_committed(out_dir)))  # only a watermark mid-stream can close a window
     client.cancel()
     assert _as_result(read_committed(out_dir))[0] == ("k0", 0, 10)
+
+
+@pytest.mark.parametrize("bad", [{"id": 8, "ts": "soon"}, {"id": 8}])
+def test_a_failing_record_in_the_middle_of_a_batch_is_the_one_named(bad):
+    # The assigner runs over a whole batch at once: the error still names the
+    # record it failed on (a KeyError raised, or a time that is not an int),
+    # not the batch's first or last.
+    h = _harness(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r: r["ts"]))
+    with pytest.raises(UserFunctionError) as info:
+        h.process({"id": 7, "ts": 1}, bad, {"id": 9, "ts": 3})
+    assert f"on record {bad!r}" in str(info.value)
