@@ -89,20 +89,23 @@ def resolve(path: str, setting: str = "path") -> tuple[pafs.FileSystem, str]:
 
 @dataclass(frozen=True)
 class FileSplit:
-    """A file to read and where reading resumes: ``offset`` is the byte offset of
-    the next line (stream formats) or the next row group (bulk formats);
-    ``records`` is how many lines came before that offset, or how many rows of
-    that row group were read."""
+    """A file (or a part of one) to read and where reading resumes: ``offset`` is
+    the byte offset of the next line (stream formats) or the next row group (bulk
+    formats); ``records`` is how many lines came before that offset, or how many
+    rows of that row group were read. ``part``: the bytes ``[start, end)`` of a
+    file that a splittable format cut (see :attr:`ReaderFormat.split_bytes`);
+    the split reads the row groups whose middle byte lies in them."""
 
     root: str  # the source path it was found under: its file system
     path: str  # the file, within that file system
     offset: int = 0
     records: int = 0
     file_id: FileId | None = None  # a local file's identity when it was found; None on object stores
+    part: tuple[int, int] | None = None  # None: the whole file
 
     @property
     def split_id(self) -> str:
-        return self.path
+        return self.path if self.part is None else f"{self.path}@{self.part[0]}"
 
 
 class FileRecords(ABC):
@@ -122,7 +125,11 @@ class FileRecords(ABC):
 
 class ReaderFormat(ABC):
     """How a file's bytes become records. Formats travel to the tasks, so they
-    hold settings only (picklable)."""
+    hold settings only (picklable). A format with ``split_bytes`` reads a part of
+    a file (:attr:`FileSplit.part`): the enumerator cuts each file larger than
+    that into parts of that many bytes, so readers share a large file."""
+
+    split_bytes: int | None = None  # None: each file is read whole, by one reader
 
     @abstractmethod
     def open(self, fs: pafs.FileSystem, split: FileSplit) -> FileRecords: ...
@@ -362,7 +369,11 @@ class FileSource(Source[Any]):
 
     def create_enumerator(self, parallelism: int, restored: Any | None) -> SplitEnumerator:
         return FileEnumerator(
-            self.paths, self.discovery_interval_ms, restored or FileEnumeratorState(), settle_ms=self.settle_ms
+            self.paths,
+            self.discovery_interval_ms,
+            restored or FileEnumeratorState(),
+            settle_ms=self.settle_ms,
+            split_bytes=self.format.split_bytes,
         )
 
     def create_reader(self, subtask: int, parallelism: int) -> SourceReader:
@@ -422,8 +433,10 @@ class FileEnumerator(SplitEnumerator):
         state: FileEnumeratorState,
         settle_ms: int = DEFAULT_SETTLE_MS,
         clock: Callable[[], float] = time.monotonic,
+        split_bytes: int | None = None,
     ) -> None:
         self._paths = paths
+        self._split_bytes = split_bytes
         self._discovery_interval_ms = discovery_interval_ms
         # A bounded source reads the files there are, as they are.
         self._settle_s = settle_ms / 1000 if discovery_interval_ms is not None else 0.0
@@ -464,7 +477,7 @@ class FileEnumerator(SplitEnumerator):
             self._seen.add(f.split.path)
             if f.split.file_id is not None:
                 self._seen_files.add(f.split.file_id)
-            self._pending.append(f.split)
+            self._pending.extend(_parts(f.split, f.version[0], self._split_bytes))
         self._listed = True
         waiting, self._waiting = sorted(self._waiting), set()
         for subtask in waiting:
@@ -511,6 +524,14 @@ class FileEnumerator(SplitEnumerator):
 
     def add_splits_back(self, splits: list[Any], subtask: int) -> None:
         self._pending[:0] = splits
+
+
+def _parts(split: FileSplit, size: int, split_bytes: int | None) -> list[FileSplit]:
+    """A file of ``size`` bytes as the splits to hand out: whole, or in parts of
+    ``split_bytes`` (Flink's block splitting, with the block size the format's)."""
+    if not split_bytes or size <= split_bytes:
+        return [split]
+    return [replace(split, part=(start, min(start + split_bytes, size))) for start in range(0, size, split_bytes)]
 
 
 def list_at(paths: Sequence[str], clock: Callable[[], float]) -> Listing:
@@ -613,7 +634,7 @@ class FileReader(SourceReader):
                 self.close()
                 self._splits.pop(0)
             if records:
-                return Poll(records, split_id=split.path)
+                return Poll(records, split_id=split.split_id)
         return Poll([], end=True)
 
     def running_low(self) -> bool:

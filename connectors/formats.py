@@ -221,15 +221,27 @@ class ParquetColumnarRowInputFormat(BulkFormat):
     (PyFlink's ``ParquetColumnarRowInputFormat``). ``row_type``: a
     ``pyarrow.Schema``: the columns to read, cast to its types (PyFlink: a
     ``RowType``); None reads every column as stored. At most ``batch_size`` rows
-    go out per batch. A restore resumes at the checkpointed row group and row."""
+    go out per batch. A restore resumes at the checkpointed row group and row.
 
-    def __init__(self, row_type: pa.Schema | None = None, batch_size: int = 2048) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise InvalidConfigurationError(
-                "ParquetColumnarRowInputFormat batch_size", batch_size, "must be a positive int"
-            )
+    A file larger than ``split_bytes`` (weir's; 32 MiB, Flink's local block size)
+    is read in parts of that many bytes, each by whichever reader asks for it, so
+    readers share a large file: a part reads the row groups whose middle byte lies
+    in it (as Flink and Spark cut Parquet), and a part with none reads nothing.
+    None reads each file whole."""
+
+    def __init__(
+        self, row_type: pa.Schema | None = None, batch_size: int = 2048, *, split_bytes: int | None = 32 << 20
+    ) -> None:
+        for setting, value in (("batch_size", batch_size), ("split_bytes", split_bytes)):
+            if value is None and setting == "split_bytes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidConfigurationError(
+                    f"ParquetColumnarRowInputFormat {setting}", value, "must be a positive int"
+                )
         self.row_type = row_type
         self.batch_size = batch_size
+        self.split_bytes = split_bytes
 
     def open(self, fs: pafs.FileSystem, split: FileSplit) -> FileRecords:
         return _ParquetRecords(self, fs, split)
@@ -239,7 +251,7 @@ class _ParquetRecords(FileRecords):
     def __init__(self, fmt: ParquetColumnarRowInputFormat, fs: pafs.FileSystem, split: FileSplit) -> None:
         self._format = fmt
         self._split = split
-        self._group, self._row = split.offset, split.records
+        self._row = split.records  # of the first group to read: the one a restore resumes in
         self._table: pa.Table | None = None  # the row group being read
         self._stream = fs.open_input_file(split.path)
         try:
@@ -247,31 +259,47 @@ class _ParquetRecords(FileRecords):
         except pa.ArrowException as exc:
             self._stream.close()
             raise MalformedInputError(f"file {split.path}", "its footer", f"not Parquet ({exc})") from None
+        meta = self._file.metadata
+        groups = range(split.offset, meta.num_row_groups)
+        if split.part is not None:
+            start, end = split.part
+            groups = [g for g in groups if start <= _middle(meta.row_group(g)) < end]  # type: ignore[assignment]
+        self._groups, self._next = list(groups), 0  # the row groups left to read, and the one being read
 
     def read(self, max_records: int) -> tuple[list[Any], bool]:
-        while self._group < self._file.num_row_groups:
+        while self._next < len(self._groups):
             if self._table is None:
-                self._table = self._read_group()
+                self._table = self._read_group(self._groups[self._next])
             if self._row < self._table.num_rows:
                 rows = self._table.slice(self._row, min(max_records, self._format.batch_size)).to_pylist()
                 self._row += len(rows)
                 return rows, False
-            self._group, self._row, self._table = self._group + 1, 0, None
+            self._next, self._row, self._table = self._next + 1, 0, None
         return [], True
 
-    def _read_group(self) -> pa.Table:
+    def _read_group(self, group: int) -> pa.Table:
         schema = self._format.row_type
         try:
-            table = self._file.read_row_group(self._group, columns=None if schema is None else schema.names)
+            table = self._file.read_row_group(group, columns=None if schema is None else schema.names)
             return table if schema is None else table.select(schema.names).cast(schema)
         except (pa.ArrowException, KeyError) as exc:
-            raise MalformedInputError(f"file {self._split.path}", f"row group {self._group}", str(exc)) from None
+            raise MalformedInputError(f"file {self._split.path}", f"row group {group}", str(exc)) from None
 
     def position(self) -> FileSplit:
-        return replace(self._split, offset=self._group, records=self._row)
+        done = self._next >= len(self._groups)
+        group = self._file.metadata.num_row_groups if done else self._groups[self._next]
+        return replace(self._split, offset=group, records=self._row)
 
     def close(self) -> None:
         self._stream.close()
+
+
+def _middle(group: Any) -> int:
+    """The byte in the middle of a row group's column chunks (a file part reads the
+    row groups whose middle lies in it)."""
+    chunks = [group.column(c) for c in range(group.num_columns)]
+    start = min(c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in chunks)
+    return start + sum(c.total_compressed_size for c in chunks) // 2  # type: ignore[no-any-return]
 
 
 class ParquetBulkWriters:

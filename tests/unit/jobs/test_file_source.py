@@ -24,6 +24,7 @@ from tests.kills import kill_each_after_checkpoints
 from tests.pausing import PausingReader
 from weir import (
     Duration,
+    InvalidConfigurationError,
     JobExecutionError,
     MalformedInputError,
     RestartStrategy,
@@ -524,6 +525,84 @@ def test_stop_with_savepoint_and_a_rescaled_resume_read_each_line_once(checkpoin
 
 
 # ------------------------------------------------------------------ bad input
+def _one_large_parquet_file(folder: str, groups: int = 12, rows_per_group: int = 100) -> tuple[str, list[dict]]:
+    rows = [{"id": i, "score": i / 4, "dropped": "x" * 40} for i in range(groups * rows_per_group)]
+    path = os.path.join(folder, "large.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=rows_per_group)
+    return path, [{"id": r["id"], "score": r["score"]} for r in rows]
+
+
+@pytest.mark.parametrize("split_bytes", [97, 700, 1500, 4000, 10**9])
+def test_the_parts_of_a_parquet_file_read_each_row_once_also_resumed_mid_part(tmp_path, split_bytes):
+    """A file cut into parts of ``split_bytes`` (some hold no row group's middle,
+    some several): the parts' rows, each part read with its snapshot passed to a
+    new reader every few records as a restore does, are the file's, once each."""
+    path, expected = _one_large_parquet_file(str(tmp_path))
+    fmt = ParquetColumnarRowInputFormat(PARQUET_TYPE, batch_size=30, split_bytes=split_bytes)
+    enumerator, ctx = FileEnumerator((path,), None, FileEnumeratorState(), split_bytes=split_bytes), _Context()
+    enumerator.start(ctx)
+    ctx.run_calls()
+    parts = list(enumerator.snapshot_state().pending)
+    size = os.path.getsize(path)
+    assert len(parts) == max(1, -(-size // split_bytes)) if split_bytes < size else parts[0].part is None
+    got = []
+    for part in parts:
+        reader, resumed = FileReader(fmt), [part]
+        while True:
+            reader.add_splits(resumed)
+            poll = reader.poll(7)
+            if poll.end:
+                break
+            assert poll.split_id == part.split_id
+            got += poll.records
+            resumed = reader.snapshot_splits()
+            reader.close()
+            reader = FileReader(fmt)
+    assert got == expected  # parts in file order, rows in file order: nothing twice, nothing lost
+
+
+def test_readers_share_one_large_parquet_file_by_its_parts(checkpoint_dir, tmp_path):
+    """One file, three readers: each reads a part of it (a file used to go to one
+    reader whole), and the job's output is every row once."""
+    path, expected = _one_large_parquet_file(str(tmp_path), groups=12)
+    fmt = ParquetColumnarRowInputFormat(PARQUET_TYPE, split_bytes=os.path.getsize(path) // 6)
+    out = str(tmp_path / "out")
+    env = _env(checkpoint_dir, parallelism=3)
+    env.from_source(_source(fmt, path), WatermarkStrategy.no_watermarks(), "files").map(_slowly_row).sink_to(
+        FileSink(out)
+    )
+    result = env.execute("one-large-file", executor="local")
+    assert sorted(map(_key, read_committed(out))) == sorted(map(_key, expected))
+    read = [m["records_in"] for m in result.metrics if m["task"].startswith("source-files")]
+    assert len(read) == 3 and all(n > 0 for n in read), read
+
+
+def test_parts_of_a_large_parquet_file_are_read_once_when_their_readers_are_killed(checkpoint_dir, tmp_path):
+    """Both readers of one file's parts killed mid-job (region failovers): each
+    row comes out once, whichever part and row group the restore resumes in."""
+    path, expected = _one_large_parquet_file(str(tmp_path), groups=24, rows_per_group=50)
+    fmt = ParquetColumnarRowInputFormat(PARQUET_TYPE, batch_size=10, split_bytes=os.path.getsize(path) // 8)
+    out = str(tmp_path / "out")
+    env = _env(checkpoint_dir)
+    env.from_source(_source(fmt, path), WatermarkStrategy.no_watermarks(), "rows").map(_slowly).sink_to(FileSink(out))
+    client = env.execute_async("killed-parts", executor="local")
+    kill_each_after_checkpoints(client, "source-rows", (0, 1), checkpoints=2)
+    client.wait()
+    assert client.restarts() == 2
+    assert sorted(map(_key, read_committed(out))) == sorted(map(_key, expected))
+
+
+def _slowly_row(row: dict) -> dict:
+    time.sleep(0.0005)  # a reader holds its part long enough for the others to ask for theirs
+    return row
+
+
+def test_split_bytes_that_are_not_a_positive_int_are_refused_naming_the_setting():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InvalidConfigurationError, match="ParquetColumnarRowInputFormat split_bytes"):
+            ParquetColumnarRowInputFormat(PARQUET_TYPE, split_bytes=bad)
+
+
 def _read_all(fmt: Any, path: str) -> list[Any]:
     reader = FileReader(fmt)
     reader.add_splits([f.split for f in list_files([path])])
@@ -597,8 +676,6 @@ def test_a_job_reading_a_bad_line_fails_naming_operator_file_and_line_after_its_
 
 
 def test_settings_the_source_cannot_use_are_refused_naming_them(tmp_path):
-    from weir import InvalidConfigurationError
-
     with pytest.raises(InvalidConfigurationError, match="FileSource discovery_interval=0"):
         FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).monitor_continuously(0)
     with pytest.raises(InvalidConfigurationError, match="charset_name='UTF-16'.*split at the byte"):
