@@ -263,7 +263,10 @@ class _ParquetRecords(FileRecords):
         groups = range(split.offset, meta.num_row_groups)
         if split.part is not None:
             start, end = split.part
-            groups = [g for g in groups if start <= _middle(meta.row_group(g)) < end]  # type: ignore[assignment]
+            # The parts cover the file's bytes: a middle a writer's odd offsets put outside them
+            # goes to the part of the last byte, never to none.
+            last = self._stream.size() - 1
+            groups = [g for g in groups if start <= min(_middle(meta.row_group(g)), last) < end]  # type: ignore[assignment]
         self._groups, self._next = list(groups), 0  # the row groups left to read, and the one being read
 
     def read(self, max_records: int) -> tuple[list[Any], bool]:
