@@ -65,7 +65,13 @@ def test_with_full_failover_the_other_pipeline_restarts_too(tmp_path):
     client = env.execute_async("full", executor="local")
     window = kill_and_watch(client, ("a", 0), "b")
     client.wait(120)
-    assert window.other_before == 0, "pipeline b's tasks were not taken down with the rest"
+    # b's tasks are taken down and deployed again with a's: gone when the killed task
+    # is (nothing counted), or, on a loaded machine, still cancelling then, with
+    # their counts started again from zero by the time a's comes back (a failed
+    # suite run saw 225 then 0). A region failover's b counts on from where it was.
+    assert window.other_before == 0 or window.other_after < window.other_before, (
+        f"pipeline b's tasks were not taken down with the rest: {window}"
+    )
     assert outputs(str(tmp_path / "a"), "a") == (0, 0, [])
     assert outputs(str(tmp_path / "b"), "b") == (0, 0, [])
 
