@@ -31,6 +31,7 @@ from weir import (
     StreamExecutionEnvironment,
     WatermarkStrategy,
 )
+from weir.connectors import formats
 from weir.connectors.file_source import FileEnumerator, FileEnumeratorState, FileReader, list_files
 from weir.connectors.files import FileSink, FileSource, StreamFormat, read_committed
 from weir.connectors.formats import CsvReaderFormat, CsvSchema, ParquetColumnarRowInputFormat
@@ -524,7 +525,7 @@ def test_stop_with_savepoint_and_a_rescaled_resume_read_each_line_once(checkpoin
     assert sorted(read_committed(out)) == sorted(expected)
 
 
-# ------------------------------------------------------------------ bad input
+# ------------------------------------------------------------------ a large Parquet file in parts
 def _one_large_parquet_file(folder: str, groups: int = 12, rows_per_group: int = 100) -> tuple[str, list[dict]]:
     rows = [{"id": i, "score": i / 4, "dropped": "x" * 40} for i in range(groups * rows_per_group)]
     path = os.path.join(folder, "large.parquet")
@@ -538,27 +539,46 @@ def test_the_parts_of_a_parquet_file_read_each_row_once_also_resumed_mid_part(tm
     some several): the parts' rows, each part read with its snapshot passed to a
     new reader every few records as a restore does, are the file's, once each."""
     path, expected = _one_large_parquet_file(str(tmp_path))
+    parts = _parts_of(path, split_bytes)
+    size = os.path.getsize(path)
+    assert len(parts) == max(1, -(-size // split_bytes)) if split_bytes < size else parts[0].part is None
     fmt = ParquetColumnarRowInputFormat(PARQUET_TYPE, batch_size=30, split_bytes=split_bytes)
+    got = [row for part in parts for row in _read_resuming(fmt, part)]
+    assert got == expected  # parts in file order, rows in file order: nothing twice, nothing lost
+
+
+def test_a_row_group_whose_middle_lies_past_the_files_end_is_read_by_the_last_part(tmp_path, monkeypatch):
+    """A writer's odd offsets can put a row group's middle past the file's last
+    byte, where no part lies: the last part reads it, so no row is lost."""
+    path, expected = _one_large_parquet_file(str(tmp_path))
+    monkeypatch.setattr(formats, "_middle", lambda group: 10**12)
+    parts = _parts_of(path, 700)
+    fmt = ParquetColumnarRowInputFormat(PARQUET_TYPE, batch_size=30, split_bytes=700)
+    read = [_read_resuming(fmt, part) for part in parts]
+    assert read[-1] == expected and not any(read[:-1])
+
+
+def _parts_of(path: str, split_bytes: int) -> list[Any]:
+    """The splits a bounded enumerator hands out for ``path``, in order."""
     enumerator, ctx = FileEnumerator((path,), None, FileEnumeratorState(), split_bytes=split_bytes), _Context()
     enumerator.start(ctx)
     ctx.run_calls()
-    parts = list(enumerator.snapshot_state().pending)
-    size = os.path.getsize(path)
-    assert len(parts) == max(1, -(-size // split_bytes)) if split_bytes < size else parts[0].part is None
-    got = []
-    for part in parts:
-        reader, resumed = FileReader(fmt), [part]
-        while True:
-            reader.add_splits(resumed)
-            poll = reader.poll(7)
-            if poll.end:
-                break
-            assert poll.split_id == part.split_id
-            got += poll.records
-            resumed = reader.snapshot_splits()
-            reader.close()
-            reader = FileReader(fmt)
-    assert got == expected  # parts in file order, rows in file order: nothing twice, nothing lost
+    return list(enumerator.snapshot_state().pending)
+
+
+def _read_resuming(fmt: Any, part: Any) -> list[Any]:
+    """A part's rows, its snapshot passed to a new reader after every poll of 7, as a restore does."""
+    got, resumed = [], [part]
+    while True:
+        reader = FileReader(fmt)
+        reader.add_splits(resumed)
+        poll = reader.poll(7)
+        if poll.end:
+            return got
+        assert poll.split_id == part.split_id
+        got += poll.records
+        resumed = reader.snapshot_splits()
+        reader.close()
 
 
 def test_readers_share_one_large_parquet_file_by_its_parts(checkpoint_dir, tmp_path):
@@ -603,6 +623,7 @@ def test_split_bytes_that_are_not_a_positive_int_are_refused_naming_the_setting(
             ParquetColumnarRowInputFormat(PARQUET_TYPE, split_bytes=bad)
 
 
+# ------------------------------------------------------------------ bad input
 def _read_all(fmt: Any, path: str) -> list[Any]:
     reader = FileReader(fmt)
     reader.add_splits([f.split for f in list_files([path])])
